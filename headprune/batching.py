@@ -1,0 +1,64 @@
+"""Turn text into padded batches that the head adapters understand."""
+from __future__ import annotations
+
+import torch
+
+
+def classification_batches(tokenizer, pairs: list[tuple[str, str]], labels: list[int] | None = None,
+                           batch_size: int = 32, max_length: int = 128) -> list[dict]:
+    """Sentence (pair) classification batches: input_ids, attention_mask, token_type_ids, labels."""
+    batches = []
+    for start in range(0, len(pairs), batch_size):
+        chunk = pairs[start:start + batch_size]
+        text_a = [a for a, _ in chunk]
+        text_b = [b for _, b in chunk]
+        encoded = tokenizer(text_a, text_b if any(text_b) else None, padding=True, truncation=True,
+                            max_length=max_length, return_tensors="pt")
+        batch = dict(encoded)
+        if labels is not None:
+            batch["labels"] = torch.tensor(labels[start:start + batch_size], dtype=torch.long)
+        batches.append(batch)
+    return batches
+
+
+def encode_target(tokenizer, text: str) -> list[int]:
+    """Target-side ids as fairseq makes them: Moses in the target language, BPE, target dict, </s>.
+
+    FSMTTokenizer only encodes the source side, so this mirrors its pipeline with
+    the target language and vocabulary.
+    """
+    lang = tokenizer.tgt_lang
+    vocab = tokenizer.get_tgt_vocab()
+    unk = vocab[tokenizer.unk_token]
+    words = tokenizer.moses_tokenize(tokenizer.moses_pipeline(text, lang=lang), lang=lang)
+    ids = [vocab.get(piece, unk) for word in words if word for piece in tokenizer.bpe(word).split(" ")]
+    return ids + [tokenizer.eos_token_id]
+
+
+def translation_batches(tokenizer, sources: list[str], targets: list[str], batch_size: int = 32,
+                        max_length: int = 256) -> list[dict]:
+    """Teacher-forcing batches, as fairseq builds them.
+
+    decoder_input_ids = [</s>] + target tokens and labels = target tokens + [</s>],
+    padded with the pad id (ignored by the loss).
+    """
+    if len(sources) != len(targets):
+        raise ValueError(f"{len(sources)} source sentences but {len(targets)} targets")
+    pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
+    batches = []
+    for start in range(0, len(sources), batch_size):
+        src = tokenizer(sources[start:start + batch_size], padding=True, truncation=True,
+                        max_length=max_length, return_tensors="pt")
+        labels = [encode_target(tokenizer, t)[:max_length] for t in targets[start:start + batch_size]]
+        length = max(len(x) for x in labels)
+        label_ids = torch.full((len(labels), length), pad, dtype=torch.long)
+        decoder_ids = torch.full((len(labels), length), pad, dtype=torch.long)
+        for i, ids in enumerate(labels):
+            label_ids[i, :len(ids)] = torch.tensor(ids)
+            decoder_ids[i, :len(ids)] = torch.tensor([eos] + ids[:-1])
+        batches.append({
+            "input_ids": src["input_ids"], "attention_mask": src["attention_mask"],
+            "decoder_input_ids": decoder_ids, "decoder_attention_mask": (label_ids != pad).long(),
+            "labels": label_ids,
+        })
+    return batches

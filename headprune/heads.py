@@ -1,0 +1,276 @@
+"""Where a model's attention heads live, and per-head gates on them.
+
+Every attention layer ends in an output projection whose input is the
+concatenation of the head outputs, head-major: (..., heads * head_dim). A
+forward pre-hook on that projection sees each head's output in every attention
+backend (eager, sdpa, inside generate() with beam search), so multiplying it by
+a per-head gate is the paper's xi_h. transformers 5 removed ``head_mask`` (and
+silently ignores the argument), so this is the only reliable place to gate.
+
+One ``HeadAdapter`` per model family says where the heads are; gating, scoring
+and pruning only talk to ``AttentionSite`` objects.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+# The paper's three attention types. BERT has only encoder self-attention.
+ENC_SELF, ENC_DEC, DEC_SELF = "enc_self", "enc_dec", "dec_self"
+ATTENTION_TYPES = (ENC_SELF, ENC_DEC, DEC_SELF)
+TYPE_LABELS = {ENC_SELF: "Enc-Enc", ENC_DEC: "Enc-Dec", DEC_SELF: "Dec-Dec"}
+
+
+@dataclass
+class AttentionSite:
+    """One multi-head attention layer: its projections and which heads it still has."""
+
+    attn_type: str
+    layer: int
+    attention: nn.Module  # the module that owns the q/k/v projections
+    query: nn.Linear
+    key: nn.Linear
+    value: nn.Linear
+    output: nn.Linear  # input is the concatenated head outputs
+    head_dim: int
+    original_num_heads: int
+    time_major: bool  # FSMT works in (time, batch, dim); BERT in (batch, time, dim)
+
+    @property
+    def kept_heads(self) -> list[int]:
+        """Original indices of the heads this layer still has (all, unless pruned)."""
+        return list(getattr(self.attention, "headprune_kept_heads", range(self.original_num_heads)))
+
+    @property
+    def num_heads(self) -> int:
+        return len(self.kept_heads)
+
+
+class HeadAdapter:
+    """Says where a model family's attention heads live and how a batch flows through it."""
+
+    family: str
+    attention_types: tuple[str, ...]
+
+    def sites(self, model) -> list[AttentionSite]:
+        raise NotImplementedError
+
+    def loss_and_outputs(self, model, batch, output_attentions: bool = False):
+        """Summed loss over the batch (so per-example gradients add up) and model outputs."""
+        raise NotImplementedError
+
+    def query_mask(self, batch, attn_type: str) -> torch.Tensor:
+        """(batch, queries) bool: positions that are real tokens on the query side."""
+        raise NotImplementedError
+
+    def key_mask(self, batch, attn_type: str) -> torch.Tensor:
+        """(batch, queries, keys) bool: keys each query may attend to (padding, causality)."""
+        raise NotImplementedError
+
+    def eos_keys(self, model, batch, attn_type: str) -> torch.Tensor:
+        """(batch, keys) bool: EOS/SEP keys, excluded from Voita's confidence."""
+        raise NotImplementedError
+
+    def attention_weights(self, outputs, attn_type: str) -> list[torch.Tensor]:
+        """Per layer, (batch, heads, queries, keys) attention probabilities."""
+        raise NotImplementedError
+
+    def num_tokens(self, batch) -> int:
+        """Non-pad tokens the importance sums are divided by."""
+        raise NotImplementedError
+
+
+def _causal(mask_2d: torch.Tensor) -> torch.Tensor:
+    length = mask_2d.shape[1]
+    lower = torch.ones(length, length, dtype=torch.bool, device=mask_2d.device).tril()
+    return mask_2d[:, None, :] & lower[None]
+
+
+class BertAdapter(HeadAdapter):
+    family = "bert"
+    attention_types = (ENC_SELF,)
+
+    def sites(self, model):
+        encoder = model.base_model.encoder
+        config = model.config
+        sites = []
+        for i, layer in enumerate(encoder.layer):
+            attn = layer.attention.self
+            sites.append(AttentionSite(
+                ENC_SELF, i, attn, attn.query, attn.key, attn.value, layer.attention.output.dense,
+                head_dim=attn.attention_head_size, original_num_heads=config.num_attention_heads,
+                time_major=False,
+            ))
+        return sites
+
+    def loss_and_outputs(self, model, batch, output_attentions=False):
+        outputs = model(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+            token_type_ids=batch.get("token_type_ids"), output_attentions=output_attentions,
+        )
+        logits = outputs.logits
+        if logits.shape[-1] == 1:  # regression head (STS-B)
+            loss = nn.functional.mse_loss(logits.squeeze(-1), batch["labels"].float(), reduction="sum")
+        else:
+            loss = nn.functional.cross_entropy(logits, batch["labels"], reduction="sum")
+        return loss, outputs
+
+    def query_mask(self, batch, attn_type):
+        return batch["attention_mask"].bool()
+
+    def key_mask(self, batch, attn_type):
+        mask = batch["attention_mask"].bool()
+        return mask[:, None, :].expand(-1, mask.shape[1], -1)
+
+    def eos_keys(self, model, batch, attn_type):
+        return batch["input_ids"] == model.config.sep_token_id if model.config.sep_token_id is not None \
+            else batch["input_ids"] == 102  # bert-base-uncased's [SEP]
+
+    def attention_weights(self, outputs, attn_type):
+        return list(outputs.attentions)
+
+    def num_tokens(self, batch):
+        return int(batch["attention_mask"].sum())
+
+
+class FSMTAdapter(HeadAdapter):
+    """transformers' FSMT: fairseq's transformer, run on fairseq checkpoints."""
+
+    family = "fsmt"
+    attention_types = ATTENTION_TYPES
+
+    def sites(self, model):
+        base = model.model if hasattr(model, "model") else model
+        config = model.config
+        sites = []
+        for i, layer in enumerate(base.encoder.layers):
+            sites.append(self._site(ENC_SELF, i, layer.self_attn, config.encoder_attention_heads))
+        for i, layer in enumerate(base.decoder.layers):
+            sites.append(self._site(ENC_DEC, i, layer.encoder_attn, config.decoder_attention_heads))
+        for i, layer in enumerate(base.decoder.layers):
+            sites.append(self._site(DEC_SELF, i, layer.self_attn, config.decoder_attention_heads))
+        return sites
+
+    @staticmethod
+    def _site(attn_type, layer, attn, heads):
+        return AttentionSite(attn_type, layer, attn, attn.q_proj, attn.k_proj, attn.v_proj, attn.out_proj,
+                             head_dim=attn.head_dim, original_num_heads=heads, time_major=True)
+
+    def loss_and_outputs(self, model, batch, output_attentions=False):
+        outputs = model(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+            decoder_input_ids=batch["decoder_input_ids"], decoder_attention_mask=batch["decoder_attention_mask"],
+            output_attentions=output_attentions, use_cache=False,
+        )
+        # Plain token cross entropy summed over target tokens: no label smoothing (the authors' choice).
+        logits = outputs.logits
+        loss = nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), batch["labels"].reshape(-1),
+            ignore_index=model.config.pad_token_id, reduction="sum",
+        )
+        return loss, outputs
+
+    def query_mask(self, batch, attn_type):
+        return (batch["attention_mask"] if attn_type == ENC_SELF else batch["decoder_attention_mask"]).bool()
+
+    def key_mask(self, batch, attn_type):
+        source = batch["attention_mask"].bool()
+        target = batch["decoder_attention_mask"].bool()
+        if attn_type == ENC_SELF:
+            return source[:, None, :].expand(-1, source.shape[1], -1)
+        if attn_type == ENC_DEC:
+            return source[:, None, :].expand(-1, target.shape[1], -1)
+        return _causal(target)
+
+    def eos_keys(self, model, batch, attn_type):
+        keys = batch["decoder_input_ids"] if attn_type == DEC_SELF else batch["input_ids"]
+        return keys == model.config.eos_token_id
+
+    def attention_weights(self, outputs, attn_type):
+        return list({ENC_SELF: outputs.encoder_attentions, ENC_DEC: outputs.cross_attentions,
+                     DEC_SELF: outputs.decoder_attentions}[attn_type])
+
+    def num_tokens(self, batch):
+        # fairseq's ntokens: target tokens, EOS included.
+        return int(batch["decoder_attention_mask"].sum())
+
+
+def adapter_for(model) -> HeadAdapter:
+    model_type = getattr(model.config, "model_type", None)
+    if model_type == "fsmt":
+        return FSMTAdapter()
+    if hasattr(model, "base_model") and hasattr(model.base_model, "encoder") \
+            and hasattr(model.base_model.encoder, "layer"):
+        return BertAdapter()
+    raise ValueError(f"no head adapter for model type {model_type!r} ({type(model).__name__})")
+
+
+def head_shape(model) -> dict[str, tuple[int, int]]:
+    """(layers, original heads) per attention type."""
+    shape: dict[str, tuple[int, int]] = {}
+    for site in adapter_for(model).sites(model):
+        layers, heads = shape.get(site.attn_type, (0, site.original_num_heads))
+        shape[site.attn_type] = (max(layers, site.layer + 1), heads)
+    return shape
+
+
+def full_gates(model, value: float = 1.0) -> dict[str, torch.Tensor]:
+    """One (layers, heads) gate tensor per attention type, every entry ``value``."""
+    return {t: torch.full((layers, heads), float(value)) for t, (layers, heads) in head_shape(model).items()}
+
+
+@dataclass
+class HeadCapture:
+    """What the gate hook saw in one forward pass, for importance scores."""
+
+    head_outputs: dict[tuple[str, int], torch.Tensor] = field(default_factory=dict)
+    gradients: dict[tuple[str, int], torch.Tensor] = field(default_factory=dict)
+
+
+def _batch_major(t: torch.Tensor, time_major: bool) -> torch.Tensor:
+    return t.transpose(0, 1) if time_major else t
+
+
+@contextlib.contextmanager
+def gated(model, gates: dict[str, torch.Tensor] | None = None, capture: HeadCapture | None = None):
+    """Multiply every head's output by its gate while the context is open.
+
+    ``gates[attn_type]`` has shape (layers, original heads) and may be 0/1 or any
+    real value (a leaf with requires_grad gives dL/dxi). Gates of heads that were
+    physically pruned are ignored. With ``capture``, each head's output (batch,
+    time, heads, head_dim) and its gradient are recorded for importance scores.
+    """
+    sites = adapter_for(model).sites(model)
+    handles = []
+
+    def make_hook(site: AttentionSite):
+        def hook(module, args):
+            (x, *rest) = args
+            heads = site.num_heads
+            per_head = x.unflatten(-1, (heads, site.head_dim))
+            gated_heads = per_head
+            if gates is not None:
+                gate = gates[site.attn_type][site.layer]
+                gate = gate[site.kept_heads] if heads != gate.shape[0] else gate
+                gated_heads = per_head * gate.to(dtype=x.dtype, device=x.device)[:, None]
+            if capture is not None:
+                key = (site.attn_type, site.layer)
+                capture.head_outputs[key] = _batch_major(per_head.detach(), site.time_major)
+                if gated_heads.requires_grad:
+                    # dL/dxi_h = sum over tokens of head output . dL/d(gated output)
+                    def save_grad(grad, key=key, time_major=site.time_major):
+                        capture.gradients[key] = _batch_major(grad.detach(), time_major)
+                    gated_heads.register_hook(save_grad)
+            return (gated_heads.flatten(-2), *rest)
+        return hook
+
+    try:
+        for site in sites:
+            handles.append(site.output.register_forward_pre_hook(make_hook(site)))
+        yield sites
+    finally:
+        for handle in handles:
+            handle.remove()

@@ -1,0 +1,80 @@
+"""Task metrics: GLUE classification scores and the two BLEU variants the paper reports."""
+
+from functools import lru_cache
+
+import numpy as np
+import sacrebleu
+from sacremoses import MosesTokenizer
+
+CLASSIFICATION_METRICS = ("accuracy", "mcc", "f1")
+
+
+def _binary_counts(predictions, labels):
+    """Confusion-matrix counts (tp, tn, fp, fn) for 0/1 predictions and labels."""
+    pred = np.asarray(predictions)
+    gold = np.asarray(labels)
+    for name, values in (("predictions", pred), ("labels", gold)):
+        if not np.isin(values, (0, 1)).all():
+            raise ValueError(f"{name} must be 0/1 for a binary metric")
+    pred = pred.astype(bool)
+    gold = gold.astype(bool)
+    tp = int(np.sum(pred & gold))
+    tn = int(np.sum(~pred & ~gold))
+    fp = int(np.sum(pred & ~gold))
+    fn = int(np.sum(~pred & gold))
+    return tp, tn, fp, fn
+
+
+def classification_score(metric: str, predictions, labels) -> float:
+    """Score predictions against labels with "accuracy", "mcc" (CoLA) or "f1" (MRPC, class 1)."""
+    if metric not in CLASSIFICATION_METRICS:
+        raise ValueError(f"unknown classification metric {metric!r}; expected one of {CLASSIFICATION_METRICS}")
+    pred = np.asarray(predictions)
+    gold = np.asarray(labels)
+    if pred.shape != gold.shape or pred.ndim != 1:
+        raise ValueError(f"predictions {pred.shape} and labels {gold.shape} must be 1-D and the same length")
+    if pred.size == 0:
+        raise ValueError("cannot score an empty set of predictions")
+
+    if metric == "accuracy":
+        return float(np.mean(pred == gold))
+
+    tp, tn, fp, fn = _binary_counts(pred, gold)
+    if metric == "mcc":
+        # Python ints: the product of four counts can overflow int64 on large sets.
+        denom = (tp + fp) * (tp + fn) * (tn + fp) * (tn + fn)
+        # A constant prediction or label vector has no correlation: 0, as GLUE/sklearn report it.
+        return 0.0 if denom == 0 else float((tp * tn - fp * fn) / np.sqrt(float(denom)))
+    # f1 of the positive class; no positive predicted nor present -> 0 (sklearn's zero_division).
+    denom = 2 * tp + fp + fn
+    return 0.0 if denom == 0 else 2 * tp / denom
+
+
+@lru_cache(maxsize=None)
+def _moses(lang: str) -> MosesTokenizer:
+    return MosesTokenizer(lang=lang)
+
+
+def moses_tokenize(lines, lang: str) -> list[str]:
+    """Moses-tokenize each line (no XML escaping), as fairseq's WMT preprocessing does."""
+    tokenizer = _moses(lang)
+    return [tokenizer.tokenize(line, escape=False, return_str=True) for line in lines]
+
+
+def _check_parallel(hypotheses, references):
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+
+
+def bleu_detokenized(hypotheses: list[str], references: list[str]) -> float:
+    """sacrebleu corpus BLEU (13a tokenization, default exp smoothing) on detokenized text."""
+    _check_parallel(hypotheses, references)
+    return float(sacrebleu.corpus_bleu(list(hypotheses), [list(references)], tokenize="13a").score)
+
+
+def bleu_tokenized(hypotheses: list[str], references: list[str], lang: str) -> float:
+    """"Tokenized BLEU" of fairseq's pruning script: Moses-tokenize both sides, BLEU on the tokens."""
+    _check_parallel(hypotheses, references)
+    hyps = moses_tokenize(hypotheses, lang)
+    refs = moses_tokenize(references, lang)
+    return float(sacrebleu.corpus_bleu(hyps, [refs], tokenize="none").score)

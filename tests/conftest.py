@@ -1,0 +1,73 @@
+"""Tiny random models and batches shared by the core tests."""
+import pytest
+import torch
+from transformers import BertConfig, BertForSequenceClassification, FSMTConfig, FSMTForConditionalGeneration
+
+PAD, EOS = 1, 2
+
+
+def tiny_bert(seed=0, layers=2, heads=4, hidden=16, num_labels=3):
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=50, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                        intermediate_size=32, num_labels=num_labels, sep_token_id=3, pad_token_id=0,
+                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, attn_implementation="eager")
+    return _spread_weights(BertForSequenceClassification(config).eval())
+
+
+def tiny_fsmt(seed=0, layers=2, heads=4, d_model=16):
+    torch.manual_seed(seed)
+    config = FSMTConfig(langs=["en", "fr"], src_vocab_size=40, tgt_vocab_size=40, d_model=d_model,
+                        encoder_layers=layers, decoder_layers=layers, encoder_attention_heads=heads,
+                        decoder_attention_heads=heads, encoder_ffn_dim=32, decoder_ffn_dim=32,
+                        max_position_embeddings=64, pad_token_id=PAD, bos_token_id=0, eos_token_id=EOS,
+                        decoder_start_token_id=EOS, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+                        tie_word_embeddings=False)
+    return _spread_weights(FSMTForConditionalGeneration(config).eval())
+
+
+def _spread_weights(model, std=0.3):
+    """The default init (std 0.02) makes outputs nearly constant; wider weights make every head matter."""
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0, std)
+    return model
+
+
+def bert_batch(seed=1, batch=4, length=9):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, 50, (batch, length), generator=g)
+    mask = torch.ones_like(ids)
+    lengths = [length, length - 3, length - 1, 4][:batch]
+    for i, n in enumerate(lengths):
+        ids[i, n - 1] = 3  # [SEP]
+        ids[i, n:] = 0
+        mask[i, n:] = 0
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids),
+            "labels": torch.randint(0, 3, (batch,), generator=g)}
+
+
+def fsmt_batch(seed=1, batch=3, src_len=7, tgt_len=6):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, 40, (batch, src_len), generator=g)
+    labels = torch.randint(4, 40, (batch, tgt_len), generator=g)
+    src_mask = torch.ones_like(src)
+    for i, (n_src, n_tgt) in enumerate([(src_len, tgt_len), (src_len - 2, tgt_len - 3), (4, tgt_len - 1)][:batch]):
+        src[i, n_src - 1] = EOS
+        src[i, n_src:] = PAD
+        src_mask[i, n_src:] = 0
+        labels[i, n_tgt - 1] = EOS
+        labels[i, n_tgt:] = PAD
+    decoder = torch.full_like(labels, PAD)
+    decoder[:, 0] = EOS
+    decoder[:, 1:] = labels[:, :-1]
+    decoder[labels == PAD] = PAD
+    return {"input_ids": src, "attention_mask": src_mask, "decoder_input_ids": decoder,
+            "decoder_attention_mask": (labels != PAD).long(), "labels": labels}
+
+
+@pytest.fixture(params=["bert", "fsmt"])
+def model_and_batch(request):
+    if request.param == "bert":
+        return tiny_bert(), bert_batch()
+    return tiny_fsmt(), fsmt_batch()
