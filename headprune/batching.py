@@ -28,7 +28,8 @@ def encode_target(tokenizer, text: str) -> list[int]:
     the target language and vocabulary.
     """
     lang = tokenizer.tgt_lang
-    vocab = tokenizer.get_tgt_vocab()
+    # FSMTTokenizer.decoder maps target ids to tokens (get_tgt_vocab() breaks in transformers 5).
+    vocab = {token: index for index, token in tokenizer.decoder.items()}
     unk = vocab[tokenizer.unk_token]
     words = tokenizer.moses_tokenize(tokenizer.moses_pipeline(text, lang=lang), lang=lang)
     ids = [vocab.get(piece, unk) for word in words if word for piece in tokenizer.bpe(word).split(" ")]
