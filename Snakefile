@@ -1,0 +1,18 @@
+# Michel, Levy and Neubig (2019), "Are Sixteen Heads Really Better than One?", end to end.
+# Paper config: config.yaml. Offline demo: snakemake --configfile demo/config.yaml (see README).
+
+include: "rules/common.smk"
+include: "rules/demo.smk"
+include: "rules/data.smk"
+include: "rules/checkpoints.smk"
+include: "rules/finetune.smk"
+include: "rules/importance.smk"
+include: "rules/ablation.smk"
+include: "rules/pruning.smk"
+include: "rules/figures.smk"
+
+
+rule all:
+    input:
+        all_figures,
+    default_target: True

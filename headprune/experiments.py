@@ -1,0 +1,147 @@
+"""The study's experiments on top of gates and scores: what to evaluate, in which order to prune.
+
+A head is named by (attn_type, layer, head), 0-based, as in every CSV. An evaluation
+set is either translation (sources, references, target language) or classification
+(sentence pairs, labels, metric). ``run`` gives the per-item outputs (translations or
+class predictions) that scores and significance tests are computed from.
+"""
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from . import metrics, stats
+from .batching import classification_batches
+from .evaluate import predict_classes, translate
+from .heads import full_gates, head_shape
+
+HeadId = tuple[str, int, int]
+
+
+def head_name(head: HeadId) -> str:
+    return f"{head[0]}-{head[1]}-{head[2]}"
+
+
+def parse_head_name(name: str) -> HeadId:
+    attn_type, layer, head = name.rsplit("-", 2)
+    return attn_type, int(layer), int(head)
+
+
+def all_heads(model_or_shape) -> list[HeadId]:
+    shape = model_or_shape if isinstance(model_or_shape, dict) else head_shape(model_or_shape)
+    return [(t, layer, h) for t, (layers, heads) in shape.items() for layer in range(layers) for h in range(heads)]
+
+
+def gates_without(model, heads: Iterable[HeadId]):
+    """0/1 gates with the given heads switched off."""
+    gates = full_gates(model)
+    for attn_type, layer, head in heads:
+        gates[attn_type][layer, head] = 0.0
+    return gates
+
+
+def gates_keeping_one(model, attn_type: str, layer: int, head: int):
+    """Gates that switch off every head of one layer but ``head`` (the paper's Section 3.3)."""
+    gates = full_gates(model)
+    gates[attn_type][layer, :] = 0.0
+    gates[attn_type][layer, head] = 1.0
+    return gates
+
+
+@dataclass
+class EvalSet:
+    """A test set and how it is scored."""
+
+    kind: str  # "translation" or "classification"
+    references: list  # reference translations, or gold labels
+    sources: list = field(default_factory=list)  # source sentences, or (text_a, text_b) pairs
+    metric: str = "bleu"  # bleu | accuracy | mcc | f1
+    lang: str = "fr"  # target language (tokenized BLEU)
+
+    def __len__(self):
+        return len(self.references)
+
+
+@dataclass
+class EvalSettings:
+    batch_size: int = 64
+    beam: int = 5
+    lenpen: float = 1.0
+    max_length: int = 128
+    bleu: str = "detokenized"  # or "tokenized", as the paper's pruning script reports
+    progress: bool = False
+
+
+def run(model, tokenizer, evalset: EvalSet, gates=None, settings: EvalSettings = EvalSettings()) -> list:
+    """Per-item outputs of the (gated) model: translations, or predicted class indices."""
+    if evalset.kind == "translation":
+        return translate(model, tokenizer, evalset.sources, gates, beam=settings.beam, lenpen=settings.lenpen,
+                         batch_size=settings.batch_size, progress=settings.progress)
+    batches = classification_batches(tokenizer, evalset.sources, None, settings.batch_size, settings.max_length)
+    return predict_classes(model, batches, gates, progress=settings.progress).tolist()
+
+
+def score(evalset: EvalSet, outputs: list, bleu: str = "detokenized") -> float:
+    if evalset.kind == "translation":
+        if bleu == "tokenized":
+            return metrics.bleu_tokenized(outputs, evalset.references, evalset.lang)
+        return metrics.bleu_detokenized(outputs, evalset.references)
+    return metrics.classification_score(evalset.metric, outputs, evalset.references)
+
+
+def significance(evalset: EvalSet, full_outputs: list, ablated_outputs: list, *, resamples: int = 1000,
+                 seed: int = 0) -> dict:
+    """Paired bootstrap (compare-mt for BLEU) and, for classification, the paper's paired t-test."""
+    if evalset.kind == "translation":
+        boot = stats.paired_bootstrap_bleu(full_outputs, ablated_outputs, evalset.references,
+                                           n_resamples=resamples, seed=seed, lang=evalset.lang)
+        return {"p_bootstrap": boot.p_value, "p_ttest": float("nan")}
+    boot = stats.paired_bootstrap_metric(full_outputs, ablated_outputs, evalset.references, evalset.metric,
+                                         n_resamples=resamples, seed=seed)
+    gold = np.asarray(evalset.references)
+    ttest = stats.paired_t_test(np.asarray(full_outputs) == gold, np.asarray(ablated_outputs) == gold)
+    return {"p_bootstrap": boot.p_value, "p_ttest": ttest.p_value}
+
+
+# --- pruning orders -----------------------------------------------------------------------
+
+
+def importance_order(importance: pd.DataFrame, attn_type: str | None = None) -> list[HeadId]:
+    """Least important first (the paper prunes by increasing I_h); ties in CSV order."""
+    table = importance if attn_type is None else importance[importance.attn_type == attn_type]
+    table = table.sort_values("importance", kind="stable")
+    return [(r.attn_type, int(r.layer), int(r.head)) for r in table.itertuples()]
+
+
+def oracle_order(ablation: pd.DataFrame, attn_type: str | None = None) -> list[HeadId]:
+    """Heads whose removal alone hurts least (largest ablated score) first."""
+    table = ablation if attn_type is None else ablation[ablation.attn_type == attn_type]
+    table = table.sort_values("score", ascending=False, kind="stable")
+    return [(r.attn_type, int(r.layer), int(r.head)) for r in table.itertuples()]
+
+
+def random_order(heads: list[HeadId], seed: int) -> list[HeadId]:
+    order = list(heads)
+    random.Random(seed).shuffle(order)
+    return order
+
+
+def pruning_steps(order: list[HeadId], step_percent: float = 10.0) -> list[tuple[float, list[HeadId]]]:
+    """(percent pruned, heads removed) for 0%, step%, 2*step%, ... up to 100% of the heads in ``order``.
+
+    The order is fixed once (no recomputation between steps, no per-layer protection),
+    as in the authors' code; each step removes round(percent * N / 100) heads.
+    """
+    total = len(order)
+    steps = []
+    k = 0
+    while True:
+        percent = min(100.0, round(k * step_percent, 6))
+        steps.append((percent, order[:int(round(percent * total / 100.0))]))
+        if percent >= 100.0:
+            return steps
+        k += 1

@@ -1,0 +1,500 @@
+"""Tables and figures of the paper, drawn from the tidy CSVs the pipeline writes.
+
+Every public ``table*`` / ``figure*`` function takes DataFrames, writes files and returns
+the list of paths it wrote. The ``build_*`` functions return the matplotlib Figure
+without writing it, so tests (and ``plotted_lines``) can look at what is drawn.
+
+Rule: every number drawn is in a CSV. Figures 3 and 4 draw pruning.csv values as they
+are; Figure 1 draws histogram counts, which it writes to a bins CSV first and then
+draws from that table. Table 1's CSV holds the rounded values its markdown shows.
+
+Display units: BLEU stays in points; metrics in [0, 1] (accuracy, F1, MCC) are shown
+x100, as the paper reports accuracy changes in %. Pruning curves keep the raw score.
+
+Matplotlib is used without pyplot (``Figure`` + the Agg canvas), so nothing global is
+touched and no display is needed.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib import rc_context
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+log = logging.getLogger(__name__)
+
+# Same names as headprune.heads; repeated here so plotting does not import torch.
+ATTENTION_TYPES = ("enc_self", "enc_dec", "dec_self")
+TYPE_LABELS = {"enc_self": "Enc-Enc", "enc_dec": "Enc-Dec", "dec_self": "Dec-Dec"}
+
+PRUNING_ORDERS = ("importance", "oracle", "random")
+# The paper's Figure 3: importance-score order solid, oracle (Section 3.2 ablation) dashed.
+ORDER_LINESTYLES = {"importance": "-", "oracle": "--", "random": ":"}
+ORDER_LABELS = {"importance": "importance $I_h$", "oracle": "oracle (single-head ablation)",
+                "random": "random"}
+
+DEFAULT_STYLE = {"dpi": 150, "width": 5.0, "height": 3.5, "font_size": 10}
+DEFAULT_HISTOGRAM_BINS = 30
+
+NOT_SIGNIFICANT_COLOR = "#b0b0b0"
+SIGNIFICANT_COLOR = "#d62728"
+
+ABLATION_COLUMNS = ("study", "attn_type", "layer", "head", "metric", "score_full", "delta", "significant")
+PRUNING_COLUMNS = ("study", "order", "scope", "step", "percent_pruned", "score", "metric")
+
+
+# ----------------------------------------------------------------------------- units
+
+@dataclass(frozen=True)
+class MetricDisplay:
+    label: str  # as written on axes: "BLEU", "accuracy"
+    scale: float  # display value = raw value * scale
+    unit: str  # suffix shown after a value or in an axis label; "" for none
+
+
+METRIC_DISPLAY = {
+    "bleu": MetricDisplay("BLEU", 1.0, ""),
+    "accuracy": MetricDisplay("accuracy", 100.0, "%"),
+    "f1": MetricDisplay("F1", 100.0, "%"),
+    "mcc": MetricDisplay("MCC", 100.0, "x100"),  # MCC is in [-1, 1], not a percentage
+}
+
+
+def metric_display(metric: str) -> MetricDisplay:
+    """How a metric is shown; an unknown metric is shown as is, under its own name."""
+    return METRIC_DISPLAY.get(metric, MetricDisplay(metric, 1.0, ""))
+
+
+def change_label(metric: str) -> str:
+    """Axis label for a delta: 'BLEU change', 'accuracy change (%)'."""
+    display = metric_display(metric)
+    return f"{display.label} change" + (f" ({display.unit})" if display.unit else "")
+
+
+def unit_name(metric: str) -> str:
+    """The `unit` column of the CSVs: what a displayed delta is measured in."""
+    display = metric_display(metric)
+    return display.unit or f"{display.label} points"
+
+
+def format_score(metric: str, raw_score: float) -> str:
+    """'BLEU 36.05', 'accuracy 83.40%'."""
+    display = metric_display(metric)
+    unit = {"": "", "%": "%"}.get(display.unit, f" ({display.unit})")
+    return f"{display.label} {raw_score * display.scale:.2f}{unit}"
+
+
+# ------------------------------------------------------------------------ validation
+
+def _require_columns(df: pd.DataFrame, columns, what: str) -> None:
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ValueError(f"{what} is missing columns {missing}; it has {list(df.columns)}")
+
+
+def _single_value(df: pd.DataFrame, column: str, what: str):
+    """The one value a column takes (study, metric, score_full of one ablation study)."""
+    values = df[column].dropna().unique()
+    if len(values) != 1:
+        raise ValueError(f"{what}: expected one {column}, found {sorted(map(str, values))}")
+    return values[0]
+
+
+def _as_bool(series: pd.Series) -> pd.Series:
+    """The `significant` column as bool; CSVs may give bools, 0/1 or 'True'/'False'."""
+    if series.dtype == bool:
+        return series
+    mapping = {True: True, False: False, 1: True, 0: False, "True": True, "False": False,
+               "true": True, "false": False}
+    converted = series.map(lambda v: mapping.get(v, None))
+    if converted.isna().any():
+        bad = series[converted.isna()].unique()[:5]
+        raise ValueError(f"`significant` must be boolean, found {list(bad)}")
+    return converted.astype(bool)
+
+
+def _check_attn_types(types) -> None:
+    unknown = sorted(set(types) - set(ATTENTION_TYPES))
+    if unknown:
+        raise ValueError(f"unknown attention types {unknown}; expected {ATTENTION_TYPES}")
+
+
+def _ablation_of_one_study(ablation: pd.DataFrame) -> pd.DataFrame:
+    _require_columns(ablation, ABLATION_COLUMNS, "ablation table")
+    if ablation.empty:
+        raise ValueError("ablation table is empty")
+    _single_value(ablation, "study", "ablation table")
+    _single_value(ablation, "metric", "ablation table")
+    _check_attn_types(ablation["attn_type"].unique())
+    duplicated = ablation.duplicated(["attn_type", "layer", "head"])
+    if duplicated.any():
+        raise ValueError(f"ablation table has {int(duplicated.sum())} duplicate (attn_type, layer, head) rows")
+    ablation = ablation.copy()
+    ablation["significant"] = _as_bool(ablation["significant"])
+    return ablation
+
+
+# ----------------------------------------------------------------------------- style
+
+def _style(style: dict | None) -> dict:
+    style = {**DEFAULT_STYLE, **(style or {})}
+    unknown = sorted(set(style) - set(DEFAULT_STYLE))
+    if unknown:
+        log.warning("ignoring unknown style keys %s", unknown)
+    return style
+
+
+def _new_figure(style: dict, n_panels: int = 1) -> tuple[Figure, list]:
+    """A Figure with n_panels side by side; style width is per panel so panels stay legible."""
+    figure = Figure(figsize=(style["width"] * n_panels, style["height"]), dpi=style["dpi"], layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(1, n_panels, squeeze=False)[0]
+    return figure, list(axes)
+
+
+def _rc(style: dict):
+    """Font size applies while artists are created, so figures are built inside this context."""
+    size = style["font_size"]
+    return rc_context({"font.size": size, "axes.titlesize": size, "axes.labelsize": size,
+                       "legend.fontsize": size * 0.85, "xtick.labelsize": size * 0.9,
+                       "ytick.labelsize": size * 0.9, "figure.titlesize": size * 1.1})
+
+
+def save_figure(figure: Figure, out_png, out_pdf, style: dict | None = None) -> list[str]:
+    """Write PNG and PDF. The PDF gets no CreationDate, so reruns give identical bytes."""
+    style = _style(style)
+    paths = []
+    for path, metadata in ((out_png, None), (out_pdf, {"CreationDate": None})):
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        figure.savefig(path, dpi=style["dpi"], metadata=metadata)
+        paths.append(str(path))
+    log.info("wrote %s", ", ".join(paths))
+    return paths
+
+
+def plotted_lines(figure: Figure) -> pd.DataFrame:
+    """Every point of every line drawn on the figure, for tests and debugging.
+
+    Columns: panel (axes title), label (legend label), linestyle ('-', '--', ':'),
+    color, x, y. One row per point.
+    """
+    rows = []
+    for ax in figure.axes:
+        for line in ax.get_lines():
+            label = line.get_label()
+            if label.startswith("_"):  # reference lines (zero line) carry no legend label
+                continue
+            for x, y in zip(line.get_xdata(), line.get_ydata()):
+                rows.append({"panel": ax.get_title(), "label": label, "linestyle": line.get_linestyle(),
+                             "color": line.get_color(), "x": float(x), "y": float(y)})
+    return pd.DataFrame(rows, columns=["panel", "label", "linestyle", "color", "x", "y"])
+
+
+# ------------------------------------------------------------------------ Table 1
+
+TABLE1_COLUMNS = ["study", "attn_type", "metric", "unit", "layer", "head", "delta", "significant",
+                  "p_bootstrap", "p_ttest", "cell"]
+
+
+def _format_delta(value: float, significant: bool) -> str:
+    if pd.isna(value):
+        return ""
+    return f"{value + 0.0:+.2f}" + ("*" if significant else "")  # + 0.0 turns -0.0 into 0.0
+
+
+def table1_cells(ablation: pd.DataFrame, attn_type: str = "enc_self") -> pd.DataFrame:
+    """One row per head of one attention type, in display units, 1-based layer and head.
+
+    Columns: TABLE1_COLUMNS. `delta` is rounded to 2 decimals (BLEU points, accuracy %),
+    `cell` is the text shown in the table: '+0.12', '-0.85*' (* = significant).
+    """
+    ablation = _ablation_of_one_study(ablation)
+    rows = ablation[ablation["attn_type"] == attn_type]
+    if rows.empty:
+        raise ValueError(f"no {attn_type} heads in the ablation table; it has {sorted(ablation['attn_type'].unique())}")
+    metric = _single_value(rows, "metric", "ablation table")
+    display = metric_display(metric)
+    cells = pd.DataFrame({
+        "study": rows["study"],
+        "attn_type": attn_type,
+        "metric": metric,
+        "unit": unit_name(metric),
+        "layer": rows["layer"].astype(int) + 1,
+        "head": rows["head"].astype(int) + 1,
+        "delta": (rows["delta"] * display.scale).round(2) + 0.0,
+        "significant": rows["significant"],
+        "p_bootstrap": rows["p_bootstrap"] if "p_bootstrap" in rows else np.nan,
+        "p_ttest": rows["p_ttest"] if "p_ttest" in rows else np.nan,
+    })
+    cells["cell"] = [_format_delta(d, s) for d, s in zip(cells["delta"], cells["significant"])]
+    return cells.sort_values(["layer", "head"]).reset_index(drop=True)[TABLE1_COLUMNS]
+
+
+def table1_grid(cells: pd.DataFrame, value: str = "delta") -> pd.DataFrame:
+    """Layers (rows) x heads (columns) grid of one column of table1_cells ('delta' or 'cell')."""
+    return cells.pivot(index="layer", columns="head", values=value)
+
+
+@dataclass(frozen=True)
+class SignificanceSummary:
+    n_heads: int
+    n_significant: int
+    n_improve: int  # significant and the score goes up without the head
+
+    def __str__(self) -> str:
+        return f"{self.n_significant} of {self.n_heads} heads significant ({self.n_improve} improve)"
+
+
+def significance_summary(cells: pd.DataFrame) -> SignificanceSummary:
+    """Counts for the paper's 'k of N heads significant (m improve)' from table1_cells."""
+    significant = cells["significant"]
+    # Uses the rounded delta the table shows, so the line agrees with the table; a significant
+    # change shown as +0.00 is not counted as an improvement.
+    return SignificanceSummary(n_heads=len(cells), n_significant=int(significant.sum()),
+                               n_improve=int((significant & (cells["delta"] > 0)).sum()))
+
+
+def table1_markdown(cells: pd.DataFrame, ablation: pd.DataFrame) -> str:
+    study = _single_value(cells, "study", "table 1")
+    metric = _single_value(cells, "metric", "table 1")
+    attn_type = _single_value(cells, "attn_type", "table 1")
+    score_full = _single_value(ablation, "score_full", "ablation table")
+    alphas = ", ".join(f"{a:g}" for a in sorted(ablation["alpha"].dropna().unique())) if "alpha" in ablation else "alpha"
+    unit = metric_display(metric).unit
+    grid = table1_grid(cells, "cell").fillna("")
+    heads = list(grid.columns)
+    lines = [
+        f"**Table 1** ({study}, {TYPE_LABELS[attn_type]}): {change_label(metric)} when one head is masked; "
+        f"full model {format_score(metric, score_full)}. Layers and heads are 1-based; "
+        f"* marks a significant change (p < {alphas}).",
+        "",
+        "| Layer | " + " | ".join(str(h) for h in heads) + " |",
+        "|---:|" + "---:|" * len(heads),
+    ]
+    for layer, row in grid.iterrows():
+        lines.append(f"| {layer} | " + " | ".join(row[h] for h in heads) + " |")
+    lines += ["", str(significance_summary(cells)) + (f" (deltas in {unit})" if unit else ""), ""]
+    return "\n".join(lines)
+
+
+def table1(ablation: pd.DataFrame, out_csv, out_md, attn_type: str = "enc_self") -> list[str]:
+    """The paper's Table 1: per-head change when one head of `attn_type` is masked.
+
+    CSV: tidy, one row per head, columns TABLE1_COLUMNS (numeric `delta` and text `cell`).
+    Markdown: the layers x heads grid of `cell`, then 'k of N heads significant (m improve)'.
+    """
+    cells = table1_cells(ablation, attn_type)
+    out_csv, out_md = Path(out_csv), Path(out_md)
+    for path in (out_csv, out_md):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    cells.to_csv(out_csv, index=False)
+    out_md.write_text(table1_markdown(cells, ablation))
+    log.info("table 1: %s", significance_summary(cells))
+    return [str(out_csv), str(out_md)]
+
+
+# ------------------------------------------------------------------------ Figure 1
+
+BINS_COLUMNS = ["study", "attn_type", "metric", "unit", "bin_left", "bin_right", "count", "count_significant"]
+
+
+def ablation_histogram(ablation: pd.DataFrame, bins: int = DEFAULT_HISTOGRAM_BINS) -> pd.DataFrame:
+    """Histogram of single-head deltas (display units), one per attention type, shared bin edges.
+
+    Shared edges make the panels comparable. Bins follow numpy.histogram: [left, right),
+    the last one [left, right]. Columns: BINS_COLUMNS; `count` includes `count_significant`.
+    """
+    ablation = _ablation_of_one_study(ablation)
+    study = _single_value(ablation, "study", "ablation table")
+    metric = _single_value(ablation, "metric", "ablation table")
+    display = metric_display(metric)
+    deltas = ablation["delta"] * display.scale
+    if deltas.isna().any():
+        raise ValueError(f"{int(deltas.isna().sum())} heads have no delta")
+    edges = np.histogram_bin_edges(deltas.to_numpy(), bins=bins)
+    tables = []
+    for attn_type in [t for t in ATTENTION_TYPES if t in set(ablation["attn_type"])]:
+        of_type = ablation["attn_type"] == attn_type
+        count, _ = np.histogram(deltas[of_type], bins=edges)
+        count_significant, _ = np.histogram(deltas[of_type & ablation["significant"]], bins=edges)
+        tables.append(pd.DataFrame({
+            "study": study, "attn_type": attn_type, "metric": metric, "unit": unit_name(metric),
+            "bin_left": edges[:-1], "bin_right": edges[1:], "count": count, "count_significant": count_significant,
+        }))
+    return pd.concat(tables, ignore_index=True)[BINS_COLUMNS]
+
+
+def build_figure1(histogram: pd.DataFrame, title: str, style: dict | None = None,
+                  alpha_label: str = "significant") -> Figure:
+    """Stacked bars from ablation_histogram's table: significant heads on top, in red and hatched."""
+    style = _style(style)
+    metric = _single_value(histogram, "metric", "histogram")
+    attn_types = [t for t in ATTENTION_TYPES if t in set(histogram["attn_type"])]
+    with _rc(style):
+        figure, axes = _new_figure(style, len(attn_types))
+        for ax, attn_type in zip(axes, attn_types):
+            bins = histogram[histogram["attn_type"] == attn_type]
+            widths = bins["bin_right"] - bins["bin_left"]
+            not_significant = bins["count"] - bins["count_significant"]
+            ax.bar(bins["bin_left"], not_significant, width=widths, align="edge",
+                   color=NOT_SIGNIFICANT_COLOR, edgecolor="white", linewidth=0.5)
+            ax.bar(bins["bin_left"], bins["count_significant"], width=widths, align="edge",
+                   bottom=not_significant, color=SIGNIFICANT_COLOR, hatch="//", edgecolor="white", linewidth=0.5)
+            ax.axvline(0.0, color="black", linestyle="--", linewidth=0.8)
+            ax.set_title(TYPE_LABELS[attn_type])
+            ax.set_xlabel(change_label(metric))
+            ax.set_ylabel("number of heads")
+        handles = [Patch(facecolor=NOT_SIGNIFICANT_COLOR, label="not significant"),
+                   Patch(facecolor=SIGNIFICANT_COLOR, hatch="//", edgecolor="white", label=alpha_label)]
+        axes[0].legend(handles=handles, loc="upper left", frameon=False)
+        figure.suptitle(title)
+    return figure
+
+
+def figure1(ablation: pd.DataFrame, out_png, out_pdf, style: dict | None = None,
+            out_bins_csv=None, bins: int = DEFAULT_HISTOGRAM_BINS) -> list[str]:
+    """The paper's Figure 1: distribution of single-head ablation deltas, per attention type.
+
+    Writes the bin counts (columns BINS_COLUMNS) to out_bins_csv, by default
+    '<png stem>_bins.csv' next to the PNG, and draws the figure from that table.
+    """
+    histogram = ablation_histogram(ablation, bins)
+    out_bins_csv = Path(out_bins_csv) if out_bins_csv else Path(out_png).with_name(Path(out_png).stem + "_bins.csv")
+    out_bins_csv.parent.mkdir(parents=True, exist_ok=True)
+    histogram.to_csv(out_bins_csv, index=False)
+
+    study = _single_value(ablation, "study", "ablation table")
+    metric = _single_value(ablation, "metric", "ablation table")
+    score_full = _single_value(ablation, "score_full", "ablation table")
+    alpha_label = "significant"
+    if "alpha" in ablation and ablation["alpha"].notna().any():
+        alpha_label += " (p < " + ", ".join(f"{a:g}" for a in sorted(ablation["alpha"].dropna().unique())) + ")"
+    title = f"{study}: full model {format_score(metric, score_full)}"
+    figure = build_figure1(histogram, title, style, alpha_label)
+    return [str(out_bins_csv)] + save_figure(figure, out_png, out_pdf, style)
+
+
+# ------------------------------------------------------------------- Figures 3, 4
+
+def _check_pruning(pruning: pd.DataFrame) -> None:
+    _require_columns(pruning, PRUNING_COLUMNS, "pruning table")
+    duplicated = pruning.duplicated(["study", "scope", "order", "step"])
+    if duplicated.any():
+        # Several runs of one order (e.g. random seeds) would need averaging: do it upstream, in a CSV.
+        raise ValueError(f"pruning table has {int(duplicated.sum())} duplicate (study, scope, order, step) rows")
+
+
+def _draw_lines(ax, rows: pd.DataFrame, x: str, y: str, hue: str, hue_values, labels: dict,
+                linestyles: dict | None = None, marker: str | None = "o", linestyle_default: str = "-") -> None:
+    """One line per hue value, points sorted by x, drawn exactly as they are in `rows`."""
+    for value in hue_values:
+        line = rows[rows[hue] == value].sort_values(x)
+        if line.empty:
+            continue
+        ax.plot(line[x].to_numpy(dtype=float), line[y].to_numpy(dtype=float),
+                linestyle=(linestyles or {}).get(value, linestyle_default), marker=marker, markersize=3,
+                label=labels.get(value, str(value)))
+
+
+def build_pruning_figure(pruning: pd.DataFrame, scopes, hue: str, hue_values, labels: dict,
+                         linestyles: dict | None, style: dict | None, xlabel: str) -> Figure:
+    """One panel per study: score against % of heads pruned, one line per hue value."""
+    style = _style(style)
+    studies = list(dict.fromkeys(pruning["study"]))
+    with _rc(style):
+        figure, axes = _new_figure(style, len(studies))
+        for ax, study in zip(axes, studies):
+            rows = pruning[(pruning["study"] == study) & pruning["scope"].isin(scopes)]
+            _draw_lines(ax, rows, "percent_pruned", "score", hue, hue_values, labels, linestyles)
+            metric = _single_value(rows, "metric", f"pruning rows of {study}")
+            ax.set_title(study)
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel(metric_display(metric).label)
+            ax.legend(frameon=False)
+    return figure
+
+
+def figure3_rows(pruning: pd.DataFrame) -> pd.DataFrame:
+    """The rows Figure 3 draws: global pruning (scope 'all')."""
+    _check_pruning(pruning)
+    rows = pruning[pruning["scope"] == "all"]
+    if rows.empty:
+        raise ValueError("no rows with scope 'all' in the pruning table")
+    unknown = sorted(set(rows["order"]) - set(PRUNING_ORDERS))
+    if unknown:
+        raise ValueError(f"unknown pruning orders {unknown}; expected {PRUNING_ORDERS}")
+    return rows
+
+
+def build_figure3(pruning: pd.DataFrame, style: dict | None = None) -> Figure:
+    return build_pruning_figure(figure3_rows(pruning), ["all"], "order", PRUNING_ORDERS, ORDER_LABELS,
+                                ORDER_LINESTYLES, style, "% of heads pruned")
+
+
+def figure3(pruning: pd.DataFrame, out_png, out_pdf, style: dict | None = None) -> list[str]:
+    """The paper's Figure 3: score vs % of all heads pruned; importance solid, oracle dashed, random dotted."""
+    return save_figure(build_figure3(pruning, style), out_png, out_pdf, style)
+
+
+def figure4_rows(pruning: pd.DataFrame) -> pd.DataFrame:
+    """The rows Figure 4 draws: importance-order pruning within one attention type."""
+    _check_pruning(pruning)
+    rows = pruning[pruning["scope"].isin(ATTENTION_TYPES) & (pruning["order"] == "importance")]
+    if rows.empty:
+        raise ValueError(f"no importance-order rows with scope in {ATTENTION_TYPES} in the pruning table")
+    return rows
+
+
+def build_figure4(pruning: pd.DataFrame, style: dict | None = None) -> Figure:
+    return build_pruning_figure(figure4_rows(pruning), ATTENTION_TYPES, "scope", ATTENTION_TYPES, TYPE_LABELS,
+                                None, style, "% of heads of that type pruned")
+
+
+def figure4(pruning: pd.DataFrame, out_png, out_pdf, style: dict | None = None) -> list[str]:
+    """The paper's Figure 4: score vs % pruned within each attention type (importance order)."""
+    return save_figure(build_figure4(pruning, style), out_png, out_pdf, style)
+
+
+# ------------------------------------------------------------------ generic lines
+
+def build_generic_lines(df: pd.DataFrame, x: str, y: str, hue: str | None = None, style: dict | None = None, *,
+                        kind: str = "line", xlabel: str | None = None, ylabel: str | None = None,
+                        title: str = "", linestyles: dict | None = None) -> Figure:
+    """One panel, one line (kind='line') or point cloud (kind='scatter') per value of `hue`.
+
+    For later figures: cross-domain scatter (Figure 2), training dynamics (Figure 5).
+    """
+    if kind not in ("line", "scatter"):
+        raise ValueError(f"kind must be 'line' or 'scatter', not {kind!r}")
+    _require_columns(df, [c for c in (x, y, hue) if c], "table")
+    style = _style(style)
+    df = df.assign(_all="all") if hue is None else df
+    hue = hue or "_all"
+    hue_values = list(dict.fromkeys(df[hue]))
+    with _rc(style):
+        figure, (ax,) = _new_figure(style)
+        if kind == "line":
+            _draw_lines(ax, df, x, y, hue, hue_values, {}, linestyles)
+        else:
+            for value in hue_values:
+                points = df[df[hue] == value]
+                ax.scatter(points[x].to_numpy(dtype=float), points[y].to_numpy(dtype=float), s=10, label=str(value))
+        ax.set_title(title)
+        ax.set_xlabel(xlabel or x)
+        ax.set_ylabel(ylabel or y)
+        if len(hue_values) > 1:
+            ax.legend(frameon=False)
+    return figure
+
+
+def figure_generic_lines(df: pd.DataFrame, x: str, y: str, hue: str | None, out_png, out_pdf,
+                         style: dict | None = None, **kwargs) -> list[str]:
+    """Write build_generic_lines(df, x, y, hue, style, **kwargs) as PNG and PDF."""
+    return save_figure(build_generic_lines(df, x, y, hue, style, **kwargs), out_png, out_pdf, style)

@@ -1,0 +1,81 @@
+"""Load the study's models: fairseq translation checkpoints and BERT classifiers.
+
+Nothing here unpickles a file from the internet: fairseq checkpoints go through the
+allow-list unpickler in ``fairseq.py``, and Hugging Face models are read from
+safetensors only (``use_safetensors=True``; a folder without them is refused).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from .fairseq import load_fairseq_translation_model, safe_extract
+from .prune import load_pruned_weights
+
+# What a BERT download needs; never *.bin / *.pt / *.ckpt pickles.
+HUB_ALLOW_PATTERNS = ["config.json", "*.safetensors", "vocab.txt", "tokenizer.json", "tokenizer_config.json",
+                      "special_tokens_map.json"]
+
+
+def pick_device(requested: str = "auto") -> torch.device:
+    """"auto" is the first visible GPU (the scheduler decides which one is visible), else the CPU."""
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(requested)
+
+
+def load_translation(path, src_lang: str = "en", tgt_lang: str = "fr", device="cpu"):
+    """(FSMT model, tokenizer) from a fairseq tarball/folder or a saved Hugging Face FSMT folder."""
+    from transformers import FSMTForConditionalGeneration, FSMTTokenizer
+
+    path = Path(path)
+    if path.is_dir() and (path / "config.json").exists():
+        model = load_pruned_weights(FSMTForConditionalGeneration, path)
+        tokenizer = FSMTTokenizer.from_pretrained(path)
+        model.config.use_cache = False  # see fairseq.load_fairseq_translation_model
+    else:
+        model, tokenizer = load_fairseq_translation_model(path, src_lang=src_lang, tgt_lang=tgt_lang)
+    return model.to(device).eval(), tokenizer
+
+
+def load_classifier(path, device="cpu"):
+    """(sequence classifier, tokenizer) from a Hugging Face folder with safetensors weights."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    path = Path(path)
+    if not any(path.glob("*.safetensors")):
+        raise FileNotFoundError(f"{path}: no *.safetensors weights (pickled weights are not loaded)")
+    # eager attention: the only backend that returns attention weights (entropy, confidence)
+    model = load_pruned_weights(AutoModelForSequenceClassification, path, use_safetensors=True,
+                                attn_implementation="eager")
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    return model.to(device).eval(), tokenizer
+
+
+def fetch_pretrained(source: dict, dest) -> Path:
+    """Put a pretrained encoder (bert-base-uncased) in ``dest``.
+
+    ``{"hub": "bert-base-uncased", "revision": ...}`` downloads safetensors and
+    tokenizer files from the Hugging Face hub; ``{"url": ..., "sha256": ...}``
+    fetches a .tar.gz of a model folder (the demo's tiny BERT) and extracts it safely.
+    """
+    from .download import fetch
+
+    dest = Path(dest)
+    if "hub" in source:
+        from huggingface_hub import snapshot_download
+
+        snapshot_download(repo_id=source["hub"], revision=source.get("revision"), local_dir=dest,
+                          allow_patterns=HUB_ALLOW_PATTERNS)
+    else:
+        archive = fetch(source["url"], dest.with_name(dest.name + ".tar.gz"), source.get("sha256"))
+        extracted = safe_extract(archive, dest.with_name(dest.name + ".extracted"))
+        if dest.exists():
+            import shutil
+            shutil.rmtree(dest)
+        os.replace(extracted, dest)
+    if not any(dest.glob("*.safetensors")):
+        raise FileNotFoundError(f"{dest}: the pretrained model has no *.safetensors weights")
+    return dest

@@ -1,0 +1,87 @@
+"""What the Snakemake scripts share: logging to the rule's log, loading a study's model and data.
+
+Each script in scripts/ is a thin entry point: it reads ``snakemake.input``,
+``snakemake.params`` and ``snakemake.output`` and calls the package.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import random
+import sys
+from pathlib import Path
+
+from .data import read_glue_split, read_lines
+from .experiments import EvalSet
+
+
+@contextlib.contextmanager
+def logged(snakemake):
+    """Send stdout, stderr (tqdm, warnings) and logging of the script to the rule's log file."""
+    log_path = Path(snakemake.log[0])
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "w", buffering=1) as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        logging.basicConfig(stream=log, level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", force=True)
+        try:
+            yield logging.getLogger(snakemake.rule)
+        except BaseException:
+            logging.exception("rule %s failed", snakemake.rule)
+            raise
+
+
+def load_evalset(spec: dict) -> EvalSet:
+    """An EvalSet from the dict rules/common.smk builds (evalset_spec)."""
+    limit = spec.get("max_items")
+    if spec["kind"] == "translation":
+        sources, references = read_lines(spec["source"]), read_lines(spec["reference"])
+        if len(sources) != len(references):
+            raise ValueError(f"{spec['source']} has {len(sources)} lines but {spec['reference']} has {len(references)}")
+        return EvalSet("translation", references[:limit], sources[:limit], "bleu", spec["lang"])
+    pairs, labels = read_glue_split(spec["tsv"])
+    return EvalSet("classification", labels[:limit], pairs[:limit], spec["metric"])
+
+
+def load_study_model(study: dict, device):
+    """(model, tokenizer) of a study, checked against the architecture its config declares."""
+    from .heads import head_shape
+    from .models import load_classifier, load_translation
+
+    if study["family"] == "fsmt":
+        model, tokenizer = load_translation(study["model"], study["src_lang"], study["tgt_lang"], device)
+        section = "translation"
+    else:
+        model, tokenizer = load_classifier(study["model"], device)
+        section = "bert"
+    for attn_type, (layers, heads) in head_shape(model).items():
+        if (layers, heads) != (study["layers"], study["heads"]):
+            raise ValueError(f"{study['model']}: {attn_type} has {layers} layers x {heads} heads, but config "
+                             f"{section}.layers/{section}.heads say {study['layers']} x {study['heads']}")
+    return model, tokenizer
+
+
+def subset(items: list, max_items: int | None, seed: int = 0) -> list:
+    """A seeded random subset (in original order), or everything."""
+    if max_items is None or max_items >= len(items):
+        return items
+    keep = sorted(random.Random(seed).sample(range(len(items)), max_items))
+    return [items[i] for i in keep]
+
+
+def write_json(path, payload):
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=1, ensure_ascii=False))
+    os.replace(tmp, path)
+
+
+def read_json(path):
+    return json.loads(Path(path).read_text())
+
+
+def threads_for_torch(snakemake):
+    import torch
+
+    torch.set_num_threads(max(1, int(getattr(snakemake, "threads", 1) or 1)))

@@ -1,0 +1,28 @@
+"""Head importance I_h, attention entropy and confidence: one forward and backward pass per batch."""
+
+
+def importance_params(wildcards):
+    return importance_spec(wildcards.study)
+
+
+rule importance:
+    input:
+        model=study_model,
+        data=study_importance_data,
+    output:
+        f"{RESULTS}/{{study}}/importance.csv",
+    params:
+        study=study_of,
+        data=importance_params,
+        settings=config["importance"],
+    log:
+        f"{RESULTS}/logs/importance/{{study}}.log",
+    threads: 2
+    resources:
+        gpu=resource("importance", "gpu"),
+        mem_mb=resource("importance", "mem_mb"),
+        runtime=resource("importance", "runtime"),
+    conda:
+        ENV
+    script:
+        "../scripts/importance.py"

@@ -1,0 +1,7 @@
+"""Download a GLUE(-style) task and write its splits as text_a/text_b/label TSVs."""
+from headprune.data import prepare_glue_task
+from headprune.workflow import logged
+
+with logged(snakemake) as log:
+    rows = prepare_glue_task(snakemake.params.spec, snakemake.params.raw, snakemake.output[0])
+    log.info("%s: %s", snakemake.wildcards.task, rows)

@@ -1,0 +1,29 @@
+"""Prune a study's model step by step in one order (importance, oracle or random); score each step."""
+import pandas as pd
+
+from headprune.experiments import (EvalSettings, all_heads, gates_without, importance_order, oracle_order,
+                                   pruning_steps, random_order, run, score)
+from headprune.models import pick_device
+from headprune.workflow import load_evalset, load_study_model, logged, threads_for_torch
+
+with logged(snakemake) as log:
+    threads_for_torch(snakemake)
+    study, params, order_name = snakemake.params.study, snakemake.params.pruning, snakemake.wildcards.order
+    model, tokenizer = load_study_model(study, pick_device(study["device"]))
+    evalset = load_evalset(params["eval"])
+    settings = EvalSettings(**params["settings"])
+    if order_name == "importance":
+        order = importance_order(pd.read_csv(snakemake.input.importance))
+    elif order_name == "oracle":
+        order = oracle_order(pd.read_csv(snakemake.input.ablation))
+    else:
+        order = random_order(all_heads(model), params["random_seed"])
+    rows = []
+    for percent, removed in pruning_steps(order, params["step_percent"]):
+        value = score(evalset, run(model, tokenizer, evalset, gates_without(model, removed), settings), settings.bleu)
+        log.info("%s %s: %.0f%% pruned (%d heads): %s = %.4f", study["name"], order_name, percent, len(removed),
+                 evalset.metric, value)
+        rows.append({"study": study["name"], "order": order_name, "scope": "all", "step": len(rows),
+                     "percent_pruned": percent, "heads_pruned": len(removed), "score": value,
+                     "metric": evalset.metric})
+    pd.DataFrame(rows).to_csv(snakemake.output[0], index=False)
