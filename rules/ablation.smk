@@ -6,11 +6,6 @@ wildcard_constraints:
     head="[a-z_]+-[0-9]+-[0-9]+",
 
 
-def full_eval_params(wildcards):
-    return {"eval": evalset_spec(wildcards.study),
-            "settings": eval_settings(wildcards.study, config["ablation"]["bleu"])}
-
-
 rule evaluate_full:
     input:
         model=study_model,
@@ -51,10 +46,6 @@ rule ablate_head:
         ENV
     script:
         "../scripts/evaluate.py"
-
-
-def significance_params(wildcards):
-    return {"eval": evalset_spec(wildcards.study), **config["significance"]}
 
 
 rule significance:

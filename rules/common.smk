@@ -37,7 +37,7 @@ def _check_config():
         if "task" in spec and spec["task"] not in GLUE_TASKS:
             raise ValueError(f"config: glue.{task}.task is '{spec['task']}', not one of {sorted(GLUE_TASKS)}")
         if "task" not in spec and not ({"url", "files"} & set(spec)):
-            raise ValueError(f"config: glue.{task} needs either 'task' (a built-in GLUE task) or 'url'/'files'")
+            raise ValueError(f"config: glue.{task} needs either 'task' (a built-in GLUE task) or 'url' or 'files'")
     for experiment, studies in config["experiments"].items():
         for study in studies:
             if study not in STUDIES:
@@ -210,3 +210,48 @@ def all_figures(wildcards):
     for study in config["experiments"]["pruning"]:
         targets += [f"{FIGURES}/{study}/figure3.png", f"{FIGURES}/{study}/figure3.pdf"]
     return targets
+
+
+# --- rule parameters -----------------------------------------------------------------
+
+
+def testset_params(wildcards):
+    return config["translation"]["testsets"][wildcards.testset]
+
+
+def glue_params(wildcards):
+    return glue_task_spec(wildcards.task)
+
+
+def finetune_params(wildcards):
+    entry = GLUE[wildcards.task]
+    return {**config["bert"]["finetune"], "num_labels": len(glue_task_spec(wildcards.task)["labels"]),
+            "train_split": entry.get("train_split", "train"), "eval_split": entry.get("eval_split", "dev"),
+            "metric": entry.get("metric", "accuracy"), "device": config["device"]}
+
+
+def importance_params(wildcards):
+    return importance_spec(wildcards.study)
+
+
+def full_eval_params(wildcards):
+    return {"eval": evalset_spec(wildcards.study),
+            "settings": eval_settings(wildcards.study, config["ablation"]["bleu"])}
+
+
+def significance_params(wildcards):
+    return {"eval": evalset_spec(wildcards.study), **config["significance"]}
+
+
+def pruning_params(wildcards):
+    return {"eval": evalset_spec(wildcards.study), "settings": eval_settings(wildcards.study, config["pruning"]["bleu"]),
+            "step_percent": config["pruning"]["step_percent"], "random_seed": config["pruning"]["random_seed"]}
+
+
+def pruning_order_tables(wildcards):
+    return expand(f"{RESULTS}/{{study}}/pruning/{{order}}.csv", study=wildcards.study,
+                  order=config["pruning"]["orders"])
+
+
+def figure_style(wildcards):
+    return config["figures"]["style"]

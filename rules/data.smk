@@ -6,10 +6,6 @@ wildcard_constraints:
     task="[a-z0-9_]+",
 
 
-def testset_params(wildcards):
-    return config["translation"]["testsets"][wildcards.testset]
-
-
 rule fetch_testset:
     input:
         testset_local_sources,
@@ -30,10 +26,6 @@ rule fetch_testset:
         ENV
     script:
         "../scripts/fetch_testset.py"
-
-
-def glue_params(wildcards):
-    return glue_task_spec(wildcards.task)
 
 
 rule prepare_glue:

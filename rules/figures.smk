@@ -1,10 +1,6 @@
 """Tables and figures (PNG and PDF, each with the CSV it is drawn from), collected into the HTML report."""
 
 
-def figure_style(wildcards):
-    return config["figures"]["style"]
-
-
 rule plot_ablation:
     input:
         ablation=f"{RESULTS}/{{study}}/ablation.csv",

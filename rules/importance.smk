@@ -1,10 +1,6 @@
 """Head importance I_h, attention entropy and confidence: one forward and backward pass per batch."""
 
 
-def importance_params(wildcards):
-    return importance_spec(wildcards.study)
-
-
 rule importance:
     input:
         model=study_model,

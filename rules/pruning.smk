@@ -5,11 +5,6 @@ wildcard_constraints:
     order="importance|oracle|random",
 
 
-def pruning_params(wildcards):
-    return {"eval": evalset_spec(wildcards.study), "settings": eval_settings(wildcards.study, config["pruning"]["bleu"]),
-            "step_percent": config["pruning"]["step_percent"], "random_seed": config["pruning"]["random_seed"]}
-
-
 rule prune:
     input:
         unpack(pruning_inputs),
@@ -30,11 +25,6 @@ rule prune:
         ENV
     script:
         "../scripts/prune.py"
-
-
-def pruning_order_tables(wildcards):
-    return expand(f"{RESULTS}/{{study}}/pruning/{{order}}.csv", study=wildcards.study,
-                  order=config["pruning"]["orders"])
 
 
 rule collect_pruning:
