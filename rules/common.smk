@@ -7,7 +7,12 @@ from snakemake.utils import validate
 from headprune.data import GLUE_TASKS
 
 
-configfile: "config.yaml"
+# The paper's config, unless one is given (--configfile demo/config.yaml): snakemake would
+# otherwise merge the two, and the demo would inherit the paper's GLUE tasks.
+if not config:
+
+    configfile: "config.yaml"
+
 
 
 validate(config, "schemas/config.schema.yaml")

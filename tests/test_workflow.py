@@ -1,0 +1,66 @@
+"""The Snakemake workflow: lint-clean, the paper's DAG, config errors that name the key."""
+import collections
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+
+
+def snakemake(*args, cwd=ROOT, timeout=600):
+    return subprocess.run([*SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def job_counts(stdout: str) -> dict[str, int]:
+    """The scheduler's own 'Job stats' summary of a dry run."""
+    table = stdout.split("Job stats:")[1].split("total")[0]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", table, re.M)}
+
+
+def test_lint_is_clean():
+    result = snakemake("--lint")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Congratulations" in result.stdout + result.stderr
+
+
+def test_paper_dry_run_lists_one_ablation_job_per_head():
+    result = snakemake("-n")
+    assert result.returncode == 0, result.stderr
+    counts = job_counts(result.stdout)
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    ablated = config["experiments"]["ablation"]
+    expected = sum(288 if study == "wmt14_en_fr" else 144 for study in ablated)
+    assert counts["ablate_head"] == expected == 288 + 144
+    jobs = re.findall(r"output: results/(\S+?)/ablation/(\w+-\d+-\d+)\.json", result.stdout)
+    per_study = collections.Counter(study for study, _ in jobs)
+    assert per_study == {"wmt14_en_fr": 288, "mnli": 144}
+    assert counts["finetune"] == 1 and counts["fetch_translation_checkpoint"] == 1
+    assert counts["prune"] == 3 * len(config["experiments"]["pruning"])  # importance, oracle, random
+    assert counts["fetch_testset"] == 5  # newstest2009-2013: importance and evaluation sets
+
+
+def write_config(tmp_path, change):
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    change(config)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda c: c["pruning"].update(stepp_percent=10), "'stepp_percent' was unexpected"),
+    (lambda c: c["importance"].update(estimator="gradient"), "'gradient' is not one of"),
+    (lambda c: c["experiments"].update(ablation=["qnli"]), "experiments.ablation names 'qnli'"),
+    (lambda c: c["translation"].update(eval_set="newstest2099"), "translation.eval_set names 'newstest2099'"),
+    (lambda c: c["glue"].update(rte={"task": "RTEE"}), "glue.rte.task is 'RTEE'"),
+])
+def test_bad_config_stops_before_any_job(tmp_path, change, message):
+    result = snakemake("-n", "--configfile", str(write_config(tmp_path, change)))
+    assert result.returncode != 0
+    assert message in result.stdout + result.stderr
+    assert "Job stats" not in result.stdout
