@@ -127,6 +127,11 @@ def study_params(study):
             "layers": arch["layers"], "heads": arch["heads"], "device": config["device"]}
 
 
+def demo_testset_files():
+    """Where the demo writes its test sets: the URLs demo/config.yaml gives them."""
+    return [spec[key]["url"] for spec in config["translation"]["testsets"].values() for key in ("source", "reference")]
+
+
 # --- input functions ---------------------------------------------------------------------
 
 

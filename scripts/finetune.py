@@ -1,18 +1,17 @@
 """Fine-tune BERT on one GLUE task and save a Hugging Face model folder (safetensors)."""
 from pathlib import Path
 
-from headprune.finetune import finetune_classifier
+from headprune.finetune import finetune_bert_classifier
 from headprune.models import pick_device
-from headprune.workflow import logged, threads_for_torch
+from headprune.workflow import logged
 
 with logged(snakemake) as log:
-    threads_for_torch(snakemake)
     s = snakemake.params.settings
     data = Path(snakemake.input.data)
-    result = finetune_classifier(
+    result = finetune_bert_classifier(
         snakemake.input.pretrained, data / f"{s['train_split']}.tsv", data / f"{s['eval_split']}.tsv",
         snakemake.output[0], num_labels=s["num_labels"], epochs=s["epochs"], lr=s["lr"],
         batch_size=s["batch_size"], max_length=s["max_length"], seed=s["seed"],
-        warmup_fraction=s["warmup_fraction"], metric=s["metric"], device=pick_device(s["device"]),
+        warmup_proportion=s["warmup_fraction"], device=pick_device(s["device"]), num_threads=snakemake.threads,
     )
     log.info("fine-tuned %s: %s", snakemake.wildcards.task, result)

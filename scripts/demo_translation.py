@@ -1,0 +1,20 @@
+"""Demo: a synthetic en->fr corpus and a tiny translation model, published as a fairseq tarball."""
+import shutil
+from pathlib import Path
+
+from headprune.demo import make_translation_corpus, train_tiny_translation_model
+from headprune.workflow import logged
+
+with logged(snakemake) as log:
+    s = snakemake.params.settings
+    names = snakemake.params.testset_names
+    corpus = make_translation_corpus(snakemake.params.workdir, s["train_sentences"],
+                                     {name: s["test_sentences"] for name in names}, snakemake.params.seed)
+    train_tiny_translation_model(corpus, snakemake.output.checkpoint, layers=s["layers"], heads=s["heads"],
+                                 d_model=s["d_model"], ffn=s["ffn"], epochs=s["epochs"], seed=snakemake.params.seed,
+                                 num_threads=1)  # tiny models train faster on one thread
+    # Publish the test sets where the demo config's URLs point.
+    for target in snakemake.output.testsets:
+        name = Path(target).name
+        shutil.copyfile(Path(snakemake.params.workdir) / name, target)
+    log.info("demo translation model and %d test sets written", len(names))

@@ -1,0 +1,287 @@
+"""Tests for headprune.demo: the offline demo's synthetic data and tiny models.
+
+The models are trained for real here (small sizes: about 30 s on 2 CPU cores in all), because
+what matters is that they learn: the demo's ablation and pruning results are only meaningful
+if the tiny models reach a useful score.
+"""
+import collections
+import json
+import random
+import re
+
+import pytest
+import sacrebleu
+import torch
+from transformers import AutoTokenizer, BertForSequenceClassification, BertTokenizer
+
+from headprune import demo
+from headprune.batching import classification_batches
+from headprune.data import prepare_glue_task, read_glue_split
+from headprune.evaluate import predict_classes, translate
+from headprune.finetune import finetune_bert_classifier
+from headprune.fairseq import build_fsmt_tokenizer, load_fairseq_translation_model
+
+TEST_SETS = {"newstest2013": 100, "mtnt": 60}
+
+
+def _read(path):
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+# ----------------------------------------------------------------------------------------------
+# Translation data and BPE
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return demo.make_translation_corpus(tmp_path_factory.mktemp("corpus"), 2000, TEST_SETS, seed=0)
+
+
+def test_translation_corpus_is_deterministic(tmp_path):
+    first = demo.make_translation_corpus(tmp_path / "a", 300, {"newstest2013": 20}, seed=3)
+    second = demo.make_translation_corpus(tmp_path / "b", 300, {"newstest2013": 20}, seed=3)
+    other = demo.make_translation_corpus(tmp_path / "c", 300, {"newstest2013": 20}, seed=4)
+    assert first.keys() == second.keys()
+    for name in first:
+        assert first[name].read_bytes() == second[name].read_bytes(), name
+    assert first["train.en"].read_bytes() != other["train.en"].read_bytes()
+
+
+def test_translation_corpus_layout(corpus):
+    expected = {"train.en", "train.fr", "bpecodes", "dict.en.txt", "dict.fr.txt"}
+    expected |= {f"{name}.{lang}" for name in TEST_SETS for lang in ("en", "fr")}
+    assert set(corpus) == expected
+    assert len(_read(corpus["train.en"])) == len(_read(corpus["train.fr"])) == 2000
+    training = set(_read(corpus["train.en"]))
+    for name, size in TEST_SETS.items():
+        sources, references = _read(corpus[f"{name}.en"]), _read(corpus[f"{name}.fr"])
+        assert len(sources) == len(references) == size
+        assert not training & set(sources), "test sentences must not repeat training sentences"
+    for line in _read(corpus["train.en"]):
+        assert 4 <= len(line.split()) <= 12 and line.endswith(".") and not line.endswith(" .")
+
+    def mean_words(name):
+        return sum(len(line.split()) for line in _read(corpus[f"{name}.en"])) / TEST_SETS[name]
+
+    assert mean_words("mtnt") > mean_words("newstest2013") + 2  # the shifted set is longer
+
+    assert _read(corpus["bpecodes"])[0] == "#version: 0.2"
+    assert corpus["dict.en.txt"].read_bytes() == corpus["dict.fr.txt"].read_bytes()  # joined
+    counts = [int(line.rsplit(" ", 1)[1]) for line in _read(corpus["dict.en.txt"])]
+    assert counts == sorted(counts, reverse=True)
+
+
+def test_translation_rules():
+    sampler = demo._SentenceSampler(random.Random(0))
+    for _ in range(200):
+        english, french = sampler.sentence()
+        assert len(english.split()) == len(french.split())  # one target word per source word
+    # adjective-noun swap, gender agreement of determiner and adjective, numbers copied
+    sampler.rng = random.Random(5)
+    examples = {sampler.sentence() for _ in range(3000)}
+    assert ("ze frell blicket gorps 17 dax.", "la bliquette frelloise gorpa 17 daxon.") in examples or any(
+        "la bliquette frelloise" in french for _, french in examples)
+    for english, french in examples:
+        if "ze frell blicket" in english:
+            assert "la bliquette frelloise" in french
+        if "ak quom dax" in english:
+            assert "un daxon comant" in french
+    assert demo.word_by_word_translation("ze frell blicket gorps 17 dax.") == "lo frellois bliquette gorpa 17 daxon."
+
+
+def test_learn_bpe_follows_subword_nmt():
+    # Sennrich et al.'s example: (e, s) and (s, t</w>) tie at 9; subword-nmt takes the larger pair.
+    merges = demo.learn_bpe({"low": 5, "lower": 2, "newest": 6, "widest": 3}, 10)
+    assert merges[0] == ("s", "t</w>")
+    assert merges[1] == ("e", "st</w>")
+    ranks = {pair: rank for rank, pair in enumerate(merges)}
+    for word in ("newest", "lowest", "widest", "zzz"):
+        pieces = demo.bpe_segment(word, ranks)
+        assert "".join(p.removesuffix("@@") for p in pieces) == word
+        assert all(p.endswith("@@") for p in pieces[:-1]) and not pieces[-1].endswith("@@")
+
+
+def test_bpe_codes_apply_through_fsmt_tokenizer(corpus):
+    folder = corpus["bpecodes"].parent
+    english, french = build_fsmt_tokenizer(folder, "en", "fr"), build_fsmt_tokenizer(folder, "fr", "en")
+    merges = [tuple(line.split()) for line in _read(corpus["bpecodes"])[1:]]
+    ranks = {pair: rank for rank, pair in enumerate(merges)}
+    split_words = 0
+    for tokenizer, lang in ((english, "en"), (french, "fr")):
+        for name in ("train", *TEST_SETS):
+            for line in _read(corpus[f"{name}.{lang}"])[:150]:
+                ids = tokenizer(line)["input_ids"]
+                assert tokenizer.unk_token_id not in ids, line
+                assert tokenizer.decode(ids, skip_special_tokens=True) == line
+                # FSMTTokenizer's BPE gives the same segmentation as the demo's own segmenter
+                expected = [piece for word in line[:-1].split() + ["."] for piece in demo.bpe_segment(word, ranks)]
+                fsmt = [t[: -len("</w>")] if t.endswith("</w>") else t + "@@" for t in tokenizer.tokenize(line)]
+                assert fsmt == expected
+                split_words += sum(piece.endswith("@@") for piece in expected)
+    assert split_words > 0, "the codes should leave some (rare) words split"
+
+
+# ----------------------------------------------------------------------------------------------
+# The tiny translation model
+
+
+def test_tiny_translation_model_learns_and_round_trips(corpus, tmp_path):
+    settings = dict(epochs=6, seed=0, progress=False)
+    tarball = demo.train_tiny_translation_model(corpus, tmp_path / "demo.en-fr.tar.bz2", **settings)
+    assert tarball.name == "demo.en-fr.tar.bz2" and tarball.is_file()
+    loaded, tokenizer = load_fairseq_translation_model(tarball, extract_dir=tmp_path / "extracted")
+    assert loaded.config.encoder_attention_heads == 4 and loaded.config.encoder_layers == 2
+
+    sources, references = _read(corpus["newstest2013.en"]), _read(corpus["newstest2013.fr"])
+    hypotheses = translate(loaded, tokenizer, sources, beam=5)
+    bleu = sacrebleu.corpus_bleu(hypotheses, [references]).score
+    copy_bleu = sacrebleu.corpus_bleu(sources, [references]).score
+    word_by_word_bleu = sacrebleu.corpus_bleu([demo.word_by_word_translation(s) for s in sources], [references]).score
+    assert copy_bleu < 5
+    assert bleu > 50 and bleu > word_by_word_bleu + 10, (bleu, word_by_word_bleu)
+
+    # Training is deterministic, and the tarball holds exactly the trained model.
+    trained, trained_tokenizer = demo.fit_translation_model(corpus, **settings)
+    batch = trained_tokenizer(sources[:8], return_tensors="pt", padding=True)
+    decoder_input_ids = torch.tensor([[2, 10, 11, 12]] * 8)
+    with torch.no_grad():
+        expected = trained(**batch, decoder_input_ids=decoder_input_ids, use_cache=False).logits
+        actual = loaded(**batch, decoder_input_ids=decoder_input_ids, use_cache=False).logits
+    assert torch.equal(expected, actual)
+    assert translate(trained, trained_tokenizer, sources[:20]) == hypotheses[:20]
+
+
+def test_training_leaves_the_thread_count_alone(corpus, tmp_path):
+    before = torch.get_num_threads()
+    demo.fit_translation_model(corpus, epochs=1, layers=1, d_model=16, ffn=16, num_threads=1, progress=False)
+    assert torch.get_num_threads() == before
+
+
+# ----------------------------------------------------------------------------------------------
+# Classification tasks
+
+
+def test_classification_task_files(tmp_path):
+    paths = demo.make_classification_task(tmp_path / "mnli", "mnli", 300, 90, 60, seed=1)
+    again = demo.make_classification_task(tmp_path / "again", "mnli", 300, 90, 60, seed=1)
+    assert set(paths) == {"train", "dev", "dev_mismatched", "glue_zip", "glue_task"}
+    for name in ("train", "dev", "dev_mismatched", "glue_zip"):
+        assert paths[name].read_bytes() == again[name].read_bytes(), name
+    assert paths["glue_zip"].name == "MNLI.zip"
+
+    pairs, labels = read_glue_split(paths["train"])
+    assert _read(paths["train"])[0] == "text_a\ttext_b\tlabel"
+    assert collections.Counter(labels) == {0: 100, 1: 100, 2: 100}  # balanced
+    mismatched, _ = read_glue_split(paths["dev_mismatched"])
+    assert sum(len(a.split()) for a, _ in mismatched) / 60 > sum(len(a.split()) for a, _ in pairs) / 300 + 4
+
+    # The raw GLUE-format archive goes through the real download-and-normalize code.
+    task = json.loads(paths["glue_task"].read_text())
+    counts = prepare_glue_task(task, tmp_path / "raw", tmp_path / "normalized")
+    assert counts == {"train": 300, "dev": 90, "dev_mismatched": 60}
+    for split in counts:
+        assert (tmp_path / "normalized" / f"{split}.tsv").read_bytes() == paths[split].read_bytes()
+
+    sst2 = demo.make_classification_task(tmp_path / "sst2", "sst2", 100, 40, seed=1)
+    assert set(sst2) == {"train", "dev", "glue_zip", "glue_task"} and sst2["glue_zip"].name == "SST-2.zip"
+    assert prepare_glue_task(json.loads(sst2["glue_task"].read_text()), tmp_path / "raw2", tmp_path / "n2") == {
+        "train": 100, "dev": 40}
+    texts, sst2_labels = read_glue_split(sst2["train"])
+    assert all(b == "" for _, b in texts) and collections.Counter(sst2_labels) == {0: 50, 1: 50}
+    with pytest.raises(ValueError):
+        demo.make_classification_task(tmp_path / "x", "cola", 10, 10)
+
+
+def test_mnli_labels_follow_the_rule(tmp_path):
+    paths = demo.make_classification_task(tmp_path, "mnli", 600, 10, 200, seed=2)
+    names = ["contradiction", "entailment", "neutral"]  # headprune.data.GLUE_TASKS["MNLI"]
+    for split in ("train", "dev_mismatched"):
+        for (premise, hypothesis), label in zip(*read_glue_split(paths[split])):
+            match = re.fullmatch(r"(ze|ak) (\w+) iz (nok )?(\w+)\.", hypothesis)
+            assert match, hypothesis
+            _, noun, negation, adjective = match.groups()
+            premise_words = premise[:-1].split()
+            assert noun in premise_words
+            if adjective in premise_words:
+                # the premise gives this noun this adjective ("... frell dax ...")
+                assert any(w == adjective and premise_words[i + 1] == noun for i, w in enumerate(premise_words))
+                assert names[label] == ("contradiction" if negation else "entailment")
+            else:
+                assert names[label] == "neutral"
+
+
+def test_sst2_labels_follow_the_rule(tmp_path):
+    paths = demo.make_classification_task(tmp_path, "sst2", 300, 10, seed=2)
+    for (sentence, _), label in zip(*read_glue_split(paths["train"])):
+        words = sentence[:-1].split()
+        score = 0
+        for i, word in enumerate(words):
+            if word in demo.ADJECTIVES:
+                polarity = 1 if word in demo.POSITIVE_ADJECTIVES else -1
+                score += -polarity if i > 0 and words[i - 1] == demo.NEGATION else polarity
+        assert score != 0 and label == int(score > 0)
+
+
+# ----------------------------------------------------------------------------------------------
+# BERT
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory):
+    return demo.make_tiny_bert(tmp_path_factory.mktemp("bert"), demo.demo_vocabulary(), seed=0)
+
+
+def test_tiny_bert_folder_is_a_hugging_face_bert(tiny_bert, tmp_path):
+    for name in ("config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json"):
+        assert (tiny_bert / name).is_file(), name
+    tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
+    assert isinstance(tokenizer, BertTokenizer)
+    encoded = tokenizer("Ze frell dax gorps.", "ze dax iz nok frell.")
+    tokens = tokenizer.convert_ids_to_tokens(encoded["input_ids"])
+    assert tokens[:6] == ["[CLS]", "ze", "frell", "dax", "gorps", "."] and "[UNK]" not in tokens
+    assert "[UNK]" not in tokenizer.tokenize("unseenword 123")  # falls back to characters
+    model = BertForSequenceClassification.from_pretrained(tiny_bert, num_labels=3, attn_implementation="eager")
+    config = model.config
+    assert (config.num_hidden_layers, config.num_attention_heads, config.hidden_size) == (2, 4, 64)
+    output = model(**tokenizer(["ze dax gorps."], return_tensors="pt"), output_attentions=True)
+    assert output.logits.shape == (1, 3) and output.attentions[0].shape[1] == 4
+
+    # The optional masked-LM warm-up runs and changes the weights.
+    warmed = demo.make_tiny_bert(tmp_path, demo.demo_vocabulary(), seed=0, pretrain_steps=3,
+                                 pretrain_sentences=[("ze frell dax gorps.", "ze dax iz frell."), ("ak wug kens.", "")],
+                                 progress=False)
+    assert (warmed / "model.safetensors").read_bytes() != (tiny_bert / "model.safetensors").read_bytes()
+    with pytest.raises(ValueError, match="pretrain_sentences"):
+        demo.make_tiny_bert(tmp_path / "nothing", demo.demo_vocabulary(), pretrain_steps=3)
+
+
+def _finetune(tiny_bert, task, out_dir, num_labels, epochs):
+    return finetune_bert_classifier(
+        tiny_bert, task["train"], task["dev"], out_dir, num_labels,
+        epochs=epochs, lr=1e-3, batch_size=32, max_length=128, seed=0, num_threads=1, progress=False,
+    )
+
+
+def test_bert_classifier_learns_mnli(tiny_bert, tmp_path):
+    task = demo.make_classification_task(tmp_path / "data", "mnli", 3000, 300, seed=0)
+    report = _finetune(tiny_bert, task, tmp_path / "model", 3, epochs=6)
+    assert report["dev_accuracy"] > 0.55, report  # chance and majority class: 1/3
+    assert report["num_train_examples"] == 3000 and report["steps"] == 6 * 94 and report["device"] == "cpu"
+
+
+def test_bert_classifier_learns_sst2_and_reloads(tiny_bert, tmp_path):
+    task = demo.make_classification_task(tmp_path / "data", "sst2", 1000, 200, seed=0)
+    report = _finetune(tiny_bert, task, tmp_path / "model", 2, epochs=4)
+    assert report["dev_accuracy"] > 0.7, report  # majority class: 0.5
+
+    pairs, labels = read_glue_split(task["dev"])
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "model")
+    model = BertForSequenceClassification.from_pretrained(tmp_path / "model", attn_implementation="eager")
+    predictions = predict_classes(model, classification_batches(tokenizer, pairs, None, 64, 128))
+    assert sum(p == y for p, y in zip(predictions, labels)) / len(labels) == report["dev_accuracy"]
+
+    # Same seed, same classifier: fine-tuning is deterministic.
+    _finetune(tiny_bert, task, tmp_path / "again", 2, epochs=4)
+    model_again = BertForSequenceClassification.from_pretrained(tmp_path / "again", attn_implementation="eager")
+    for (name, p), (_, q) in zip(model.state_dict().items(), model_again.state_dict().items()):
+        assert torch.equal(p, q), name
