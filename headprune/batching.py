@@ -33,7 +33,7 @@ def encode_target(tokenizer, text: str) -> list[int]:
     unk = vocab[tokenizer.unk_token]
     words = tokenizer.moses_tokenize(tokenizer.moses_pipeline(text, lang=lang), lang=lang)
     ids = [vocab.get(piece, unk) for word in words if word for piece in tokenizer.bpe(word).split(" ")]
-    return ids + [tokenizer.eos_token_id]
+    return ids + [vocab[tokenizer.sep_token]]  # FSMT calls fairseq's </s> its sep token
 
 
 def translation_batches(tokenizer, sources: list[str], targets: list[str], batch_size: int = 32,
@@ -45,7 +45,7 @@ def translation_batches(tokenizer, sources: list[str], targets: list[str], batch
     """
     if len(sources) != len(targets):
         raise ValueError(f"{len(sources)} source sentences but {len(targets)} targets")
-    pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
+    pad, eos = tokenizer.pad_token_id, tokenizer.sep_token_id  # FSMT calls fairseq's </s> its sep token
     batches = []
     for start in range(0, len(sources), batch_size):
         src = tokenizer(sources[start:start + batch_size], padding=True, truncation=True,

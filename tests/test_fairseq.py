@@ -721,3 +721,20 @@ def test_bad_dictionary_lines_are_named(tmp_path):
         fs.read_fairseq_dict(path)
     path.write_text("hello 3\nworld 2 #fairseq:overwrite\n")
     assert fs.read_fairseq_dict(path) == ["hello", "world"]
+
+
+def test_translation_batches_build_fairseq_targets(new_style_folder):
+    """labels = target ids + </s> as fairseq builds them; decoder input = </s> + target ids."""
+    from headprune.batching import translation_batches
+
+    _, tokenizer = fs.load_fairseq_translation_model(new_style_folder)
+    sources = ["the man is on the mat.", "hello"]
+    targets = ["l'homme est sur le tapis.", "le tapis"]
+    (batch,) = translation_batches(tokenizer, sources, targets, batch_size=8)
+    for i, (source, target) in enumerate(zip(sources, targets)):
+        expected = reference_ids(target, "fr", FR_TOKENS)
+        n = len(expected)
+        assert batch["labels"][i, :n].tolist() == expected
+        assert batch["decoder_input_ids"][i, :n].tolist() == [fs.EOS_ID] + expected[:-1]
+        assert (batch["labels"][i, n:] == PAD).all() and batch["decoder_attention_mask"][i].sum() == n
+        assert batch["input_ids"][i][batch["attention_mask"][i].bool()].tolist() == reference_ids(source, "en", EN_TOKENS)
