@@ -126,8 +126,10 @@ class BertAdapter(HeadAdapter):
         return mask[:, None, :].expand(-1, mask.shape[1], -1)
 
     def eos_keys(self, model, batch, attn_type):
-        return batch["input_ids"] == model.config.sep_token_id if model.config.sep_token_id is not None \
-            else batch["input_ids"] == 102  # bert-base-uncased's [SEP]
+        sep = getattr(model.config, "sep_token_id", None)
+        if sep is None:  # transformers 5 configs do not carry it; models.load_classifier sets it
+            raise ValueError("model.config.sep_token_id is not set: take it from the tokenizer")
+        return batch["input_ids"] == sep
 
     def attention_weights(self, outputs, attn_type):
         return list(outputs.attentions)

@@ -51,6 +51,7 @@ def load_classifier(path, device="cpu"):
     model = load_pruned_weights(AutoModelForSequenceClassification, path, use_safetensors=True,
                                 attn_implementation="eager")
     tokenizer = AutoTokenizer.from_pretrained(path)
+    model.config.sep_token_id = tokenizer.sep_token_id  # [SEP] keys are left out of head confidence
     return model.to(device).eval(), tokenizer
 
 

@@ -182,7 +182,9 @@ def load_pruned_weights(model_class, folder: str | Path, **kwargs):
     config = AutoConfig.from_pretrained(folder)
     if not getattr(config, PRUNED_HEADS_KEY, None):
         return model_class.from_pretrained(folder, **kwargs)
-    model = model_class._from_config(config, **kwargs)
+    kwargs.pop("use_safetensors", None)  # only safetensors are read below anyway
+    build = getattr(model_class, "from_config", None) or model_class._from_config  # Auto* or concrete class
+    model = build(config, **kwargs)
     apply_recorded_pruning(model)
     weights = folder / "model.safetensors"
     if not weights.exists():
