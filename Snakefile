@@ -10,6 +10,8 @@ include: "rules/importance.smk"
 include: "rules/ablation.smk"
 include: "rules/pruning.smk"
 include: "rules/figures.smk"
+include: "rules/dynamics.smk"
+include: "rules/speed.smk"
 
 
 rule all:

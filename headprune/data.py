@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import csv
-import hashlib
 import os
 import shutil
 import urllib.parse
@@ -25,7 +24,7 @@ import zipfile
 from pathlib import Path, PurePosixPath
 from typing import Iterable, Iterator, NamedTuple, TextIO
 
-from .download import DownloadError, fetch
+from .download import DownloadError, fetch, file_digest
 
 __all__ = [
     "DataFormatError",
@@ -182,16 +181,8 @@ def _delete_archives_with_wrong_md5(dataset) -> None:
     expected_md5s = dataset.md5 or [None] * len(dataset.data)
     for url, expected_md5 in zip(dataset.data, expected_md5s):
         archive = Path(dataset._rawdir) / dataset._get_tarball_filename(url)
-        if expected_md5 and archive.exists() and _md5sum(archive) != expected_md5:
+        if expected_md5 and archive.exists() and file_digest(archive, "md5") != expected_md5:
             archive.unlink()
-
-
-def _md5sum(path: Path) -> str:
-    digest = hashlib.md5()
-    with open(path, "rb") as stream:
-        while chunk := stream.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------

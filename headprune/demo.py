@@ -23,7 +23,6 @@ import functools
 import hashlib
 import inspect
 import json
-import math
 import random
 import time
 import zipfile
@@ -32,21 +31,14 @@ from pathlib import Path
 from typing import Mapping
 
 import torch
-import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from headprune.data import read_glue_split, read_lines
+from headprune.bpe import END_OF_WORD, bpe_segment, learn_bpe, write_bpe_codes
+from headprune.data import read_glue_split
 from headprune.download import sha256sum
-from headprune.finetune import restores_torch_threads, warmup_linear_decay
-from headprune.fairseq import (
-    EOS_ID,
-    FAIRSEQ_SPECIAL_TOKENS,
-    PAD_ID,
-    build_fsmt_tokenizer,
-    read_fairseq_dict,
-    write_fairseq_dict,
-    write_fairseq_tarball,
-)
+from headprune.finetune import restores_torch_threads
+from headprune.fairseq import write_fairseq_dict
+from headprune.train import corpus_folder, fit_translation_model, write_translation_tarball
 
 # ---------------------------------------------------------------------------------------------
 # TRANSLATION TASK
@@ -190,82 +182,11 @@ def _write_lines(path: Path, lines: list[str]) -> Path:
     return path
 
 
-
-
 # ---------------------------------------------------------------------------------------------
-# BPE: a small subword-nmt learner (codes format version 0.2) and the matching segmenter.
-# The codes are what fairseq's tarballs ship as "bpecodes"; FSMTTokenizer applies them.
+# BPE: subword-nmt's learner (codes format version 0.2) and segmenter, in headprune.bpe (shared
+# with the IWSLT preparation). The codes are what fairseq's tarballs ship as "bpecodes";
+# FSMTTokenizer applies them.
 # ---------------------------------------------------------------------------------------------
-
-END_OF_WORD = "</w>"
-
-
-def learn_bpe(word_counts: Mapping[str, int], num_merges: int) -> list[tuple[str, str]]:
-    """Learn BPE merges like subword-nmt: the most frequent adjacent symbol pair, repeatedly.
-
-    A word starts as its characters, the last one carrying "</w>" (so "ab" is ("a", "b</w>")).
-    Ties are broken like subword-nmt (the largest pair in string order), so the codes are
-    deterministic.
-    """
-    vocab = {tuple(word[:-1]) + (word[-1] + END_OF_WORD,): count for word, count in word_counts.items()}
-    merges = []
-    for _ in range(num_merges):
-        pair_counts = collections.Counter()
-        for symbols, count in vocab.items():
-            for pair in zip(symbols, symbols[1:]):
-                pair_counts[pair] += count
-        if not pair_counts:
-            break
-        best = max(pair_counts, key=lambda pair: (pair_counts[pair], pair))
-        if pair_counts[best] < 2:  # subword-nmt stops when no pair occurs twice
-            break
-        merges.append(best)
-        merged = best[0] + best[1]
-        new_vocab = {}
-        for symbols, count in vocab.items():
-            out, i = [], 0
-            while i < len(symbols):
-                if i < len(symbols) - 1 and (symbols[i], symbols[i + 1]) == best:
-                    out.append(merged)
-                    i += 2
-                else:
-                    out.append(symbols[i])
-                    i += 1
-            new_vocab[tuple(out)] = count
-        vocab = new_vocab
-    return merges
-
-
-def write_bpe_codes(merges: list[tuple[str, str]], path) -> Path:
-    """Write merges in subword-nmt's codes format: a version header, then one "a b" per line."""
-    path = Path(path)
-    _write_lines(path, ["#version: 0.2"] + [f"{a} {b}" for a, b in merges])
-    return path
-
-
-def bpe_segment(word: str, merge_ranks: Mapping[tuple[str, str], int]) -> list[str]:
-    """Split one word into subwords in fairseq's notation ("le@@ tter"), like subword-nmt.
-
-    Same algorithm as FSMTTokenizer.bpe: merge the lowest-ranked adjacent pair until none
-    of the pairs is a known merge.
-    """
-    symbols = list(word[:-1]) + [word[-1] + END_OF_WORD]
-    while len(symbols) > 1:
-        pairs = list(zip(symbols, symbols[1:]))
-        best = min(pairs, key=lambda pair: merge_ranks.get(pair, math.inf))
-        if best not in merge_ranks:
-            break
-        out, i = [], 0
-        while i < len(symbols):
-            if i < len(symbols) - 1 and (symbols[i], symbols[i + 1]) == best:
-                out.append(best[0] + best[1])
-                i += 2
-            else:
-                out.append(symbols[i])
-                i += 1
-        symbols = out
-    # fairseq notation: "@@" marks a subword that continues; the word-final one is bare
-    return [s[: -len(END_OF_WORD)] if s.endswith(END_OF_WORD) else s + "@@" for s in symbols]
 
 
 def make_translation_corpus(
@@ -342,48 +263,9 @@ def make_translation_corpus(
 
 
 # ---------------------------------------------------------------------------------------------
-# The tiny translation model
+# The tiny translation model: trained by headprune.train (the loop that also trains Figure 5's
+# IWSLT model), written as a fairseq tarball.
 # ---------------------------------------------------------------------------------------------
-
-
-def _fairseq_init_(model) -> None:
-    """Initialize like fairseq's transformer: xavier-uniform projections, N(0, d^-1/2) embeddings.
-
-    With scaled embeddings (x sqrt(d)) this puts token embeddings on the same scale as the
-    sinusoidal positions, which trains much faster than transformers' default N(0, 0.02).
-    """
-    for name, param in model.named_parameters():
-        if "embed_positions" in name:
-            continue
-        if "embed_tokens" in name:
-            torch.nn.init.normal_(param, mean=0.0, std=param.shape[1] ** -0.5)
-            with torch.no_grad():
-                param[PAD_ID].zero_()
-        elif "layer_norm" in name:
-            torch.nn.init.ones_(param) if name.endswith("weight") else torch.nn.init.zeros_(param)
-        elif name.endswith("weight"):
-            torch.nn.init.xavier_uniform_(param)
-        elif name.endswith("bias"):
-            torch.nn.init.zeros_(param)
-
-
-def _pad(sequences: list[list[int]], pad_id: int) -> torch.Tensor:
-    width = max(len(s) for s in sequences)
-    return torch.tensor([s + [pad_id] * (width - len(s)) for s in sequences], dtype=torch.long)
-
-
-def _corpus_folder(corpus, src_lang: str, tgt_lang: str) -> Path:
-    """The folder make_translation_corpus() wrote (given it, or the dict of paths it returned)."""
-    folder = Path(corpus["bpecodes"]).parent if isinstance(corpus, Mapping) else Path(corpus)
-    for name in (f"train.{src_lang}", f"train.{tgt_lang}", "bpecodes", f"dict.{src_lang}.txt", f"dict.{tgt_lang}.txt"):
-        if not (folder / name).is_file():
-            raise FileNotFoundError(f"{folder}: missing '{name}' (expected make_translation_corpus's output)")
-    return folder
-
-
-def _read_dict_entries(path) -> list[tuple[str, int]]:
-    """(token, count) pairs of a fairseq dict.xx.txt, so a written tarball keeps the counts."""
-    return [(token, int(count)) for token, count in (line.rsplit(" ", 1) for line in read_lines(path) if line)]
 
 
 def train_tiny_translation_model(
@@ -410,129 +292,16 @@ def train_tiny_translation_model(
 
     corpus_paths is make_translation_corpus's output (its dict or its folder). The tarball
     (.tar.bz2) holds folder_name/ with model.pt, dict.{src,tgt}.txt and bpecodes, like the
-    real wmt14.en-fr.joined-dict.transformer. See fit_translation_model for the training.
+    real wmt14.en-fr.joined-dict.transformer. See headprune.train.fit_translation_model for the
+    training.
     """
-    folder = _corpus_folder(corpus_paths, src_lang, tgt_lang)
+    folder = corpus_folder(corpus_paths, src_lang, tgt_lang)
     model, _ = fit_translation_model(
         folder, layers=layers, heads=heads, d_model=d_model, ffn=ffn, epochs=epochs, seed=seed,
         batch_size=batch_size, lr=lr, dropout=dropout, warmup_fraction=warmup_fraction,
         src_lang=src_lang, tgt_lang=tgt_lang, num_threads=num_threads, progress=progress,
     )
-    return Path(
-        write_fairseq_tarball(
-            model,
-            _read_dict_entries(folder / f"dict.{src_lang}.txt"),
-            _read_dict_entries(folder / f"dict.{tgt_lang}.txt"),
-            folder / "bpecodes", out_tarball, folder_name, src_lang=src_lang, tgt_lang=tgt_lang,
-        )
-    )
-
-
-@restores_torch_threads
-def fit_translation_model(
-    corpus_paths,
-    *,
-    layers: int = 2,
-    heads: int = 4,
-    d_model: int = 64,
-    ffn: int = 128,
-    epochs: int = 8,
-    seed: int = 0,
-    batch_size: int = 64,
-    lr: float = 3e-3,
-    dropout: float = 0.1,
-    warmup_fraction: float = 0.05,
-    src_lang: str = "en",
-    tgt_lang: str = "fr",
-    num_threads: int | None = 1,
-    progress: bool = True,
-):
-    """Train the tiny translation model in memory; returns (model in eval mode, source tokenizer).
-
-    The model is transformers' FSMT (fairseq's transformer: post-norm, sinusoidal positions,
-    scaled embeddings), with all embeddings shared over the joined dictionary, like
-    wmt14.en-fr.joined-dict. Training is fairseq's teacher forcing: source = tokens + </s>,
-    decoder input = </s> + target tokens, labels = target tokens + </s>; plain cross entropy
-    (no label smoothing), Adam with linear warmup then linear decay. Dropout (0.1, fairseq's
-    default) spreads the work over heads, so that, as in real models, many heads are redundant.
-
-    num_threads defaults to 1: a model this small gains little from intra-op parallelism,
-    and on a busy 2-core machine a second thread made training 5x slower (spin-waiting).
-    """
-    from transformers import FSMTConfig, FSMTForConditionalGeneration
-
-    torch.manual_seed(seed)
-    folder = _corpus_folder(corpus_paths, src_lang, tgt_lang)
-    dict_tokens = read_fairseq_dict(folder / f"dict.{src_lang}.txt")
-    if dict_tokens != read_fairseq_dict(folder / f"dict.{tgt_lang}.txt"):
-        raise ValueError("the demo model shares all embeddings: it needs one joined dictionary")
-
-    # The same tokenizers the pipeline builds from a model folder: Moses + BPE + dictionary.
-    # Targets are tokenized with the target language's Moses rules, as fairseq's data was.
-    source_tokenizer = build_fsmt_tokenizer(folder, src_lang, tgt_lang)
-    target_tokenizer = build_fsmt_tokenizer(folder, tgt_lang, src_lang)
-    # Both append </s>: exactly fairseq's source and label layout.
-    source_ids = [source_tokenizer(s)["input_ids"] for s in read_lines(folder / f"train.{src_lang}")]
-    label_ids = [target_tokenizer(t)["input_ids"] for t in read_lines(folder / f"train.{tgt_lang}")]
-
-    vocab_size = len(FAIRSEQ_SPECIAL_TOKENS) + len(dict_tokens)
-    config = FSMTConfig(
-        langs=[src_lang, tgt_lang],
-        src_vocab_size=vocab_size,
-        tgt_vocab_size=vocab_size,
-        d_model=d_model,
-        encoder_layers=layers, decoder_layers=layers,
-        encoder_attention_heads=heads, decoder_attention_heads=heads,
-        encoder_ffn_dim=ffn, decoder_ffn_dim=ffn,
-        dropout=dropout, attention_dropout=0.0, activation_dropout=0.0,
-        max_position_embeddings=1024, scale_embedding=True, tie_word_embeddings=True,
-    )
-    model = FSMTForConditionalGeneration(config)
-    _fairseq_init_(model)
-    for name, param in model.named_parameters():
-        if "embed_positions" in name:  # sinusoidal, not learned
-            param.requires_grad_(False)
-
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.Adam(trainable, lr=lr, betas=(0.9, 0.98))
-    total_steps = epochs * math.ceil(len(source_ids) / batch_size)
-    schedule = warmup_linear_decay(optimizer, max(1, int(warmup_fraction * total_steps)), total_steps)
-
-    shuffle_rng = random.Random(seed)
-    model.train()
-    bar = tqdm(total=total_steps, desc="train tiny translation model", disable=not progress)
-    for epoch in range(epochs):
-        order = list(range(len(source_ids)))
-        shuffle_rng.shuffle(order)
-        for start in range(0, len(order), batch_size):
-            batch = order[start : start + batch_size]
-            input_ids = _pad([source_ids[i] for i in batch], PAD_ID)
-            labels = _pad([label_ids[i] for i in batch], PAD_ID)
-            decoder_input_ids = _pad([[EOS_ID] + label_ids[i][:-1] for i in batch], PAD_ID)
-            logits = model(
-                input_ids=input_ids,
-                attention_mask=input_ids.ne(PAD_ID).long(),
-                decoder_input_ids=decoder_input_ids,
-                use_cache=False,  # FSMT only applies its causal mask without the cache
-            ).logits
-            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1), ignore_index=PAD_ID)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(trainable, 1.0)
-            optimizer.step()
-            schedule.step()
-            bar.update(1)
-            bar.set_postfix(epoch=epoch + 1, loss=f"{loss.item():.3f}")
-    bar.close()
-    model.eval()
-    # As headprune.fairseq's loader leaves a model: FSMT builds its causal decoder mask only
-    # without the cache, so plain forward passes must not use it; generate() still does.
-    model.config.use_cache = False
-    model.generation_config.use_cache = True
-    return model, source_tokenizer
-
-
-
+    return write_translation_tarball(model, folder, out_tarball, folder_name, src_lang=src_lang, tgt_lang=tgt_lang)
 
 
 # ---------------------------------------------------------------------------------------------

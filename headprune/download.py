@@ -23,7 +23,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-__all__ = ["DownloadError", "ChecksumError", "fetch", "sha256sum"]
+__all__ = ["DownloadError", "ChecksumError", "fetch", "file_digest", "sha256sum"]
 
 USER_AGENT = "headprune/0.1 (python-urllib)"
 
@@ -65,13 +65,17 @@ class _RetryableError(Exception):
         self.restarted = restarted
 
 
-def sha256sum(path: str | os.PathLike, chunk_size: int = 1 << 20) -> str:
-    """Hex sha256 digest of a file, read in chunks so that big archives fit in memory."""
-    digest = hashlib.sha256()
+def file_digest(path: str | os.PathLike, algorithm: str = "sha256", chunk_size: int = 1 << 20) -> str:
+    """Hex digest of a file, read in chunks so that big archives fit in memory."""
+    digest = hashlib.new(algorithm)
     with open(path, "rb") as stream:
         while chunk := stream.read(chunk_size):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def sha256sum(path: str | os.PathLike) -> str:
+    return file_digest(path, "sha256")
 
 
 def fetch(

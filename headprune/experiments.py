@@ -107,6 +107,20 @@ def significance(evalset: EvalSet, full_outputs: list, ablated_outputs: list, *,
     return {"p_bootstrap": boot.p_value, "p_ttest": ttest.p_value}
 
 
+def compare_to_full(evalset: EvalSet, full: dict, variant: dict, *, resamples: int = 1000, seed: int = 0,
+                    alpha: float = 0.01) -> dict:
+    """Score change of a variant (a head off, one head kept, ...) against the full model, and its significance.
+
+    ``full`` and ``variant`` hold "score" and per-item "outputs". A change is significant
+    when p < alpha: the bootstrap's p for BLEU, the paper's t-test for classification.
+    """
+    test = significance(evalset, full["outputs"], variant["outputs"], resamples=resamples, seed=seed)
+    p = test["p_bootstrap"] if evalset.kind == "translation" else test["p_ttest"]
+    return {"metric": evalset.metric, "score_full": full["score"], "score": variant["score"],
+            "delta": variant["score"] - full["score"], **test, "significant": bool(p < alpha), "alpha": alpha,
+            "n_resamples": resamples}
+
+
 # --- pruning orders -----------------------------------------------------------------------
 
 

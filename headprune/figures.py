@@ -26,6 +26,7 @@ from matplotlib import rc_context
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
 
 log = logging.getLogger(__name__)
 
@@ -351,6 +352,7 @@ def build_figure1(histogram: pd.DataFrame, title: str, style: dict | None = None
             ax.set_title(TYPE_LABELS[attn_type])
             ax.set_xlabel(change_label(metric))
             ax.set_ylabel("number of heads")
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # counts of heads are whole numbers
         handles = [Patch(facecolor=NOT_SIGNIFICANT_COLOR, label="not significant"),
                    Patch(facecolor=SIGNIFICANT_COLOR, hatch="//", edgecolor="white", label=alpha_label)]
         axes[0].legend(handles=handles, loc="upper left", frameon=False)
@@ -498,3 +500,150 @@ def figure_generic_lines(df: pd.DataFrame, x: str, y: str, hue: str | None, out_
                          style: dict | None = None, **kwargs) -> list[str]:
     """Write build_generic_lines(df, x, y, hue, style, **kwargs) as PNG and PDF."""
     return save_figure(build_generic_lines(df, x, y, hue, style, **kwargs), out_png, out_pdf, style)
+
+
+# ------------------------------------------------------------------ Figure 5
+
+FIGURE5_COLUMNS = ["study", "epoch", "order", "scope", "step", "percent_pruned", "heads_pruned", "score", "metric",
+                   "unpruned_score", "relative_percent"]
+FIGURE5_PANELS = {"score": "pruned model", "relative_percent": "relative to the unpruned model"}
+
+
+def figure5_table(pruning_by_epoch: dict) -> pd.DataFrame:
+    """One pruning curve per checkpoint epoch ({epoch: scripts/prune.py's table}), stacked, with the
+    score relative to that epoch's unpruned model: relative_percent = 100 * score / score at 0%
+    pruned (NaN when that score is 0). Rows sorted by epoch, then % pruned; columns FIGURE5_COLUMNS.
+    """
+    if not pruning_by_epoch:
+        raise ValueError("no pruning tables")
+    frames = []
+    for epoch, table in sorted(pruning_by_epoch.items()):
+        _require_columns(table, [c for c in FIGURE5_COLUMNS if c not in ("epoch", "unpruned_score", "relative_percent")],
+                         f"pruning table of epoch {epoch}")
+        for column in ("study", "order", "scope", "metric"):
+            _single_value(table, column, f"pruning table of epoch {epoch}")
+        unpruned = table.loc[table["percent_pruned"] == 0, "score"]
+        if len(unpruned) != 1:
+            raise ValueError(f"pruning table of epoch {epoch}: expected one row with 0% pruned, found {len(unpruned)}")
+        unpruned_score = float(unpruned.iloc[0])
+        frame = table.assign(epoch=int(epoch), unpruned_score=unpruned_score)
+        frame["relative_percent"] = 100.0 * frame["score"] / unpruned_score if unpruned_score else np.nan
+        frames.append(frame.sort_values("percent_pruned"))
+    table = pd.concat(frames, ignore_index=True)[FIGURE5_COLUMNS]
+    for column in ("study", "metric"):
+        _single_value(table, column, "the pruning tables of all epochs")
+    return table
+
+
+def figure5_rows(dynamics: pd.DataFrame) -> pd.DataFrame:
+    """The rows Figure 5 draws: one pruning curve per checkpoint epoch (headprune.train.dynamics_table)."""
+    _require_columns(dynamics, FIGURE5_COLUMNS, "training dynamics table")
+    if dynamics.empty:
+        raise ValueError("training dynamics table is empty")
+    _single_value(dynamics, "study", "training dynamics table")
+    _single_value(dynamics, "metric", "training dynamics table")
+    duplicated = dynamics.duplicated(["epoch", "percent_pruned"])
+    if duplicated.any():
+        raise ValueError(f"training dynamics table has {int(duplicated.sum())} duplicate (epoch, percent_pruned) rows")
+    return dynamics
+
+
+def build_figure5(dynamics: pd.DataFrame, style: dict | None = None) -> Figure:
+    """Left: score against % of heads pruned (importance order), one line per epoch, later epochs
+    darker. Right: the same as % of that epoch's unpruned score. Values are drawn as in the table."""
+    from matplotlib import colormaps
+
+    rows = figure5_rows(dynamics)
+    style = _style(style)
+    study = _single_value(rows, "study", "training dynamics table")
+    label = metric_display(_single_value(rows, "metric", "training dynamics table")).label
+    epochs = sorted(int(e) for e in rows["epoch"].unique())
+    colors = colormaps["viridis_r"]
+    with _rc(style):
+        figure, axes = _new_figure(style, 2)
+        for ax, column in zip(axes, FIGURE5_PANELS):
+            for i, epoch in enumerate(epochs):
+                line = rows[rows["epoch"] == epoch].sort_values("percent_pruned")
+                ax.plot(line["percent_pruned"].to_numpy(dtype=float), line[column].to_numpy(dtype=float),
+                        marker="o", markersize=3, color=colors(0.1 + 0.85 * i / max(1, len(epochs) - 1)),
+                        label=f"epoch {epoch}")
+            ax.set_xlabel("% of heads pruned")
+        axes[0].set_title(f"{study}: {FIGURE5_PANELS['score']}")
+        axes[0].set_ylabel(label)
+        axes[1].set_title(FIGURE5_PANELS["relative_percent"])
+        axes[1].set_ylabel(f"% of the unpruned {label}")
+        axes[0].legend(frameon=False)
+    return figure
+
+
+def figure5(dynamics: pd.DataFrame, out_png, out_pdf, style: dict | None = None) -> list[str]:
+    """The paper's Figure 5: pruning curves of checkpoints from several epochs of training."""
+    return save_figure(build_figure5(dynamics, style), out_png, out_pdf, style)
+
+
+# ------------------------------------------------------------------ Figure 2
+
+FIGURE2_COLUMNS = ["study", "attn_type", "layer", "head", "metric", "delta_in_domain", "delta_out_of_domain",
+                   "pearson_r", "p_value"]
+
+
+def figure2_table(in_domain: pd.DataFrame, out_of_domain: pd.DataFrame) -> pd.DataFrame:
+    """One row per head: its ablation delta in domain and out of domain, with Pearson's r over all heads."""
+    from .stats import pearson
+
+    keys = ["study", "attn_type", "layer", "head"]
+    merged = in_domain[keys + ["metric", "delta"]].merge(
+        out_of_domain[keys + ["delta"]], on=keys, suffixes=("_in_domain", "_out_of_domain"), validate="one_to_one")
+    if len(merged) != len(in_domain) or len(merged) != len(out_of_domain):
+        raise ValueError("the in-domain and out-of-domain ablation tables do not cover the same heads")
+    correlation = pearson(merged["delta_in_domain"], merged["delta_out_of_domain"])
+    return merged.assign(pearson_r=correlation.r, p_value=correlation.p_value)[FIGURE2_COLUMNS]
+
+
+def figure2(in_domain: pd.DataFrame, out_of_domain: pd.DataFrame, out_csv, out_png, out_pdf,
+            style: dict | None = None) -> list[str]:
+    """The paper's Figure 2: each head's delta out of domain against in domain, with Pearson's r and p."""
+    table = figure2_table(in_domain, out_of_domain)
+    Path(out_csv).parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out_csv, index=False)
+    style = _style(style)
+    display = metric_display(_single_value(table, "metric", "figure 2 table"))
+    with _rc(style):
+        figure, (ax,) = _new_figure(style)
+        for attn_type in ATTENTION_TYPES:
+            rows = table[table["attn_type"] == attn_type]
+            if not rows.empty:
+                # raw deltas, exactly as in the CSV (accuracy as a fraction)
+                ax.scatter(rows["delta_in_domain"], rows["delta_out_of_domain"], s=12, label=TYPE_LABELS[attn_type])
+        ax.axhline(0, color="black", linewidth=0.6, linestyle="--")
+        ax.axvline(0, color="black", linewidth=0.6, linestyle="--")
+        r, p = table["pearson_r"].iloc[0], table["p_value"].iloc[0]
+        ax.set_title(f"{table['study'].iloc[0]}: Pearson r = {r:.2f} (p = {p:.2g})")
+        ax.set_xlabel(f"{display.label} change, in domain")
+        ax.set_ylabel(f"{display.label} change, out of domain")
+        ax.legend(frameon=False)
+    return [str(out_csv), *save_figure(figure, out_png, out_pdf, style)]
+
+
+# ------------------------------------------------------------------ Tables 2-3
+
+def one_head_table(one_head: pd.DataFrame, out_csv, out_md) -> list[str]:
+    """Tables 2-3: per layer and attention type, the change when only the best head is kept."""
+    display = metric_display(_single_value(one_head, "metric", "one-head-per-layer table"))
+    table = one_head.assign(layer=one_head["layer"] + 1, best_head=one_head["best_head"] + 1,
+                            delta_display=(one_head["delta"] * display.scale).round(2))
+    table["cell"] = [_format_delta(d, bool(s)) for d, s in zip(table["delta_display"], _as_bool(table["significant"]))]
+    Path(out_csv).parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out_csv, index=False)
+    types = [t for t in ATTENTION_TYPES if t in set(table["attn_type"])]
+    grid = table.pivot(index="layer", columns="attn_type", values="cell")[types]
+    lines = [f"**Tables 2-3** ({table['study'].iloc[0]}): {change_label(table['metric'].iloc[0])} on the test set "
+             f"when each layer keeps only its best head (chosen on the selection set); full model "
+             f"{format_score(table['metric'].iloc[0], table['score_full'].iloc[0])}. * marks p < {table['alpha'].iloc[0]}.",
+             "", "| Layer | " + " | ".join(TYPE_LABELS[t] for t in types) + " |",
+             "|---:|" + "---:|" * len(types)]
+    lines += [f"| {layer} | " + " | ".join(grid.loc[layer]) + " |" for layer in grid.index]
+    n_sig = int(_as_bool(table["significant"]).sum())
+    lines += ["", f"{n_sig} of {len(table)} layers change significantly with a single head."]
+    Path(out_md).write_text("\n".join(lines) + "\n")
+    return [str(out_csv), str(out_md)]

@@ -20,7 +20,16 @@ HUB_ALLOW_PATTERNS = ["config.json", "*.safetensors", "vocab.txt", "tokenizer.js
 
 
 def pick_device(requested: str = "auto") -> torch.device:
-    """"auto" is the first visible GPU (the scheduler decides which one is visible), else the CPU."""
+    """"auto" is the job's GPU, else the CPU; "cuda" is the job's GPU; "cpu", "cuda:1" are taken as given.
+
+    Which GPU is the job's: under SLURM (or with CUDA_VISIBLE_DEVICES set) the one visible;
+    on a workstation one free GPU that this process claims (headprune.gpus: a file lock per GPU,
+    CUDA_VISIBLE_DEVICES set before CUDA starts), so parallel jobs never share a device.
+    """
+    if requested in ("auto", "cuda"):
+        from .gpus import claim_gpus, job_gpus
+
+        claim_gpus(max(job_gpus(), 1) if requested == "cuda" else None)
     if requested == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(requested)

@@ -177,3 +177,27 @@ def paired_t_test(correct_a, correct_b) -> TTestResult:
 def significant(p_value: float, alpha: float = 0.01) -> bool:
     """True when p_value < alpha (the paper uses alpha = 0.01)."""
     return bool(p_value < alpha)
+
+
+@dataclass(frozen=True)
+class Correlation:
+    r: float
+    p_value: float
+    n: int
+
+
+def pearson(x, y) -> Correlation:
+    """Pearson's r with the two-sided p-value of the t-test for r = 0 (n - 2 degrees of freedom)."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if x.shape != y.shape or x.ndim != 1 or len(x) < 3:
+        raise ValueError(f"pearson needs two equally long series of at least 3 values, got {x.shape} and {y.shape}")
+    dx, dy = x - x.mean(), y - y.mean()
+    denominator = np.sqrt((dx ** 2).sum() * (dy ** 2).sum())
+    if denominator == 0:
+        return Correlation(float("nan"), float("nan"), len(x))
+    r = float(np.clip((dx * dy).sum() / denominator, -1.0, 1.0))
+    n = len(x)
+    if abs(r) == 1.0:
+        return Correlation(r, 0.0, n)
+    t = r * np.sqrt((n - 2) / (1 - r ** 2))
+    return Correlation(r, float(2 * scipy_stats.t.sf(abs(t), n - 2)), n)

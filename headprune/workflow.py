@@ -20,6 +20,8 @@ from .experiments import EvalSet
 @contextlib.contextmanager
 def logged(snakemake):
     """Send stdout, stderr (tqdm, warnings) and logging of the script to the rule's log file."""
+    # A progress bar redrawn many times a second would fill the log file: redraw rarely.
+    os.environ.setdefault("TQDM_MININTERVAL", "10")
     log_path = Path(snakemake.log[0])
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w", buffering=1) as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
@@ -40,7 +42,8 @@ def load_evalset(spec: dict) -> EvalSet:
             raise ValueError(f"{spec['source']} has {len(sources)} lines but {spec['reference']} has {len(references)}")
         return EvalSet("translation", references[:limit], sources[:limit], "bleu", spec["lang"])
     pairs, labels = read_glue_split(spec["tsv"])
-    return EvalSet("classification", labels[:limit], pairs[:limit], spec["metric"])
+    keep = subset(list(range(len(labels))), limit, spec.get("seed", 0))
+    return EvalSet("classification", [labels[i] for i in keep], [pairs[i] for i in keep], spec["metric"])
 
 
 def load_study_model(study: dict, device):

@@ -1,9 +1,17 @@
-"""Single-head ablation: the full model once, then ONE JOB PER HEAD, then significance per head."""
+"""Single-head ablation: the full model once, then ONE JOB PER HEAD, then significance per head.
+
+Each job loads its model once and evaluates every test set it needs, by role: "eval" (in
+domain; Table 1, Figure 1), "ood" (cross-domain; Figure 2), "test" (the full model for
+Tables 2-3). One head per layer (Tables 2-3) keeps a single head per layer: one job per
+layer tries each head on the selection set.
+"""
 
 
 wildcard_constraints:
     study="|".join(STUDIES),
     head="[a-z_]+-[0-9]+-[0-9]+",
+    layer="[a-z_]+-[0-9]+",
+    role="|".join(ROLES),
 
 
 rule evaluate_full:
@@ -35,7 +43,7 @@ rule ablate_head:
         f"{RESULTS}/{{study}}/ablation/{{head}}.json",
     params:
         study=study_of,
-        evaluation=full_eval_params,
+        evaluation=ablation_eval_params,
     log:
         f"{RESULTS}/logs/ablate_head/{{study}}/{{head}}.log",
     resources:
@@ -52,14 +60,13 @@ rule significance:
     input:
         full=f"{RESULTS}/{{study}}/full.json",
         heads=ablation_outputs,
-        data=study_eval_data,
     output:
-        f"{RESULTS}/{{study}}/ablation.csv",
+        f"{RESULTS}/{{study}}/{{role}}/ablation.csv",
     params:
         study=study_of,
         significance=significance_params,
     log:
-        f"{RESULTS}/logs/significance/{{study}}.log",
+        f"{RESULTS}/logs/significance/{{study}}/{{role}}.log",
     resources:
         gpu=resource("significance", "gpu"),
         mem_mb=resource("significance", "mem_mb"),
@@ -68,3 +75,44 @@ rule significance:
         ENV
     script:
         "../scripts/significance.py"
+
+
+rule one_head_layer:
+    input:
+        model=study_model,
+        data=study_eval_data,
+    output:
+        f"{RESULTS}/{{study}}/one_head/{{layer}}.json",
+    params:
+        study=study_of,
+        evaluation=one_head_params,
+    log:
+        f"{RESULTS}/logs/one_head_layer/{{study}}/{{layer}}.log",
+    resources:
+        gpu=resource("ablate", "gpu"),
+        mem_mb=resource("ablate", "mem_mb"),
+        runtime=resource("ablate", "runtime"),
+    conda:
+        ENV
+    script:
+        "../scripts/one_head_layer.py"
+
+
+rule one_head_significance:
+    input:
+        unpack(one_head_outputs),
+    output:
+        f"{RESULTS}/{{study}}/one_head_per_layer.csv",
+    params:
+        study=study_of,
+        significance=one_head_significance_params,
+    log:
+        f"{RESULTS}/logs/one_head_significance/{{study}}.log",
+    resources:
+        gpu=resource("significance", "gpu"),
+        mem_mb=resource("significance", "mem_mb"),
+        runtime=resource("significance", "runtime"),
+    conda:
+        ENV
+    script:
+        "../scripts/one_head_significance.py"

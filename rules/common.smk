@@ -80,7 +80,7 @@ def glue_task_spec(task):
     """The full data spec of a glue entry: a built-in GLUE task, overridden by the entry's keys."""
     entry = dict(GLUE[task])
     spec = dict(GLUE_TASKS[entry.pop("task")]) if "task" in entry else {}
-    for key in ("metric", "eval_split", "ood_split", "train_split"):
+    for key in ("metric", "eval_split", "ood_split", "train_split", "selection_split", "test_split"):
         entry.pop(key, None)
     spec.update(entry)
     spec.setdefault("name", task)
@@ -98,18 +98,42 @@ def model_path(study):
     return f"{RESULTS}/models/{study}"
 
 
-def evalset_spec(study, which="eval"):
-    """What a script needs to build a study's test set (headprune.experiments.load_evalset)."""
+# The test sets a study is evaluated on, by role: "eval" (Table 1, pruning), "ood"
+# (cross-domain, Figure 2), "selection" and "test" (one head per layer, Tables 2-3).
+ROLES = ("eval", "ood", "selection", "test")
+
+
+def evalset_name(study, role):
+    """The test set (translation) or split (GLUE) that plays ``role`` for ``study``."""
     if family(study) == "fsmt":
         t = config["translation"]
-        name = t["eval_set"] if which == "eval" else which
+        key = {"eval": "eval_set", "ood": "ood_set", "selection": "selection_set", "test": "test_set"}[role]
+        section = "translation"
+        name = t.get(key)
+    else:
+        entry = GLUE[study]
+        key = {"eval": "eval_split", "ood": "ood_split", "selection": "selection_split", "test": "test_split"}[role]
+        section = f"glue.{study}"
+        name = entry.get(key, {"eval": "dev", "selection": "train", "test": entry.get("eval_split", "dev")}.get(role))
+    if name is None:
+        raise ValueError(f"config: {section}.{key} is needed for the '{role}' evaluation of {study}")
+    return name
+
+
+def evalset_spec(study, role="eval"):
+    """What a script needs to build a study's test set (headprune.workflow.load_evalset)."""
+    name = evalset_name(study, role)
+    if family(study) == "fsmt":
+        t = config["translation"]
         source, reference = testset_files(name)
         return {"kind": "translation", "source": source, "reference": reference, "lang": t["tgt_lang"],
                 "max_items": t.get("max_sentences"), "name": name}
     entry = GLUE[study]
-    split = entry.get("eval_split", "dev") if which == "eval" else which
-    return {"kind": "classification", "tsv": f"{glue_dir(study)}/{split}.tsv",
-            "metric": entry.get("metric", "accuracy"), "name": split}
+    # Tables 2-3 choose the head on 5000 training examples (a seeded subset), as the paper does.
+    max_items = config["bert"].get("selection_examples") if role == "selection" else None
+    return {"kind": "classification", "tsv": f"{glue_dir(study)}/{name}.tsv",
+            "metric": entry.get("metric", "accuracy"), "name": name, "max_items": max_items,
+            "seed": config["bert"]["finetune"]["seed"]}
 
 
 def eval_settings(study, bleu):
@@ -174,10 +198,25 @@ def glue_dir(task):
     return f"{DATA}/glue/{task}"
 
 
+def ablation_roles(study):
+    """Test sets every single-head ablation job evaluates on: in domain, and out of domain for Figure 2."""
+    return ["eval"] + (["ood"] if study in config["experiments"].get("cross_domain", []) else [])
+
+
+def full_model_roles(study):
+    """Test sets the full model is evaluated on: those of the ablation, and the test set of Tables 2-3."""
+    return ablation_roles(study) + (["test"] if study in config["experiments"].get("one_head_per_layer", []) else [])
+
+
 def study_eval_data(wildcards):
-    if family(wildcards.study) == "fsmt":
-        return testset_files(config["translation"]["eval_set"])
-    return [glue_dir(wildcards.study)]
+    """The test-set files a job reads, for every role it evaluates."""
+    study = wildcards.study
+    keys = wildcards.keys()
+    roles = ("selection", "test") if "layer" in keys else ablation_roles(study) if "head" in keys \
+        else ("eval",) if "order" in keys else full_model_roles(study)
+    if family(study) == "fsmt":
+        return sorted({f for role in roles for f in testset_files(evalset_name(study, role))})
+    return [glue_dir(study)]
 
 
 def study_importance_data(wildcards):
@@ -206,9 +245,156 @@ def ablation_outputs(wildcards):
 
 def pruning_inputs(wildcards):
     inputs = {"importance": f"{RESULTS}/{wildcards.study}/importance.csv"}
-    if "oracle" in config["pruning"]["orders"]:
-        inputs["ablation"] = f"{RESULTS}/{wildcards.study}/ablation.csv"
+    if wildcards.order == "oracle":
+        inputs["ablation"] = f"{RESULTS}/{wildcards.study}/eval/ablation.csv"
     return inputs
+
+
+def study_layers(study):
+    """Every attention layer of a study's model as 'attn_type-layer'."""
+    arch = config["translation"] if family(study) == "fsmt" else config["bert"]
+    return [f"{t}-{layer}" for t in ATTENTION_TYPES[family(study)] for layer in range(arch["layers"])]
+
+
+def one_head_outputs(wildcards):
+    return {"layers": expand(f"{RESULTS}/{{study}}/one_head/{{layer}}.json", study=wildcards.study,
+                             layer=study_layers(wildcards.study)),
+            "full": f"{RESULTS}/{wildcards.study}/full.json"}
+
+
+def pruning_scopes(study):
+    """'all' (global pruning, Figure 3) and, with experiments.attention_types, each type (Figure 4)."""
+    scopes = {"all": config["pruning"]["orders"]}
+    if study in config["experiments"].get("attention_types", []):
+        scopes.update({t: ["importance"] for t in ATTENTION_TYPES[family(study)]})
+    return scopes
+
+
+def cross_domain_inputs(wildcards):
+    return {"in_domain": f"{RESULTS}/{wildcards.study}/eval/ablation.csv",
+            "out_of_domain": f"{RESULTS}/{wildcards.study}/ood/ablation.csv"}
+
+
+def glue_pruning_tables(wildcards):
+    return [f"{RESULTS}/{study}/pruning.csv" for study in config["experiments"]["pruning"] if family(study) == "bert"]
+
+
+# --- Figure 5: training dynamics (rules/dynamics.smk) -----------------------------------------
+# The IWSLT model is trained by the pipeline itself; its checkpoints go through the same
+# importance and pruning scripts as the studies, with these specs.
+
+DYNAMICS = config.get("dynamics")
+DYN = DYNAMICS["name"] if DYNAMICS else None
+DYNAMICS_SPLITS = ("train", "valid", "test")
+
+
+def _check_dynamics_config():
+    if not DYNAMICS:
+        return
+    train = DYNAMICS["train"]
+    epochs = train["checkpoint_epochs"]
+    if epochs != sorted(set(epochs)) or not all(1 <= e <= train["epochs"] for e in epochs):
+        raise ValueError(f"config: dynamics.train.checkpoint_epochs {epochs} must be increasing epochs "
+                         f"within 1..dynamics.train.epochs ({train['epochs']})")
+    if DYN in STUDIES:
+        raise ValueError(f"config: dynamics.name '{DYN}' is also a study name (translation.name or a glue task)")
+    for key in ("importance_set", "eval_set"):
+        if DYNAMICS[key] not in DYNAMICS_SPLITS:
+            raise ValueError(f"config: dynamics.{key} is '{DYNAMICS[key]}', not one of {list(DYNAMICS_SPLITS)}")
+    if train.get("lr_schedule") == "inverse_sqrt" and not train.get("warmup_updates"):
+        raise ValueError("config: dynamics.train.lr_schedule inverse_sqrt needs dynamics.train.warmup_updates")
+
+
+_check_dynamics_config()
+
+
+def dynamics_split_files(split):
+    """[source, reference] of a prepared IWSLT split."""
+    return [f"{DATA}/{DYN}/{split}.{DYNAMICS[lang]}" for lang in ("src_lang", "tgt_lang")]
+
+
+def dynamics_prepared_files():
+    """What prepare_iwslt writes (named outputs; train_dynamics takes them all as inputs)."""
+    files = {f"{split}_{side}": path for split in DYNAMICS_SPLITS
+             for side, path in zip(("src", "tgt"), dynamics_split_files(split))}
+    files.update(bpecodes=f"{DATA}/{DYN}/bpecodes", summary=f"{DATA}/{DYN}/prepare.json",
+                 **{f"dict_{side}": f"{DATA}/{DYN}/dict.{DYNAMICS[lang]}.txt"
+                    for side, lang in (("src", "src_lang"), ("tgt", "tgt_lang"))})
+    return files
+
+
+def dynamics_archive_path():
+    return f"{DATA}/raw/{DYN}/{Path(DYNAMICS['data']['url']).name}"
+
+
+def dynamics_local_sources(wildcards):
+    return local_source(DYNAMICS["data"])
+
+
+def dynamics_prepare_settings():
+    keys = ("src_lang", "tgt_lang", "lowercase", "bpe_merges", "valid_every", "test_sets", "clean", "expected_sizes")
+    return {key: DYNAMICS.get(key) for key in keys}
+
+
+def dynamics_model_settings():
+    keys = ("name", "src_lang", "tgt_lang", "layers", "heads", "d_model", "ffn")
+    return {**{key: DYNAMICS[key] for key in keys}, "device": config["device"]}
+
+
+def dynamics_epochs():
+    return list(DYNAMICS["train"]["checkpoint_epochs"])
+
+
+def dynamics_checkpoint(epoch):
+    return f"{RESULTS}/{DYN}/checkpoints/epoch{epoch}.tar.bz2"
+
+
+def dynamics_checkpoints():
+    return [dynamics_checkpoint(epoch) for epoch in dynamics_epochs()]
+
+
+def dynamics_model(wildcards):
+    return dynamics_checkpoint(wildcards.epoch)
+
+
+def dynamics_study(wildcards):
+    """The study dict scripts/importance.py and scripts/prune.py read, for one checkpoint epoch."""
+    return {"name": DYN, "family": "fsmt", "model": dynamics_checkpoint(wildcards.epoch),
+            "src_lang": DYNAMICS["src_lang"], "tgt_lang": DYNAMICS["tgt_lang"], "layers": DYNAMICS["layers"],
+            "heads": DYNAMICS["heads"], "device": config["device"]}
+
+
+def dynamics_importance_data(wildcards):
+    return dynamics_split_files(DYNAMICS["importance_set"])
+
+
+def dynamics_eval_data(wildcards):
+    return dynamics_split_files(DYNAMICS["eval_set"])
+
+
+def dynamics_importance_params(wildcards):
+    source, reference = dynamics_split_files(DYNAMICS["importance_set"])
+    return {"kind": "translation", "sets": [{"source": source, "reference": reference}],
+            "batch_size": DYNAMICS["importance_batch_size"], "max_items": DYNAMICS.get("max_sentences")}
+
+
+def dynamics_pruning_params(wildcards):
+    source, reference = dynamics_split_files(DYNAMICS["eval_set"])
+    return {"eval": {"kind": "translation", "source": source, "reference": reference, "lang": DYNAMICS["tgt_lang"],
+                     "max_items": DYNAMICS.get("max_sentences"), "name": DYNAMICS["eval_set"]},
+            "settings": {"batch_size": DYNAMICS["batch_size"], "beam": DYNAMICS["beam"], "lenpen": DYNAMICS["lenpen"],
+                         "bleu": config["pruning"]["bleu"]},
+            "step_percent": DYNAMICS.get("step_percent", config["pruning"]["step_percent"]),
+            "random_seed": config["pruning"]["random_seed"]}
+
+
+def dynamics_pruning_tables():
+    return [f"{RESULTS}/{DYN}/epoch{epoch}/pruning_importance.csv" for epoch in dynamics_epochs()]
+
+
+def dynamics_figures():
+    """Figure 5 and the CSV it is drawn from; nothing without a dynamics section."""
+    return expand(f"{FIGURES}/{DYN}/figure5.{{ext}}", ext=["png", "pdf", "csv"]) if DYNAMICS else []
 
 
 def all_figures(wildcards):
@@ -219,6 +405,17 @@ def all_figures(wildcards):
                                                               "figure1.png", "figure1.pdf"])
     for study in config["experiments"]["pruning"]:
         targets += [f"{FIGURES}/{study}/figure3.png", f"{FIGURES}/{study}/figure3.pdf"]
+        if study in config["experiments"].get("attention_types", []):
+            targets += [f"{FIGURES}/{study}/figure4.png", f"{FIGURES}/{study}/figure4.pdf"]
+    if any(family(study) == "bert" for study in config["experiments"]["pruning"]):
+        targets += [f"{FIGURES}/figure6.png", f"{FIGURES}/figure6.pdf"]
+    for study in config["experiments"].get("cross_domain", []):
+        targets += expand(f"{FIGURES}/{study}/figure2.{{ext}}", ext=["png", "pdf", "csv"])
+    for study in config["experiments"].get("one_head_per_layer", []):
+        targets += expand(f"{FIGURES}/{study}/one_head_per_layer.{{ext}}", ext=["csv", "md"])
+    for study in speed_studies():
+        targets += expand(f"{FIGURES}/{study}/table4.{{ext}}", ext=["csv", "md"])
+    targets += dynamics_figures()
     return targets
 
 
@@ -245,12 +442,26 @@ def importance_params(wildcards):
 
 
 def full_eval_params(wildcards):
-    return {"eval": evalset_spec(wildcards.study),
+    return {"roles": {role: evalset_spec(wildcards.study, role) for role in full_model_roles(wildcards.study)},
+            "settings": eval_settings(wildcards.study, config["ablation"]["bleu"])}
+
+
+def ablation_eval_params(wildcards):
+    return {"roles": {role: evalset_spec(wildcards.study, role) for role in ablation_roles(wildcards.study)},
             "settings": eval_settings(wildcards.study, config["ablation"]["bleu"])}
 
 
 def significance_params(wildcards):
-    return {"eval": evalset_spec(wildcards.study), **config["significance"]}
+    return {"eval": evalset_spec(wildcards.study, wildcards.role), **config["significance"]}
+
+
+def one_head_params(wildcards):
+    return {"selection": evalset_spec(wildcards.study, "selection"), "test": evalset_spec(wildcards.study, "test"),
+            "settings": eval_settings(wildcards.study, config["ablation"]["bleu"])}
+
+
+def one_head_significance_params(wildcards):
+    return {"eval": evalset_spec(wildcards.study, "test"), **config["significance"]}
 
 
 def pruning_params(wildcards):
@@ -259,9 +470,47 @@ def pruning_params(wildcards):
 
 
 def pruning_order_tables(wildcards):
-    return expand(f"{RESULTS}/{{study}}/pruning/{{order}}.csv", study=wildcards.study,
-                  order=config["pruning"]["orders"])
+    return [f"{RESULTS}/{wildcards.study}/pruning/{scope}/{order}.csv"
+            for scope, orders in pruning_scopes(wildcards.study).items() for order in orders]
 
 
 def figure_style(wildcards):
     return config["figures"]["style"]
+
+
+# --- speed (Table 4) ---------------------------------------------------------------------
+
+
+def speed_studies():
+    """Studies whose inference speed is timed with 50% of heads removed (config speed.studies)."""
+    studies = config.get("speed", {}).get("studies", [])
+    for study in studies:
+        if study not in STUDIES:
+            raise ValueError(f"config: speed.studies names '{study}', "
+                             f"which is neither translation.name nor a glue task ({STUDIES})")
+    return studies
+
+
+speed_studies()  # a wrong name stops the run before any job
+
+
+def speed_eval_data(wildcards):
+    """Only the eval set: newstest2013 (translation) or the GLUE task's folder (its eval split)."""
+    if family(wildcards.study) == "fsmt":
+        return testset_files(evalset_name(wildcards.study, "eval"))
+    return [glue_dir(wildcards.study)]
+
+
+def speed_params(wildcards):
+    """The eval set (the first/seeded speed.max_items items of it) and how to time it."""
+    speed = config["speed"]
+    evalset = evalset_spec(wildcards.study)
+    if speed.get("max_items") is not None:
+        evalset["max_items"] = speed["max_items"]
+    settings = {"batch_sizes": speed.get("batch_sizes", [1, 4, 16, 64]), "repeats": speed.get("repeats", 3),
+                "prune_percent": speed.get("prune_percent", 50), "warmup_batches": speed.get("warmup_batches", 2)}
+    if family(wildcards.study) == "fsmt":
+        settings.update(beam=config["translation"]["beam"], lenpen=config["translation"]["lenpen"])
+    else:
+        settings.update(max_length=config["bert"]["finetune"]["max_length"], padding=speed.get("padding", "max_length"))
+    return {"eval": evalset, "settings": settings}

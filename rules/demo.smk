@@ -30,6 +30,8 @@ if "demo" in config:
     rule demo_classification:
         output:
             archive=f"{DATA}/upstream/glue/MNLI.zip",
+            # a second task (SST-2-like) that a config adds with one glue entry (README, tests/test_daily_use.py)
+            sst2_archive=f"{DATA}/upstream/glue/SST-2.zip",
             pretrained=f"{DATA}/upstream/bert-tiny.tar.gz",
         params:
             settings=config["demo"]["classification"],

@@ -3,7 +3,7 @@
 
 rule plot_ablation:
     input:
-        ablation=f"{RESULTS}/{{study}}/ablation.csv",
+        ablation=f"{RESULTS}/{{study}}/eval/ablation.csv",
     output:
         table_csv=f"{FIGURES}/{{study}}/table1.csv",
         table_md=report(f"{FIGURES}/{{study}}/table1.md", caption="../report/table1.rst", category="Table 1",
@@ -17,23 +17,116 @@ rule plot_ablation:
         attn_type="enc_self",
     log:
         f"{RESULTS}/logs/plot_ablation/{{study}}.log",
+    resources:
+        gpu=resource("figures", "gpu"),
+        mem_mb=resource("figures", "mem_mb"),
+        runtime=resource("figures", "runtime"),
     conda:
         ENV
     script:
         "../scripts/plot_ablation.py"
 
 
-rule plot_pruning:
+rule plot_cross_domain:
     input:
-        pruning=f"{RESULTS}/{{study}}/pruning.csv",
+        unpack(cross_domain_inputs),
     output:
-        fig3_png=report(f"{FIGURES}/{{study}}/figure3.png", caption="../report/figure3.rst", category="Figure 3",
-                        subcategory="{study}"),
-        fig3_pdf=f"{FIGURES}/{{study}}/figure3.pdf",
+        csv=f"{FIGURES}/{{study}}/figure2.csv",
+        png=report(f"{FIGURES}/{{study}}/figure2.png", caption="../report/figure2.rst", category="Figure 2",
+                   subcategory="{study}"),
+        pdf=f"{FIGURES}/{{study}}/figure2.pdf",
     params:
         style=figure_style,
     log:
+        f"{RESULTS}/logs/plot_cross_domain/{{study}}.log",
+    resources:
+        gpu=resource("figures", "gpu"),
+        mem_mb=resource("figures", "mem_mb"),
+        runtime=resource("figures", "runtime"),
+    conda:
+        ENV
+    script:
+        "../scripts/plot_cross_domain.py"
+
+
+rule plot_one_head:
+    input:
+        f"{RESULTS}/{{study}}/one_head_per_layer.csv",
+    output:
+        csv=f"{FIGURES}/{{study}}/one_head_per_layer.csv",
+        md=report(f"{FIGURES}/{{study}}/one_head_per_layer.md", caption="../report/tables2_3.rst",
+                  category="Tables 2-3", subcategory="{study}"),
+    log:
+        f"{RESULTS}/logs/plot_one_head/{{study}}.log",
+    resources:
+        gpu=resource("figures", "gpu"),
+        mem_mb=resource("figures", "mem_mb"),
+        runtime=resource("figures", "runtime"),
+    conda:
+        ENV
+    script:
+        "../scripts/plot_one_head.py"
+
+
+rule plot_pruning:
+    input:
+        f"{RESULTS}/{{study}}/pruning.csv",
+    output:
+        png=report(f"{FIGURES}/{{study}}/figure3.png", caption="../report/figure3.rst", category="Figure 3",
+                   subcategory="{study}"),
+        pdf=f"{FIGURES}/{{study}}/figure3.pdf",
+    params:
+        style=figure_style,
+        figure="figure3",
+    log:
         f"{RESULTS}/logs/plot_pruning/{{study}}.log",
+    resources:
+        gpu=resource("figures", "gpu"),
+        mem_mb=resource("figures", "mem_mb"),
+        runtime=resource("figures", "runtime"),
+    conda:
+        ENV
+    script:
+        "../scripts/plot_pruning.py"
+
+
+rule plot_attention_types:
+    input:
+        f"{RESULTS}/{{study}}/pruning.csv",
+    output:
+        png=report(f"{FIGURES}/{{study}}/figure4.png", caption="../report/figure4.rst", category="Figure 4",
+                   subcategory="{study}"),
+        pdf=f"{FIGURES}/{{study}}/figure4.pdf",
+    params:
+        style=figure_style,
+        figure="figure4",
+    log:
+        f"{RESULTS}/logs/plot_attention_types/{{study}}.log",
+    resources:
+        gpu=resource("figures", "gpu"),
+        mem_mb=resource("figures", "mem_mb"),
+        runtime=resource("figures", "runtime"),
+    conda:
+        ENV
+    script:
+        "../scripts/plot_pruning.py"
+
+
+rule plot_glue_pruning:
+    input:
+        glue_pruning_tables,
+    output:
+        png=report(f"{FIGURES}/figure6.png", caption="../report/figure6.rst", category="Figure 6"),
+        pdf=f"{FIGURES}/figure6.pdf",
+    params:
+        style=figure_style,
+        figure="figure3",
+    log:
+        f"{RESULTS}/logs/plot_glue_pruning.log",
+    resources:
+        gpu=resource("figures", "gpu"),
+        mem_mb=resource("figures", "mem_mb"),
+        runtime=resource("figures", "runtime"),
     conda:
         ENV
     script:

@@ -1,8 +1,13 @@
-"""Iterative pruning: heads sorted once (importance, oracle or random order), 10% of all heads per step."""
+"""Iterative pruning: heads sorted once (importance, oracle or random order), 10% of the heads per step.
+
+``scope`` "all" prunes across the whole model (Figures 3 and 6); an attention type prunes
+only within it (Figure 4).
+"""
 
 
 wildcard_constraints:
     order="importance|oracle|random",
+    scope="all|enc_self|enc_dec|dec_self",
 
 
 rule prune:
@@ -11,12 +16,12 @@ rule prune:
         model=study_model,
         data=study_eval_data,
     output:
-        f"{RESULTS}/{{study}}/pruning/{{order}}.csv",
+        f"{RESULTS}/{{study}}/pruning/{{scope}}/{{order}}.csv",
     params:
         study=study_of,
         pruning=pruning_params,
     log:
-        f"{RESULTS}/logs/prune/{{study}}/{{order}}.log",
+        f"{RESULTS}/logs/prune/{{study}}/{{scope}}/{{order}}.log",
     resources:
         gpu=resource("prune", "gpu"),
         mem_mb=resource("prune", "mem_mb"),
@@ -34,6 +39,10 @@ rule collect_pruning:
         f"{RESULTS}/{{study}}/pruning.csv",
     log:
         f"{RESULTS}/logs/collect_pruning/{{study}}.log",
+    resources:
+        gpu=resource("collect", "gpu"),
+        mem_mb=resource("collect", "mem_mb"),
+        runtime=resource("collect", "runtime"),
     conda:
         ENV
     script:

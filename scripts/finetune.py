@@ -12,6 +12,6 @@ with logged(snakemake) as log:
         snakemake.input.pretrained, data / f"{s['train_split']}.tsv", data / f"{s['eval_split']}.tsv",
         snakemake.output[0], num_labels=s["num_labels"], epochs=s["epochs"], lr=s["lr"],
         batch_size=s["batch_size"], max_length=s["max_length"], seed=s["seed"],
-        warmup_proportion=s["warmup_fraction"], device=pick_device(s["device"]), num_threads=snakemake.threads,
+        warmup_fraction=s["warmup_fraction"], device=pick_device(s["device"]), num_threads=snakemake.threads,
     )
     log.info("fine-tuned %s: %s", snakemake.wildcards.task, result)

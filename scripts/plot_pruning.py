@@ -1,23 +1,13 @@
-"""Snakemake script: Figure 3 (and Figure 4 when the rule asks for it) from pruning.csv.
+"""Pruning curves: Figure 3 (one study, three orders), Figure 4 (attention types) or Figure 6 (GLUE tasks).
 
-input.pruning; output.fig3_png, fig3_pdf, optionally fig4_png, fig4_pdf; params.style (dict).
+params.figure names the headprune.figures function; the inputs are stacked pruning.csv tables.
 """
-import logging
-import sys
-
 import pandas as pd
 
 from headprune import figures
+from headprune.workflow import logged
 
-# Snakemake runs this file in its own Python process: send everything, tracebacks included, to the log.
-sys.stderr = open(snakemake.log[0], "w")  # noqa: F821 (snakemake is injected)
-logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-
-inputs, outputs, params = snakemake.input, snakemake.output, snakemake.params  # noqa: F821
-style = dict(params.style)
-
-pruning = pd.read_csv(inputs.pruning)
-figures.figure3(pruning, outputs.fig3_png, outputs.fig3_pdf, style)
-# Figure 4 (pruning within one attention type) exists only for encoder-decoder models.
-if hasattr(outputs, "fig4_png"):
-    figures.figure4(pruning, outputs.fig4_png, outputs.fig4_pdf, style)
+with logged(snakemake) as log:
+    pruning = pd.concat([pd.read_csv(path) for path in snakemake.input], ignore_index=True)
+    draw = getattr(figures, snakemake.params.figure)
+    log.info("wrote %s", draw(pruning, snakemake.output.png, snakemake.output.pdf, dict(snakemake.params.style)))

@@ -71,3 +71,31 @@ def model_and_batch(request):
     if request.param == "bert":
         return tiny_bert(), bert_batch()
     return tiny_fsmt(), fsmt_batch()
+
+
+# --- The embedded demo, run once per session and shared by the workflow tests ----------------
+# (test_demo_pipeline.py checks its numbers, test_daily_use.py dry-runs changes against it,
+# test_slurm.py compares a SLURM run with it.)
+
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_demo_snakemake(workdir, *args, timeout=2400):
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir),
+               "--configfile", str(ROOT / "demo" / "config.yaml"), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory):
+    """A finished demo run (the whole DAG and the report) in a temporary working directory."""
+    workdir = tmp_path_factory.mktemp("demo")
+    result = run_demo_snakemake(workdir, "--cores", "2")
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]
+    report = run_demo_snakemake(workdir, "--report", "results/demo/report.html")
+    assert report.returncode == 0, report.stderr[-3000:]
+    return workdir

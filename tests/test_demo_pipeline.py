@@ -19,28 +19,42 @@ def run_snakemake(workdir, *args, timeout=1200):
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.fixture(scope="session")
-def demo_run(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("demo")
-    result = run_snakemake(workdir, "--cores", "2")
-    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]
-    report = run_snakemake(workdir, "--report", "results/demo/report.html")
-    assert report.returncode == 0, report.stderr[-3000:]
-    return workdir
+# demo_run, the finished demo (one per session), is a fixture in conftest.py.
 
 
 def test_demo_produces_every_table_and_figure(demo_run):
     results = demo_run / "results" / "demo"
     for study in ("demo_en_fr", "mnli"):
         for name in ("table1.csv", "table1.md", "figure1_bins.csv", "figure1.png", "figure1.pdf",
-                     "figure3.png", "figure3.pdf"):
+                     "figure3.png", "figure3.pdf", "figure2.csv", "figure2.png", "figure2.pdf",
+                     "one_head_per_layer.csv", "one_head_per_layer.md"):
             path = results / "figures" / study / name
             assert path.stat().st_size > 0, path
         assert (results / "figures" / study / "figure1.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert (results / "figures" / study / "figure3.pdf").read_bytes()[:5] == b"%PDF-"
+    for name in ("figure4.png", "figure4.pdf"):
+        assert (results / "figures" / "demo_en_fr" / name).stat().st_size > 0
+    assert (results / "figures" / "figure6.png").stat().st_size > 0
+    for study in ("demo_en_fr", "mnli"):  # Table 4
+        table4 = pd.read_csv(results / "figures" / study / "table4.csv")
+        assert sorted(table4.batch_size) == [1, 4, 16, 64] and (table4.original_mean > 0).all()
+    figure5 = pd.read_csv(next((results / "figures").glob("*/figure5.csv")))
+    assert figure5.epoch.nunique() >= 2  # one curve per checkpoint epoch
     html = (results / "report.html").read_text(errors="replace")
-    for name in ("figure1.png", "figure3.png", "table1.md"):
-        assert name in html
+    for name in ("figure1.png", "figure2.png", "figure3.png", "figure4.png", "figure5.png", "figure6.png",
+                 "table1.md", "one_head_per_layer.md", "table4.md"):
+        assert name in html, name
+
+
+def test_demo_cross_domain_and_one_head_per_layer(demo_run):
+    figures = demo_run / "results" / "demo" / "figures"
+    for study, n_heads, n_layers in (("demo_en_fr", 24, 6), ("mnli", 8, 2)):
+        cross = pd.read_csv(figures / study / "figure2.csv")
+        assert len(cross) == n_heads and cross.pearson_r.between(-1, 1).all() and cross.pearson_r.nunique() == 1
+        one_head = pd.read_csv(demo_run / "results" / "demo" / study / "one_head_per_layer.csv")
+        assert len(one_head) == n_layers
+        assert one_head.best_head.between(0, 3).all()
+        assert (one_head.delta == one_head.score - one_head.score_full).all()
 
 
 def test_demo_translation_study_numbers(demo_run):
@@ -48,21 +62,21 @@ def test_demo_translation_study_numbers(demo_run):
     importance = pd.read_csv(results / "importance.csv")
     assert len(importance) == 3 * 2 * 4 and set(importance.attn_type) == {"enc_self", "enc_dec", "dec_self"}
     assert (importance.importance >= 0).all() and importance.entropy_normalized.between(0, 1).all()
-    ablation = pd.read_csv(results / "ablation.csv")
+    ablation = pd.read_csv(results / "eval" / "ablation.csv")
     assert len(ablation) == 24 and ablation.p_bootstrap.between(0, 1).all()
     assert (ablation.score_full > 50).all()  # the tiny model really learned the task
     assert ablation.delta.min() < -1  # some heads matter
     pruning = pd.read_csv(results / "pruning.csv")
     assert set(pruning.order) == {"importance", "oracle", "random"}
-    assert len(pruning) == 3 * 11
-    for _, curve in pruning.groupby("order"):
+    assert len(pruning) == 3 * 11 + 3 * 11  # three orders globally, importance order within each type
+    for _, curve in pruning[pruning.scope == "all"].groupby("order"):
         curve = curve.sort_values("percent_pruned")
         assert curve.score.iloc[0] > 50 and curve.score.iloc[-1] < 5  # no heads left: no translation
 
 
 def test_demo_classification_study_numbers(demo_run):
     results = demo_run / "results" / "demo" / "mnli"
-    ablation = pd.read_csv(results / "ablation.csv")
+    ablation = pd.read_csv(results / "eval" / "ablation.csv")
     assert len(ablation) == 8 and ablation.p_ttest.between(0, 1).all()
     assert (ablation.score_full > 0.5).all()  # chance is 1/3
     assert ablation.significant.equals(ablation.p_ttest < 0.01)

@@ -223,3 +223,43 @@ def test_generic_lines_and_scatter(tmp_path):
     paths = figures.figure_generic_lines(df, "epoch", "value", None, tmp_path / "g.png", tmp_path / "g.pdf",
                                          STYLE, kind="scatter")
     assert all((tmp_path / name).exists() for name in ("g.png", "g.pdf")) and len(paths) == 2
+
+
+def _ablation_rows(deltas, study="s", metric="bleu"):
+    rows = []
+    for i, delta in enumerate(deltas):
+        rows.append({"study": study, "attn_type": "enc_self", "layer": i // 4, "head": i % 4, "metric": metric,
+                     "score_full": 30.0, "delta": delta, "significant": False})
+    return pd.DataFrame(rows)
+
+
+def test_figure2_table_pairs_heads_and_correlates(tmp_path):
+    import scipy.stats
+
+    in_domain = _ablation_rows([0.1, -2.0, 0.3, -0.5, 0.0, -1.0, 0.2, 0.4])
+    ood = _ablation_rows([0.0, -1.5, 0.5, -0.2, 0.1, -1.2, -0.1, 0.3]).sample(frac=1, random_state=0)
+    paths = figures.figure2(in_domain, ood, tmp_path / "f2.csv", tmp_path / "f2.png", tmp_path / "f2.pdf")
+    table = pd.read_csv(paths[0])
+    assert len(table) == 8
+    row = table[(table.layer == 0) & (table["head"] == 1)].iloc[0]
+    assert (row.delta_in_domain, row.delta_out_of_domain) == (-2.0, -1.5)
+    expected = scipy.stats.pearsonr(in_domain.delta, ood.sort_values(["layer", "head"]).delta)
+    assert table.pearson_r.iloc[0] == pytest.approx(expected.statistic)
+    assert table.p_value.iloc[0] == pytest.approx(expected.pvalue)
+    assert (tmp_path / "f2.png").read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(ValueError, match="same heads"):
+        figures.figure2(in_domain, ood.iloc[:5], tmp_path / "x.csv", tmp_path / "x.png", tmp_path / "x.pdf")
+
+
+def test_one_head_table_grid(tmp_path):
+    table = pd.DataFrame({
+        "study": "s", "attn_type": ["enc_self", "enc_self", "enc_dec", "enc_dec"], "layer": [0, 1, 0, 1],
+        "best_head": [3, 0, 1, 2], "metric": "bleu", "score_full": 36.05, "score": [34.74, 35.9, 36.29, 22.49],
+        "delta": [-1.31, -0.15, 0.24, -13.56], "significant": [True, False, True, True], "alpha": 0.01,
+    })
+    csv, md = figures.one_head_table(table, tmp_path / "t.csv", tmp_path / "t.md")
+    text = open(md).read()
+    assert "| 1 | -1.31* | +0.24* |" in text and "| 2 | -0.15 | -13.56* |" in text
+    assert "3 of 4 layers" in text
+    written = pd.read_csv(csv)
+    assert written.layer.tolist() == [1, 2, 1, 2] and written.best_head.tolist() == [4, 1, 2, 3]

@@ -298,3 +298,22 @@ def test_compare_mt_identical_systems_all_ties(capsys):
     assert result.p_value == 1.0
     assert result.score_a == pytest.approx(100.0)
     assert capsys.readouterr().out == ""
+
+
+def test_pearson_matches_scipy():
+    import scipy.stats
+
+    from headprune.stats import pearson
+
+    rng = np.random.default_rng(3)
+    for n in (3, 10, 96):
+        x = rng.normal(size=n)
+        y = 0.5 * x + rng.normal(size=n)
+        expected = scipy.stats.pearsonr(x, y)
+        got = pearson(x, y)
+        assert got.r == pytest.approx(expected.statistic, abs=1e-12)
+        assert got.p_value == pytest.approx(expected.pvalue, rel=1e-9)
+        assert got.n == n
+    assert pearson([1, 2, 3], [2, 4, 6]).p_value == 0.0
+    with pytest.raises(ValueError):
+        pearson([1, 2], [1, 2])

@@ -33,15 +33,22 @@ def test_paper_dry_run_lists_one_ablation_job_per_head():
     assert result.returncode == 0, result.stderr
     counts = job_counts(result.stdout)
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
-    ablated = config["experiments"]["ablation"]
-    expected = sum(288 if study == "wmt14_en_fr" else 144 for study in ablated)
-    assert counts["ablate_head"] == expected == 288 + 144
+    experiments = config["experiments"]
+    # Table 1, Figure 2 and the oracle pruning order all need every head ablated alone.
+    ablated = set(experiments["ablation"]) | set(experiments["cross_domain"]) | set(experiments["pruning"])
     jobs = re.findall(r"output: results/(\S+?)/ablation/(\w+-\d+-\d+)\.json", result.stdout)
     per_study = collections.Counter(study for study, _ in jobs)
-    assert per_study == {"wmt14_en_fr": 288, "mnli": 144}
-    assert counts["finetune"] == 1 and counts["fetch_translation_checkpoint"] == 1
-    assert counts["prune"] == 3 * len(config["experiments"]["pruning"])  # importance, oracle, random
-    assert counts["fetch_testset"] == 5  # newstest2009-2013: importance and evaluation sets
+    assert per_study == {study: 288 if study == "wmt14_en_fr" else 144 for study in ablated}
+    assert per_study["wmt14_en_fr"] == 288 and per_study["mnli"] == 144
+    assert counts["ablate_head"] == sum(per_study.values())
+    translation_heads = {head for study, head in jobs if study == "wmt14_en_fr"}
+    assert len(translation_heads) == 288 and {h.split("-")[0] for h in translation_heads} == {
+        "enc_self", "enc_dec", "dec_self"}
+    assert counts["finetune"] == len(ablated - {"wmt14_en_fr"}) == 4  # MNLI, SST-2, CoLA, MRPC
+    assert counts["fetch_translation_checkpoint"] == 1
+    # importance, oracle, random for every study; importance within each type of the translation model
+    assert counts["prune"] == 3 * len(experiments["pruning"]) + 3
+    assert counts["fetch_testset"] == 7  # newstest2009-2014 and MTNT
 
 
 def write_config(tmp_path, change):

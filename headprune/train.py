@@ -1,0 +1,442 @@
+"""Train a fairseq-architecture translation transformer from text, keeping checkpoints on the way.
+
+Section 6 of the paper (Figure 5) trains an IWSLT 2014 de-en transformer (6 layers, 8 heads)
+and prunes the checkpoints of several epochs, to see when the unimportant heads appear. The
+same loop trains the offline demo's tiny en->fr model (``headprune.demo``) with other settings.
+
+The model is transformers' FSMT (fairseq's post-norm transformer: sinusoidal positions, scaled
+embeddings), with all embeddings shared over one joined dictionary. Training is fairseq's
+teacher forcing: source = tokens + </s>, decoder input = </s> + target tokens, labels = target
+tokens + </s>. Options follow fairseq's names:
+
+- learning rate schedule: ``linear`` (linear warmup, then linear decay to zero: the demo) or
+  ``inverse_sqrt`` (fairseq's: linear warmup from ``warmup_init_lr`` over ``warmup_updates``,
+  then lr * sqrt(warmup_updates / update));
+- batches: ``batch_size`` sentences, or, with ``max_tokens``, fairseq's length-bucketed batches
+  (at most max_tokens = sentences x longest side; the batches are formed once and their order
+  is shuffled every epoch);
+- loss: cross entropy over target tokens, optionally label-smoothed as fairseq's
+  label_smoothed_cross_entropy (eps_i = eps / (V - 1));
+- Adam (betas 0.9, 0.98), decoupled weight decay (fairseq's Adam), gradient-norm clipping.
+
+``on_checkpoint(epoch, model, record)`` is called at the end of each epoch in
+``checkpoint_epochs`` (and only then); ``write_translation_tarball`` writes such a checkpoint as
+a fairseq tarball that every loader of the pipeline reads.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Mapping
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from .data import read_lines
+from .fairseq import (EOS_ID, FAIRSEQ_SPECIAL_TOKENS, PAD_ID, build_fsmt_tokenizer, read_fairseq_dict,
+                      write_fairseq_tarball)
+from .finetune import restores_torch_threads, warmup_linear_decay
+
+LR_SCHEDULES = ("linear", "inverse_sqrt")
+
+
+# ---------------------------------------------------------------------------------------------
+# Corpus folders and checkpoints
+# ---------------------------------------------------------------------------------------------
+
+
+def corpus_folder(corpus, src_lang: str, tgt_lang: str) -> Path:
+    """The folder holding train.{src,tgt}, bpecodes and dict.{src,tgt}.txt.
+
+    ``corpus`` is that folder, or the dict of paths ``headprune.demo.make_translation_corpus``
+    returns; ``headprune.iwslt.prepare_iwslt`` writes the same layout.
+    """
+    folder = Path(corpus["bpecodes"]).parent if isinstance(corpus, Mapping) else Path(corpus)
+    for name in (f"train.{src_lang}", f"train.{tgt_lang}", "bpecodes", f"dict.{src_lang}.txt", f"dict.{tgt_lang}.txt"):
+        if not (folder / name).is_file():
+            raise FileNotFoundError(f"{folder}: missing '{name}' (expected a prepared translation corpus)")
+    return folder
+
+
+def read_dict_entries(path) -> list[tuple[str, int]]:
+    """(token, count) pairs of a fairseq dict.xx.txt, so a written tarball keeps the counts."""
+    return [(token, int(count)) for token, count in (line.rsplit(" ", 1) for line in read_lines(path) if line)]
+
+
+def write_translation_tarball(model, corpus, out_tarball, folder_name: str, src_lang: str = "en",
+                              tgt_lang: str = "fr") -> Path:
+    """Write a trained model with its corpus's dictionaries and BPE codes as a fairseq .tar.bz2.
+
+    The tarball holds ``folder_name/`` with model.pt, dict.{src,tgt}.txt and bpecodes, like
+    fairseq's published models. A model on a GPU is copied to the CPU first (the training run
+    keeps its own copy where it is).
+    """
+    folder = corpus_folder(corpus, src_lang, tgt_lang)
+    if any(p.device.type != "cpu" for p in model.parameters()):
+        model = copy.deepcopy(model).to("cpu")
+    return Path(write_fairseq_tarball(
+        model, read_dict_entries(folder / f"dict.{src_lang}.txt"), read_dict_entries(folder / f"dict.{tgt_lang}.txt"),
+        folder / "bpecodes", out_tarball, folder_name, src_lang=src_lang, tgt_lang=tgt_lang,
+    ))
+
+
+# ---------------------------------------------------------------------------------------------
+# Pieces of the training loop
+# ---------------------------------------------------------------------------------------------
+
+
+def fairseq_init_(model) -> None:
+    """Initialize like fairseq's transformer: xavier-uniform projections, N(0, d^-1/2) embeddings.
+
+    With scaled embeddings (x sqrt(d)) this puts token embeddings on the same scale as the
+    sinusoidal positions, which trains much faster than transformers' default N(0, 0.02).
+    """
+    for name, param in model.named_parameters():
+        if "embed_positions" in name:
+            continue
+        if "embed_tokens" in name:
+            torch.nn.init.normal_(param, mean=0.0, std=param.shape[1] ** -0.5)
+            with torch.no_grad():
+                param[PAD_ID].zero_()
+        elif "layer_norm" in name:
+            torch.nn.init.ones_(param) if name.endswith("weight") else torch.nn.init.zeros_(param)
+        elif name.endswith("weight"):
+            torch.nn.init.xavier_uniform_(param)
+        elif name.endswith("bias"):
+            torch.nn.init.zeros_(param)
+
+
+def pad_batch(sequences: list[list[int]], pad_id: int = PAD_ID) -> torch.Tensor:
+    width = max(len(s) for s in sequences)
+    return torch.tensor([s + [pad_id] * (width - len(s)) for s in sequences], dtype=torch.long)
+
+
+def inverse_sqrt_schedule(optimizer, warmup_updates: int, warmup_init_lr: float = 1e-7):
+    """fairseq's inverse_sqrt: lr rises linearly from warmup_init_lr to the optimizer's lr over
+    warmup_updates updates, then decays as lr * sqrt(warmup_updates / update)."""
+    if warmup_updates < 1:
+        raise ValueError(f"warmup_updates must be >= 1, got {warmup_updates}")
+    peak = optimizer.param_groups[0]["lr"]
+    start = min(warmup_init_lr, peak) / peak
+
+    def factor(update: int) -> float:
+        if update < warmup_updates:
+            return start + update * (1.0 - start) / warmup_updates
+        return math.sqrt(warmup_updates / max(update, 1))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def token_batches(source_lengths: list[int], target_lengths: list[int], max_tokens: int,
+                  seed: int = 0) -> list[list[int]]:
+    """fairseq's batch_by_size: sentences sorted by length (random tie order), cut into batches
+    whose size x longest side (source or target, in tokens) stays within max_tokens.
+
+    A pair longer than max_tokens on its own gets a batch of one.
+    """
+    order = list(range(len(source_lengths)))
+    random.Random(seed).shuffle(order)
+    order.sort(key=lambda i: (source_lengths[i], target_lengths[i]))
+    batches, current, longest = [], [], 0
+    for i in order:
+        size = max(source_lengths[i], target_lengths[i])
+        if current and max(longest, size) * (len(current) + 1) > max_tokens:
+            batches.append(current)
+            current, longest = [], 0
+        current.append(i)
+        longest = max(longest, size)
+    if current:
+        batches.append(current)
+    return batches
+
+
+def translation_loss(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float = 0.0):
+    """(loss to optimize, nll, number of target tokens): means over the non-pad target tokens.
+
+    Without smoothing the loss is the plain cross entropy (the nll); with it, fairseq's
+    label_smoothed_nll_loss: (1 - eps - eps_i) * nll + eps_i * sum over the vocabulary of -log p,
+    eps_i = eps / (V - 1).
+    """
+    flat_logits, flat_labels = logits.reshape(-1, logits.size(-1)), labels.reshape(-1)
+    tokens = int(flat_labels.ne(PAD_ID).sum())
+    if not label_smoothing:
+        loss = F.cross_entropy(flat_logits, flat_labels, ignore_index=PAD_ID)
+        return loss, loss, tokens
+    keep = flat_labels.ne(PAD_ID)
+    lprobs = F.log_softmax(flat_logits[keep].float(), dim=-1)
+    nll = -lprobs.gather(-1, flat_labels[keep].unsqueeze(-1)).squeeze(-1)
+    smooth = -lprobs.sum(-1)
+    eps_i = label_smoothing / (lprobs.size(-1) - 1)
+    loss = ((1.0 - label_smoothing - eps_i) * nll + eps_i * smooth).mean()
+    return loss, nll.mean(), tokens
+
+
+def _checked_epochs(checkpoint_epochs: Iterable[int], epochs: int) -> list[int]:
+    wanted = sorted({int(e) for e in checkpoint_epochs})
+    bad = [e for e in wanted if not 1 <= e <= epochs]
+    if bad:
+        raise ValueError(f"checkpoint epochs {bad} are outside 1..{epochs} (the number of training epochs)")
+    return wanted
+
+
+# ---------------------------------------------------------------------------------------------
+# The loop
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TrainingRun:
+    """A finished run: the model (eval mode), the source tokenizer, one record per epoch."""
+
+    model: object
+    tokenizer: object
+    history: list[dict] = field(default_factory=list)
+
+    def history_frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.history)
+
+
+@restores_torch_threads
+def train_translation_model(
+    corpus,
+    *,
+    layers: int = 2,
+    heads: int = 4,
+    d_model: int = 64,
+    ffn: int = 128,
+    epochs: int = 8,
+    seed: int = 0,
+    batch_size: int = 64,
+    max_tokens: int | None = None,
+    lr: float = 3e-3,
+    lr_schedule: str = "linear",
+    warmup_fraction: float = 0.05,
+    warmup_updates: int | None = None,
+    warmup_init_lr: float = 1e-7,
+    betas: tuple[float, float] = (0.9, 0.98),
+    weight_decay: float = 0.0,
+    clip_norm: float | None = 1.0,
+    label_smoothing: float = 0.0,
+    dropout: float = 0.1,
+    attention_dropout: float = 0.0,
+    activation_dropout: float = 0.0,
+    src_lang: str = "en",
+    tgt_lang: str = "fr",
+    valid: tuple | None = None,
+    checkpoint_epochs: Iterable[int] = (),
+    on_checkpoint: Callable[[int, object, dict], None] | None = None,
+    device="cpu",
+    amp: bool = False,
+    max_positions: int = 1024,
+    num_threads: int | None = 1,
+    progress: bool = True,
+) -> TrainingRun:
+    """Train a translation transformer on a prepared corpus folder; return a TrainingRun.
+
+    ``corpus``: a folder (or make_translation_corpus's dict) with train.{src,tgt} (detokenized
+    text, one sentence per line), bpecodes and ONE joined dictionary as dict.{src,tgt}.txt.
+    Text is tokenized with the tokenizers the pipeline builds from a model folder (Moses + BPE +
+    dictionary; the target with the target language's Moses rules, as fairseq's data was).
+
+    ``valid``: optional (source file, reference file); its loss is recorded after every epoch.
+    ``checkpoint_epochs`` / ``on_checkpoint``: see the module docstring. ``history`` has one
+    record per epoch: epoch, updates, lr, train_loss, train_nll, valid_nll (or None), seconds.
+
+    Schedules: ``linear`` warms up over ``warmup_updates`` (default: warmup_fraction of all
+    updates) then decays linearly to 0; ``inverse_sqrt`` needs ``warmup_updates``.
+    ``amp``: bfloat16 autocast on a CUDA device (ignored on the CPU).
+
+    num_threads defaults to 1: a tiny model gains little from intra-op parallelism, and on a
+    busy 2-core machine a second thread made training 5x slower (spin-waiting).
+    """
+    from transformers import FSMTConfig, FSMTForConditionalGeneration
+
+    if lr_schedule not in LR_SCHEDULES:
+        raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES}, not {lr_schedule!r}")
+    if lr_schedule == "inverse_sqrt" and not warmup_updates:
+        raise ValueError("the inverse_sqrt schedule needs warmup_updates")
+    wanted_epochs = _checked_epochs(checkpoint_epochs, epochs)
+    if wanted_epochs and on_checkpoint is None:
+        raise ValueError("checkpoint_epochs given without an on_checkpoint callback")
+    device = torch.device(device)
+    torch.manual_seed(seed)
+    folder = corpus_folder(corpus, src_lang, tgt_lang)
+    dict_tokens = read_fairseq_dict(folder / f"dict.{src_lang}.txt")
+    if dict_tokens != read_fairseq_dict(folder / f"dict.{tgt_lang}.txt"):
+        raise ValueError("the model shares all embeddings: it needs one joined dictionary")
+
+    # The same tokenizers the pipeline builds from a model folder: Moses + BPE + dictionary.
+    source_tokenizer = build_fsmt_tokenizer(folder, src_lang, tgt_lang)
+    target_tokenizer = build_fsmt_tokenizer(folder, tgt_lang, src_lang)
+
+    def encode(source_path, target_path):
+        sources, targets = read_lines(source_path), read_lines(target_path)
+        if len(sources) != len(targets):
+            raise ValueError(f"{source_path} has {len(sources)} lines but {target_path} has {len(targets)}")
+        # Both tokenizers append </s>: exactly fairseq's source and label layout.
+        pairs = [(source_tokenizer(s)["input_ids"], target_tokenizer(t)["input_ids"]) for s, t in zip(sources, targets)]
+        # fairseq skips pairs longer than the model's positions (skip_invalid_size_inputs_valid_test)
+        return [p for p in pairs if len(p[0]) <= max_positions and len(p[1]) <= max_positions]
+
+    train_pairs = encode(folder / f"train.{src_lang}", folder / f"train.{tgt_lang}")
+    if not train_pairs:
+        raise ValueError(f"{folder}: no training pairs")
+    source_ids, label_ids = [s for s, _ in train_pairs], [t for _, t in train_pairs]
+    valid_pairs = encode(*valid) if valid else None
+
+    vocab_size = len(FAIRSEQ_SPECIAL_TOKENS) + len(dict_tokens)
+    config = FSMTConfig(
+        langs=[src_lang, tgt_lang],
+        src_vocab_size=vocab_size,
+        tgt_vocab_size=vocab_size,
+        d_model=d_model,
+        encoder_layers=layers, decoder_layers=layers,
+        encoder_attention_heads=heads, decoder_attention_heads=heads,
+        encoder_ffn_dim=ffn, decoder_ffn_dim=ffn,
+        dropout=dropout, attention_dropout=attention_dropout, activation_dropout=activation_dropout,
+        max_position_embeddings=max_positions, scale_embedding=True, tie_word_embeddings=True,
+    )
+    model = FSMTForConditionalGeneration(config)
+    fairseq_init_(model)
+    for name, param in model.named_parameters():
+        if "embed_positions" in name:  # sinusoidal, not learned
+            param.requires_grad_(False)
+    model.to(device)
+
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    if weight_decay:  # fairseq's Adam decays weights decoupled from the gradient, like AdamW
+        optimizer = torch.optim.AdamW(trainable, lr=lr, betas=tuple(betas), weight_decay=weight_decay)
+    else:
+        optimizer = torch.optim.Adam(trainable, lr=lr, betas=tuple(betas))
+
+    fixed_batches = None
+    if max_tokens:
+        fixed_batches = token_batches([len(s) for s in source_ids], [len(t) for t in label_ids], max_tokens, seed)
+    steps_per_epoch = len(fixed_batches) if fixed_batches else math.ceil(len(source_ids) / batch_size)
+    total_steps = epochs * steps_per_epoch
+    if lr_schedule == "linear":
+        warmup = warmup_updates or max(1, int(warmup_fraction * total_steps))
+        schedule = warmup_linear_decay(optimizer, warmup, total_steps)
+    else:
+        schedule = inverse_sqrt_schedule(optimizer, warmup_updates, warmup_init_lr)
+
+    use_amp = bool(amp) and device.type == "cuda"
+
+    def forward(batch_pairs):
+        input_ids = pad_batch([p[0] for p in batch_pairs]).to(device)
+        labels = pad_batch([p[1] for p in batch_pairs]).to(device)
+        decoder_input_ids = pad_batch([[EOS_ID] + p[1][:-1] for p in batch_pairs]).to(device)
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use_amp):
+            logits = model(
+                input_ids=input_ids,
+                attention_mask=input_ids.ne(PAD_ID).long(),
+                decoder_input_ids=decoder_input_ids,
+                use_cache=False,  # FSMT only applies its causal mask without the cache
+            ).logits
+        return logits, labels
+
+    @torch.no_grad()
+    def valid_nll():
+        model.eval()
+        total, tokens = 0.0, 0
+        if max_tokens:
+            batches = token_batches([len(s) for s, _ in valid_pairs], [len(t) for _, t in valid_pairs], max_tokens)
+        else:
+            batches = [list(range(i, min(i + batch_size, len(valid_pairs)))) for i in range(0, len(valid_pairs), batch_size)]
+        for batch in batches:
+            logits, labels = forward([valid_pairs[i] for i in batch])
+            _, nll, n = translation_loss(logits, labels)
+            total += nll.item() * n
+            tokens += n
+        model.train()
+        return total / max(tokens, 1)
+
+    shuffle_rng = random.Random(seed)
+    history = []
+    updates = 0
+    model.train()
+    bar = tqdm(total=total_steps, desc="train translation model", disable=not progress)
+    for epoch in range(1, epochs + 1):
+        started = time.perf_counter()
+        if fixed_batches is not None:
+            batches = list(fixed_batches)
+            shuffle_rng.shuffle(batches)
+        else:
+            order = list(range(len(source_ids)))
+            shuffle_rng.shuffle(order)
+            batches = [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+        loss_sum = nll_sum = 0.0
+        token_sum = 0
+        for batch in batches:
+            logits, labels = forward([train_pairs[i] for i in batch])
+            loss, nll, tokens = translation_loss(logits, labels, label_smoothing)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if clip_norm:
+                torch.nn.utils.clip_grad_norm_(trainable, clip_norm)
+            optimizer.step()
+            schedule.step()
+            updates += 1
+            loss_value = loss.item()
+            loss_sum += loss_value * tokens
+            nll_sum += (loss_value if nll is loss else nll.item()) * tokens
+            token_sum += tokens
+            bar.update(1)
+            bar.set_postfix(epoch=epoch, loss=f"{loss_value:.3f}")
+        record = {"epoch": epoch, "updates": updates, "lr": optimizer.param_groups[0]["lr"],
+                  "train_loss": loss_sum / max(token_sum, 1), "train_nll": nll_sum / max(token_sum, 1),
+                  "valid_nll": valid_nll() if valid_pairs else None,
+                  "seconds": time.perf_counter() - started}
+        history.append(record)
+        if epoch in wanted_epochs:
+            model.eval()
+            on_checkpoint(epoch, model, record)
+            model.train()
+    bar.close()
+    model.eval()
+    # As headprune.fairseq's loader leaves a model: FSMT builds its causal decoder mask only
+    # without the cache, so plain forward passes must not use it; generate() still does.
+    model.config.use_cache = False
+    model.generation_config.use_cache = True
+    return TrainingRun(model, source_tokenizer, history)
+
+
+@restores_torch_threads
+def fit_translation_model(
+    corpus_paths,
+    *,
+    layers: int = 2,
+    heads: int = 4,
+    d_model: int = 64,
+    ffn: int = 128,
+    epochs: int = 8,
+    seed: int = 0,
+    batch_size: int = 64,
+    lr: float = 3e-3,
+    dropout: float = 0.1,
+    warmup_fraction: float = 0.05,
+    src_lang: str = "en",
+    tgt_lang: str = "fr",
+    num_threads: int | None = 1,
+    progress: bool = True,
+    **options,
+):
+    """Train the translation model in memory; returns (model in eval mode, source tokenizer).
+
+    The demo's settings are the defaults: plain cross entropy (no label smoothing), Adam with
+    linear warmup then linear decay, gradient norm clipped at 1, dropout 0.1 (fairseq's
+    default; it spreads the work over heads, so that, as in real models, many heads are
+    redundant). Any other option of train_translation_model can be passed.
+    """
+    run = train_translation_model(
+        corpus_paths, layers=layers, heads=heads, d_model=d_model, ffn=ffn, epochs=epochs, seed=seed,
+        batch_size=batch_size, lr=lr, dropout=dropout, warmup_fraction=warmup_fraction, src_lang=src_lang,
+        tgt_lang=tgt_lang, num_threads=num_threads, progress=progress, **options,
+    )
+    return run.model, run.tokenizer

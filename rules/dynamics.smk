@@ -1,0 +1,144 @@
+"""Figure 5 (Section 6): training dynamics. Train the IWSLT 2014 de-en transformer (6 layers x 8 heads)
+from its public data, keep checkpoints at the configured epochs, and for each checkpoint estimate
+head importance (valid set) and prune in importance order (test set); one BLEU curve per epoch.
+
+Only active with a `dynamics:` section in the config. The demo prepares an IWSLT-style archive of
+its synthetic task (rule demo_iwslt), which the real preparation rule then reads.
+"""
+
+
+if DYNAMICS:
+
+    if "demo" in config:
+
+        rule demo_iwslt:
+            output:
+                DYNAMICS["data"]["url"],
+            params:
+                settings=config["demo"]["dynamics"],
+                seed=config["demo"]["seed"],
+                langs={"src_lang": DYNAMICS["src_lang"], "tgt_lang": DYNAMICS["tgt_lang"]},
+                test_sets=DYNAMICS["test_sets"],
+            log:
+                f"{RESULTS}/logs/demo/iwslt.log",
+            threads: 1
+            resources:
+                mem_mb=resource("demo", "mem_mb"),
+                runtime=resource("demo", "runtime"),
+            conda:
+                ENV
+            script:
+                "../scripts/demo_iwslt.py"
+
+    rule prepare_iwslt:
+        input:
+            dynamics_local_sources,
+        output:
+            **dynamics_prepared_files(),
+        params:
+            data=DYNAMICS["data"],
+            settings=dynamics_prepare_settings(),
+            archive=dynamics_archive_path(),
+        log:
+            f"{RESULTS}/logs/prepare_iwslt/{DYN}.log",
+        threads: 2
+        resources:
+            gpu=resource("prepare_iwslt", "gpu"),
+            mem_mb=resource("prepare_iwslt", "mem_mb"),
+            runtime=resource("prepare_iwslt", "runtime"),
+        conda:
+            ENV
+        script:
+            "../scripts/prepare_iwslt.py"
+
+    rule train_dynamics:
+        input:
+            **dynamics_prepared_files(),
+        output:
+            checkpoints=dynamics_checkpoints(),
+            history=f"{RESULTS}/{DYN}/training.csv",
+        params:
+            settings=dynamics_model_settings(),
+            train=DYNAMICS["train"],
+        log:
+            f"{RESULTS}/logs/train_dynamics/{DYN}.log",
+        threads: 1
+        resources:
+            gpu=resource("train_dynamics", "gpu"),
+            mem_mb=resource("train_dynamics", "mem_mb"),
+            runtime=resource("train_dynamics", "runtime"),
+        conda:
+            ENV
+        script:
+            "../scripts/train_dynamics.py"
+
+    rule dynamics_importance:
+        input:
+            model=dynamics_model,
+            data=dynamics_importance_data,
+        output:
+            f"{RESULTS}/{DYN}/epoch{{epoch}}/head_importance.csv",
+        params:
+            study=dynamics_study,
+            data=dynamics_importance_params,
+            settings=config["importance"],
+        log:
+            f"{RESULTS}/logs/dynamics_importance/{DYN}/epoch{{epoch}}.log",
+        wildcard_constraints:
+            epoch="[0-9]+",
+        threads: 1
+        resources:
+            gpu=resource("importance", "gpu"),
+            mem_mb=resource("importance", "mem_mb"),
+            runtime=resource("importance", "runtime"),
+        conda:
+            ENV
+        script:
+            "../scripts/importance.py"
+
+    rule dynamics_prune:
+        input:
+            importance=f"{RESULTS}/{DYN}/epoch{{epoch}}/head_importance.csv",
+            model=dynamics_model,
+            data=dynamics_eval_data,
+        output:
+            f"{RESULTS}/{DYN}/epoch{{epoch}}/pruning_{{order}}.csv",
+        params:
+            study=dynamics_study,
+            pruning=dynamics_pruning_params,
+        log:
+            f"{RESULTS}/logs/dynamics_prune/{DYN}/epoch{{epoch}}_{{order}}.log",
+        wildcard_constraints:
+            epoch="[0-9]+",
+            order="importance",
+        threads: 1
+        resources:
+            gpu=resource("prune", "gpu"),
+            mem_mb=resource("prune", "mem_mb"),
+            runtime=resource("prune", "runtime"),
+        conda:
+            ENV
+        script:
+            "../scripts/prune.py"
+
+    rule plot_dynamics:
+        input:
+            pruning=dynamics_pruning_tables(),
+        output:
+            csv=f"{FIGURES}/{DYN}/figure5.csv",
+            png=report(f"{FIGURES}/{DYN}/figure5.png", caption="../report/figure5.rst", category="Figure 5",
+                       subcategory=DYN),
+            pdf=f"{FIGURES}/{DYN}/figure5.pdf",
+        params:
+            epochs=dynamics_epochs(),
+            style=figure_style,
+        log:
+            f"{RESULTS}/logs/plot_dynamics/{DYN}.log",
+        resources:
+            gpu=resource("figures", "gpu"),
+            mem_mb=resource("figures", "mem_mb"),
+            runtime=resource("figures", "runtime"),
+        conda:
+            ENV
+        script:
+            "../scripts/plot_dynamics.py"

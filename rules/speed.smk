@@ -1,0 +1,29 @@
+"""Table 4: inference speed with 50% of the heads physically removed, against the full model (one job per study)."""
+
+
+rule speed:
+    input:
+        model=study_model,
+        data=speed_eval_data,
+        importance=f"{RESULTS}/{{study}}/importance.csv",
+    output:
+        runs=f"{RESULTS}/{{study}}/speed.csv",
+        table_csv=f"{FIGURES}/{{study}}/table4.csv",
+        table_md=report(f"{FIGURES}/{{study}}/table4.md", caption="../report/table4.rst", category="Table 4",
+                        subcategory="{study}"),
+    params:
+        study=study_of,
+        speed=speed_params,
+    log:
+        f"{RESULTS}/logs/speed/{{study}}.log",
+    # torch threads (capped by --cores). Timings are only comparable on a quiet machine: threads as
+    # large as --cores also keep every other local job off the machine while this one runs.
+    threads: config.get("speed", {}).get("threads", 1)
+    resources:
+        gpu=resource("speed", "gpu"),
+        mem_mb=resource("speed", "mem_mb"),
+        runtime=resource("speed", "runtime"),
+    conda:
+        ENV
+    script:
+        "../scripts/speed.py"

@@ -1,0 +1,21 @@
+"""Tables 2-3: one row per layer and attention type: the best single head's change on the test set."""
+import pandas as pd
+
+from headprune.experiments import compare_to_full
+from headprune.workflow import load_evalset, logged, read_json
+
+with logged(snakemake) as log:
+    study, params = snakemake.params.study, snakemake.params.significance
+    evalset = load_evalset(params["eval"])
+    full = read_json(snakemake.input.full)["roles"]["test"]
+    rows = []
+    for path in snakemake.input.layers:
+        kept = read_json(path)
+        rows.append({"study": study["name"], "testset": full["testset"], "attn_type": kept["attn_type"], "layer": kept["layer"],
+                     "best_head": kept["best_head"], "selection_score": max(kept["selection_scores"]),
+                     **compare_to_full(evalset, full, kept, resamples=params["resamples"], seed=params["seed"],
+                                       alpha=params["alpha"])})
+    table = pd.DataFrame(rows).sort_values(["attn_type", "layer"])
+    table.to_csv(snakemake.output[0], index=False)
+    log.info("%s: %d of %d layers change significantly with one head", study["name"], table.significant.sum(),
+             len(table))

@@ -1,0 +1,11 @@
+"""Figure 2: single-head ablation deltas out of domain against in domain, with Pearson's r."""
+import pandas as pd
+
+from headprune import figures
+from headprune.workflow import logged
+
+with logged(snakemake) as log:
+    paths = figures.figure2(pd.read_csv(snakemake.input.in_domain), pd.read_csv(snakemake.input.out_of_domain),
+                            snakemake.output.csv, snakemake.output.png, snakemake.output.pdf,
+                            dict(snakemake.params.style))
+    log.info("wrote %s", paths)

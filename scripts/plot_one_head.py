@@ -1,0 +1,9 @@
+"""Tables 2-3: the change when each layer keeps only its best head."""
+import pandas as pd
+
+from headprune import figures
+from headprune.workflow import logged
+
+with logged(snakemake) as log:
+    log.info("wrote %s", figures.one_head_table(pd.read_csv(snakemake.input[0]), snakemake.output.csv,
+                                                snakemake.output.md))

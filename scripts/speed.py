@@ -1,0 +1,24 @@
+"""Table 4: time the study's model with its least important heads physically removed against the full model.
+
+input.model, input.data, input.importance; params.study, params.speed ({eval, settings});
+output.runs (tidy, one row per variant, batch size and run), output.table_csv, output.table_md.
+"""
+import pandas as pd
+
+from headprune.models import pick_device
+from headprune.speed import SpeedSettings, speed_study, table4
+from headprune.workflow import load_evalset, load_study_model, logged, threads_for_torch
+
+with logged(snakemake) as log:  # noqa: F821 (snakemake is injected)
+    threads_for_torch(snakemake)  # noqa: F821
+    study, params, output = snakemake.params.study, snakemake.params.speed, snakemake.output  # noqa: F821
+    device = pick_device(study["device"])
+    model, tokenizer = load_study_model(study, device)
+    evalset = load_evalset(params["eval"])
+    settings = SpeedSettings(**params["settings"])
+    runs, facts = speed_study(study["name"], model, tokenizer, evalset, pd.read_csv(snakemake.input.importance),  # noqa: F821
+                              settings, device, log)
+    summary = table4(runs, facts, output.runs, output.table_csv, output.table_md, evalset_name=params["eval"]["name"])
+    for row in summary.itertuples():
+        log.info("%s batch %d: original %.1f +- %.1f, pruned %.1f +- %.1f %s/s (%+.1f%%)", row.study, row.batch_size,
+                 row.original_mean, row.original_std, row.pruned_mean, row.pruned_std, row.unit, row.speedup_percent)
