@@ -9,7 +9,7 @@ layer tries each head on the selection set.
 
 wildcard_constraints:
     study="|".join(STUDIES),
-    head="[a-z_]+-[0-9]+-[0-9]+",
+    head="[a-z_]+-[0-9]+-[0-9]+([+][a-z_]+-[0-9]+-[0-9]+)*",
     layer="[a-z_]+-[0-9]+",
     role="|".join(ROLES),
 

@@ -238,9 +238,17 @@ def importance_spec(study):
             "max_items": config["bert"].get("importance_examples"), "seed": config["bert"]["finetune"]["seed"]}
 
 
+def ablation_jobs(study):
+    """The single-head ablation jobs: one per head ('enc_self-0-3'), or with ablation.heads_per_job > 1
+    a few heads per job ('enc_self-0-0+enc_self-0-1'), each still evaluated with only that head off."""
+    heads = study_heads(study)
+    size = config["ablation"].get("heads_per_job", 1)
+    return ["+".join(heads[i:i + size]) for i in range(0, len(heads), size)]
+
+
 def ablation_outputs(wildcards):
     return expand(f"{RESULTS}/{{study}}/ablation/{{head}}.json", study=wildcards.study,
-                  head=study_heads(wildcards.study))
+                  head=ablation_jobs(wildcards.study))
 
 
 def pruning_inputs(wildcards):

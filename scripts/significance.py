@@ -11,12 +11,11 @@ with logged(snakemake) as log:
     full = read_json(snakemake.input.full)["roles"][role]
     rows = []
     for path in snakemake.input.heads:
-        ablated = read_json(path)
-        attn_type, layer, head = parse_head_name(ablated["head"])
-        rows.append({"study": study["name"], "testset": full["testset"], "attn_type": attn_type, "layer": layer,
-                     "head": head, **compare_to_full(evalset, full, ablated["roles"][role],
-                                                     resamples=params["resamples"], seed=params["seed"],
-                                                     alpha=params["alpha"])})
+        for name, roles in read_json(path)["heads"].items():
+            attn_type, layer, head = parse_head_name(name)
+            rows.append({"study": study["name"], "testset": full["testset"], "attn_type": attn_type, "layer": layer,
+                         "head": head, **compare_to_full(evalset, full, roles[role], resamples=params["resamples"],
+                                                         seed=params["seed"], alpha=params["alpha"])})
     table = pd.DataFrame(rows).sort_values(["attn_type", "layer", "head"])
     table.to_csv(snakemake.output[0], index=False)
     log.info("%s on %s: %d of %d heads significant at p < %s", study["name"], evalset.metric,

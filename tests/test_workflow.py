@@ -71,3 +71,14 @@ def test_bad_config_stops_before_any_job(tmp_path, change, message):
     assert result.returncode != 0
     assert message in result.stdout + result.stderr
     assert "Job stats" not in result.stdout
+
+
+def test_demo_groups_heads_but_ablates_each_alone(tmp_path):
+    """ablation.heads_per_job: 4 makes 6 + 2 jobs that together cover every head exactly once."""
+    result = snakemake("-n", "--configfile", str(ROOT / "demo" / "config.yaml"), "--directory", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    jobs = re.findall(r"output: results/demo/(\w+)/ablation/(\S+)\.json", result.stdout)
+    heads = collections.Counter((study, head) for study, job in jobs for head in job.split("+"))
+    assert len(jobs) == 6 + 2 and all(len(job.split("+")) == 4 for _, job in jobs)
+    assert sum(1 for study, _ in heads if study == "demo_en_fr") == 24 and max(heads.values()) == 1
+    assert sum(1 for study, _ in heads if study == "mnli") == 8
