@@ -1,0 +1,238 @@
+"""profiles/slurm on a real SLURM cluster: one node on 127.0.0.1, started for these tests (tests/slurm_cluster.py).
+
+The cluster tests need Debian's SLURM (slurmctld slurmd slurm-client munge) and root; without
+them they are skipped with the reason. CI (.ci/run) installs the packages and sets
+HEADPRUNE_REQUIRE_SLURM=1, which turns that skip into a failure.
+
+The part of the demo that runs under SLURM is the single-head ablation of the MNLI study
+(Table 1: the full model, the head ablation jobs, the significance tests) and its head importance:
+the jobs a cluster is for. They start from the session's local demo run (its fine-tuned model,
+copied with the data), run through sbatch, and must give the local run's numbers exactly.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from slurm_cluster import PARTITION, SlurmCluster, missing_reason
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILE = ROOT / "profiles" / "slurm"
+DEMO_CONFIG = ROOT / "demo" / "config.yaml"
+REQUIRED = os.environ.get("HEADPRUNE_REQUIRE_SLURM") == "1"
+STUDY = "mnli"
+# The rules of the part that runs under SLURM (and everything downstream of them among the targets).
+SLURM_PART = ("importance", "evaluate_full", "ablate_head")
+
+
+def snakemake(workdir, *args, configfile=DEMO_CONFIG, env=None, timeout=1200):
+    command = [sys.executable, "-m", "snakemake", *args, "--snakefile", str(ROOT / "Snakefile"),
+               "--directory", str(workdir), "--configfile", str(configfile)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def write_config(path, edit=lambda config: None):
+    config = yaml.safe_load(DEMO_CONFIG.read_text())
+    edit(config)
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def job_resources(text):
+    """[(rule, {resource: value})] for every job a dry run lists."""
+    jobs = []
+    for block in re.split(r"^(?=(?:local)?rule \w+:)", text, flags=re.M)[1:]:
+        rule = re.match(r"(?:local)?rule (\w+):", block).group(1)
+        match = re.search(r"^\s+resources: (.*)$", block, flags=re.M)
+        resources = dict(item.split("=", 1) for item in match.group(1).split(", ")) if match else {}
+        jobs.append((rule, resources))
+    return jobs
+
+
+# --- 1. the profile (no cluster needed) -----------------------------------------------------
+
+
+def test_profile_sets_partition_and_account_in_one_place():
+    from snakemake_executor_plugin_slurm.validation import get_forbidden_slurm_options
+
+    text = (PROFILE / "config.yaml").read_text()
+    profile = yaml.safe_load(text)
+    assert profile["executor"] == "slurm"
+    assert {"slurm_partition", "slurm_account"} <= set(profile["default-resources"])
+    # the one place: nowhere else in the profile
+    assert len(re.findall(r"^\s*slurm_partition:", text, flags=re.M)) == 1
+    assert len(re.findall(r"^\s*slurm_account:", text, flags=re.M)) == 1
+    # mem_mb, runtime and gpu come from config.yaml, not from the profile
+    for key in ("mem_mb", "runtime", "gpu", "mem_mb_per_cpu"):
+        assert key not in profile["default-resources"], key
+    extras = [profile["default-resources"].get("slurm_extra", "")] + \
+             [r.get("slurm_extra", "") for r in (profile.get("set-resources") or {}).values()]
+    for extra in filter(None, extras):
+        for pattern, name in get_forbidden_slurm_options().items():
+            assert not re.search(pattern, extra), f"slurm_extra sets the plugin-managed {name}"
+    readme = (ROOT / "README.md").read_text().split("## Running on SLURM", 1)[1].split("\n## ", 1)[0]
+    for word in ("profiles/slurm/config.yaml", "slurm_partition", "slurm_account", "profiles/local"):
+        assert word in readme, word
+
+
+def test_every_job_takes_gpu_memory_and_runtime_from_config(tmp_path):
+    """Dry run with made-up resources: every job (but the target rule `all`) shows the config's values."""
+    def edit(config):
+        config["resources"] = {"default": {"gpu": 0, "mem_mb": 1234, "runtime": 77},
+                               "finetune": {"gpu": 1, "mem_mb": 4321, "runtime": 99}}
+    config = write_config(tmp_path / "config.yaml", edit)
+    result = snakemake(tmp_path / "work", "--dry-run", configfile=config)
+    assert result.returncode == 0, result.stderr[-3000:]
+    jobs = [(rule, res) for rule, res in job_resources(result.stdout + result.stderr) if rule != "all"]
+    assert len(jobs) > 20
+    for rule, resources in jobs:
+        expected = ("4321", "99", "1") if rule == "finetune" else ("1234", "77", "0")
+        assert (resources.get("mem_mb"), resources.get("runtime"), resources.get("gpu", "0")) == expected, \
+            (rule, resources)
+
+
+# --- 2. a real cluster --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster():
+    reason = missing_reason()
+    if reason:
+        if REQUIRED:
+            pytest.fail(f"HEADPRUNE_REQUIRE_SLURM=1 but no SLURM test cluster can start: {reason}")
+        pytest.skip(reason)
+    # Not under pytest's tmp folder: munged (user munge) must be able to reach its socket.
+    root = Path(os.environ.get("HEADPRUNE_SLURM_ROOT") or tempfile.mkdtemp(prefix="headprune-slurm-"))
+    cluster = SlurmCluster(root)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+        assert not any(cluster.running().values()), cluster.running()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def slurm_profile(tmp_path_factory):
+    """profiles/slurm with the one edit a user makes (partition; this cluster has no accounts), and test speed."""
+    profile = yaml.safe_load((PROFILE / "config.yaml").read_text())
+    profile["default-resources"]["slurm_partition"] = PARTITION
+    del profile["default-resources"]["slurm_account"]
+    profile.update({
+        "slurm-status-command": "squeue",  # no accounting storage here: sacct cannot answer
+        "slurm-init-seconds-before-status-checks": 2,
+        "slurm-keep-successful-logs": True,
+        "latency-wait": 5,
+    })
+    folder = tmp_path_factory.mktemp("profile")
+    (folder / "config.yaml").write_text(yaml.safe_dump(profile, sort_keys=False))
+    return folder
+
+
+def cluster_env(cluster):
+    return {**os.environ, **cluster.env}
+
+
+def submitted(text):
+    """{snakemake jobid: SLURM jobid} from 'Job 3 has been submitted with SLURM jobid 12 (log: ...)'."""
+    return dict(re.findall(r"Job (\d+) has been submitted with SLURM jobid (\d+)", text))
+
+
+def scontrol_job(cluster, slurm_id):
+    out = subprocess.run(["scontrol", "show", "job", "--oneliner", slurm_id], capture_output=True, text=True,
+                         env=cluster_env(cluster), check=True).stdout
+    return dict(re.findall(r"(\w+)=(\S*)", out))
+
+
+def copy_run(source, dest):
+    """The data and results of a finished run (mtimes kept), without its .snakemake state."""
+    for name in ("data", "results"):
+        shutil.copytree(source / name, dest / name, symlinks=True)
+    return dest
+
+
+def test_ablation_study_runs_through_sbatch_and_equals_the_local_run(slurm_cluster, slurm_profile, demo_run,
+                                                                       tmp_path):
+    local = demo_run / "results" / "demo" / STUDY
+    tables = sorted(p.relative_to(demo_run) for p in local.rglob("ablation.csv"))
+    assert tables, f"no ablation table in {local}"
+    targets = [str(p) for p in tables] + [f"results/demo/{STUDY}/importance.csv"]
+    work = copy_run(demo_run, tmp_path / "work")
+    # Resources of our own (distinct for the ablation jobs), to see them arrive in SLURM.
+    config = write_config(tmp_path / "config.yaml", lambda c: c.update(resources={
+        "default": {"gpu": 0, "mem_mb": 1800, "runtime": 9}, "ablate": {"gpu": 0, "mem_mb": 1500, "runtime": 7}}))
+    args = [*targets, "--profile", str(slurm_profile), "--forcerun", *SLURM_PART]
+
+    plan = snakemake(work, *args, "--dry-run", configfile=config, env=cluster_env(slurm_cluster))
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    planned = [rule for rule, _ in job_resources(plan.stdout + plan.stderr)]
+    demo = yaml.safe_load(DEMO_CONFIG.read_text())
+    heads = demo["bert"]["layers"] * demo["bert"]["heads"]
+    assert planned.count("ablate_head") == -(-heads // demo["ablation"].get("heads_per_job", 1))
+    assert {"evaluate_full", "significance", "importance"} <= set(planned)
+    assert not {"finetune", "demo_classification", "prepare_glue"} & set(planned), planned
+
+    started, submitted_at = time.monotonic(), time.time()
+    result = snakemake(work, *args, configfile=config, env=cluster_env(slurm_cluster))
+    elapsed = time.monotonic() - started
+    text = result.stdout + result.stderr
+    assert result.returncode == 0, text[-6000:] + slurm_cluster.logs("slurmctld")
+    print(f"{len(planned)} SLURM jobs in {elapsed:.0f} s")
+
+    # Every job went through sbatch, and SLURM ran it to completion with the config's resources.
+    jobs = submitted(text)
+    assert len(jobs) == len(planned), (jobs, planned)
+    rules = []
+    for slurm_id in jobs.values():
+        record = scontrol_job(slurm_cluster, slurm_id)
+        assert record["JobState"] == "COMPLETED" and record["Partition"] == PARTITION, record
+        rule = re.match(r"rule_(\w+?)(?:_wildcards_|$)", record["Comment"]).group(1)
+        rules.append(rule)
+        if rule == "ablate_head":
+            assert record["TimeLimit"] == "00:07:00" and record["MinMemoryNode"] == "1500M", record
+        else:
+            assert record["TimeLimit"] == "00:09:00" and record["MinMemoryNode"] == "1800M", record
+    assert sorted(rules) == sorted(planned)
+    assert len(list((work / ".snakemake" / "slurm_logs").rglob("*.log"))) == len(planned)
+
+    # The same numbers as the local run.
+    for path in tables + [Path(f"results/demo/{STUDY}/importance.csv")]:
+        assert (work / path).stat().st_mtime > (demo_run / path).stat().st_mtime  # recomputed, not copied
+        pd.testing.assert_frame_equal(pd.read_csv(work / path), pd.read_csv(demo_run / path), check_exact=True)
+    recomputed = [p for p in (work / local.relative_to(demo_run) / "ablation").glob("*.json")
+                  if p.stat().st_mtime >= submitted_at]
+    assert len(recomputed) == planned.count("ablate_head")
+    for path in recomputed:
+        original = demo_run / path.relative_to(work)
+        assert json.loads(path.read_text()) == json.loads(original.read_text()), path.name
+
+
+def test_failed_slurm_job_fails_the_run_and_shows_the_rule_log(slurm_cluster, slurm_profile, tmp_path):
+    """A GLUE archive whose sha256 does not match: prepare_glue fails inside SLURM, the run fails, its log is shown."""
+    work = tmp_path / "work"
+    archive = work / "upstream" / "broken.zip"
+    archive.parent.mkdir(parents=True)
+    archive.write_bytes(b"not the archive the checksum names")
+    config = write_config(tmp_path / "config.yaml", lambda c: c["glue"].update(
+        broken={"task": "SST-2", "url": "upstream/broken.zip", "sha256": "0" * 64}))
+    result = snakemake(work, "data/demo/glue/broken", "--profile", str(slurm_profile), configfile=config,
+                       env=cluster_env(slurm_cluster), timeout=600)
+    text = result.stdout + result.stderr
+    assert result.returncode != 0, text[-3000:]
+    (slurm_id,) = submitted(text).values()
+    assert scontrol_job(slurm_cluster, slurm_id)["JobState"] == "FAILED"
+    assert "Error in rule prepare_glue" in text
+    log = work / "results" / "demo" / "logs" / "prepare_glue" / "broken.log"
+    assert "sha256 mismatch" in log.read_text()
+    # --show-failed-logs (profiles/slurm): the rule's log is printed in the run's own output
+    assert f"Logfile {log.relative_to(work)}" in text and "sha256 mismatch" in text, text[-3000:]
