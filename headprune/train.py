@@ -407,36 +407,13 @@ def train_translation_model(
     return TrainingRun(model, source_tokenizer, history)
 
 
-@restores_torch_threads
-def fit_translation_model(
-    corpus_paths,
-    *,
-    layers: int = 2,
-    heads: int = 4,
-    d_model: int = 64,
-    ffn: int = 128,
-    epochs: int = 8,
-    seed: int = 0,
-    batch_size: int = 64,
-    lr: float = 3e-3,
-    dropout: float = 0.1,
-    warmup_fraction: float = 0.05,
-    src_lang: str = "en",
-    tgt_lang: str = "fr",
-    num_threads: int | None = 1,
-    progress: bool = True,
-    **options,
-):
+def fit_translation_model(corpus_paths, **options):
     """Train the translation model in memory; returns (model in eval mode, source tokenizer).
 
-    The demo's settings are the defaults: plain cross entropy (no label smoothing), Adam with
-    linear warmup then linear decay, gradient norm clipped at 1, dropout 0.1 (fairseq's
-    default; it spreads the work over heads, so that, as in real models, many heads are
-    redundant). Any other option of train_translation_model can be passed.
+    The demo's settings are train_translation_model's defaults: plain cross entropy (no label
+    smoothing), Adam with linear warmup then linear decay, gradient norm clipped at 1, dropout
+    0.1 (fairseq's default; it spreads the work over heads, so that, as in real models, many
+    heads are redundant). Any option of train_translation_model can be passed.
     """
-    run = train_translation_model(
-        corpus_paths, layers=layers, heads=heads, d_model=d_model, ffn=ffn, epochs=epochs, seed=seed,
-        batch_size=batch_size, lr=lr, dropout=dropout, warmup_fraction=warmup_fraction, src_lang=src_lang,
-        tgt_lang=tgt_lang, num_threads=num_threads, progress=progress, **options,
-    )
+    run = train_translation_model(corpus_paths, **options)
     return run.model, run.tokenizer
