@@ -15,9 +15,9 @@ import numpy as np
 import pandas as pd
 
 from . import metrics, stats
-from .batching import classification_batches
-from .evaluate import predict_classes, translate
-from .heads import full_gates, head_shape
+
+# The model-side modules (torch, transformers: seconds to import) are imported inside the
+# functions that run a model, so that significance and plotting jobs start fast.
 
 HeadId = tuple[str, int, int]
 
@@ -32,12 +32,16 @@ def parse_head_name(name: str) -> HeadId:
 
 
 def all_heads(model_or_shape) -> list[HeadId]:
+    from .heads import head_shape
+
     shape = model_or_shape if isinstance(model_or_shape, dict) else head_shape(model_or_shape)
     return [(t, layer, h) for t, (layers, heads) in shape.items() for layer in range(layers) for h in range(heads)]
 
 
 def gates_without(model, heads: Iterable[HeadId]):
     """0/1 gates with the given heads switched off."""
+    from .heads import full_gates
+
     gates = full_gates(model)
     for attn_type, layer, head in heads:
         gates[attn_type][layer, head] = 0.0
@@ -46,6 +50,8 @@ def gates_without(model, heads: Iterable[HeadId]):
 
 def gates_keeping_one(model, attn_type: str, layer: int, head: int):
     """Gates that switch off every head of one layer but ``head`` (the paper's Section 3.3)."""
+    from .heads import full_gates
+
     gates = full_gates(model)
     gates[attn_type][layer, :] = 0.0
     gates[attn_type][layer, head] = 1.0
@@ -78,6 +84,9 @@ class EvalSettings:
 
 def run(model, tokenizer, evalset: EvalSet, gates=None, settings: EvalSettings = EvalSettings()) -> list:
     """Per-item outputs of the (gated) model: translations, or predicted class indices."""
+    from .batching import classification_batches
+    from .evaluate import predict_classes, translate
+
     if evalset.kind == "translation":
         return translate(model, tokenizer, evalset.sources, gates, beam=settings.beam, lenpen=settings.lenpen,
                          batch_size=settings.batch_size, progress=settings.progress)

@@ -4,10 +4,9 @@ p-value convention (compare-mt's): p = 1 - max(wins_a, wins_b) / n_resamples, th
 resamples in which the system that wins more often does not win. With all resamples tied, p = 1.
 """
 
-import contextlib
-import io
+import math
 from dataclasses import dataclass
-from functools import partial
+from functools import lru_cache, partial
 
 import numpy as np
 from scipy import stats as scipy_stats
@@ -92,50 +91,97 @@ def paired_bootstrap_metric(preds_a, preds_b, labels, metric, n_resamples=1000, 
     )
 
 
+# Entries of the resample-by-sentence count matrix built at once (int64: 32 MiB).
+_CHUNK_ENTRIES = 1 << 22
+
+
+@lru_cache(maxsize=8)
+def _moses_tokenized(lines: tuple, lang: str) -> tuple:
+    # The pipeline compares every ablated head with the same references and full-model output:
+    # remembering the last few tokenizations spares re-tokenizing those two on every call.
+    return tuple(metrics.moses_tokenize(lines, lang))
+
+
+@lru_cache(maxsize=8)
+def _bleu_stats(refs: tuple, hyps: tuple) -> np.ndarray:
+    """compare-mt's BleuScorer.cache_stats as int64 rows: ref_len, out_len, num 1-4, denom 1-4."""
+    from compare_mt import scorers as cm_scorers  # pulls in nltk: slow to import, needed only here
+
+    cached = cm_scorers.BleuScorer().cache_stats([r.split() for r in refs], [h.split() for h in hyps])
+    rows = np.array([(ref_len, out_len, *(num for num, _ in prec), *(denom for _, denom in prec))
+                     for ref_len, out_len, prec in cached], dtype=np.int64).reshape(len(cached), 10)
+    rows.flags.writeable = False  # shared by later calls through the cache
+    return rows
+
+
+def _compare_mt_bleu(sums, weights, scale):
+    """BleuScorer.score_cached_corpus on summed statistics, same float operations in the same order.
+
+    Its quirks are kept: 0 when no unigram matches, an order without matches adds a log term of 0.
+    """
+    ref_len, out_len, *counts = sums
+    num, denom = counts[:4], counts[4:]
+    if num[0] == 0:
+        return 0
+    prec = 0
+    for w, m, d in zip(weights, num, denom):
+        p = m / d if d != 0 else 0
+        p = math.log(p) if p > 0 else 0
+        prec += p * w
+    bp = min(1, math.exp(1 - ref_len / out_len)) if out_len != 0 else 0
+    return scale * bp * math.exp(prec)
+
+
 def paired_bootstrap_bleu(
     hyps_a, hyps_b, refs, n_resamples=1000, seed=0, tokenized=False, lang="fr", sample_ratio=1.0
 ) -> BootstrapResult:
-    """Paired bootstrap of corpus BLEU with compare-mt (the paper's tool).
+    """Paired bootstrap of corpus BLEU as compare-mt (the paper's tool) does it.
 
     compare-mt scores whitespace-separated tokens: detokenized input (tokenized=False) is
     Moses-tokenized for `lang` first; tokenized=True means the strings are already tokenized.
     Scores are compare-mt's BLEU (0-100), equal to sacrebleu tokenize="none", smooth_method="none"
     on the same tokens unless a hypothesis has fewer than 4 tokens or an n-gram order has no match.
     sample_ratio=1.0 resamples as many items as the test set has; compare-mt's own CLI uses 0.5.
+
+    This replays compare-mt 0.2.10's sign_utils.eval_with_paired_bootstrap with BleuScorer,
+    vectorized: BleuScorer.cache_stats per sentence, the same resample ids (np.random.choice after
+    np.random.seed(seed), drawn here from a private RandomState so numpy's global state is left
+    alone), integer sums of the statistics per resample, and score_cached_corpus's float
+    arithmetic. Tests check scores and win counts identical to compare-mt's own.
     """
-    # Imported here: compare-mt pulls in nltk, slow to import and needed only for this test.
     from compare_mt import scorers as cm_scorers
-    from compare_mt import sign_utils
 
     n = _check_lengths(hyps_a, hyps_b, refs)
+    hyps_a, hyps_b, refs = tuple(hyps_a), tuple(hyps_b), tuple(refs)
     if not tokenized:
-        hyps_a = metrics.moses_tokenize(hyps_a, lang)
-        hyps_b = metrics.moses_tokenize(hyps_b, lang)
-        refs = metrics.moses_tokenize(refs, lang)
-    ref_tok = [line.split() for line in refs]
-    outs = [[line.split() for line in hyps_a], [line.split() for line in hyps_b]]
+        hyps_a, hyps_b, refs = (_moses_tokenized(lines, lang) for lines in (hyps_a, hyps_b, refs))
+    stats_a, stats_b = _bleu_stats(refs, hyps_a), _bleu_stats(refs, hyps_b)
 
     scorer = cm_scorers.BleuScorer()
-    score_a = float(scorer.score_corpus(ref_tok, outs[0])[0])
-    score_b = float(scorer.score_corpus(ref_tok, outs[1])[0])
+    bleu = partial(_compare_mt_bleu, weights=scorer.weights, scale=scorer.scale)
+    score_a = float(bleu(stats_a.sum(axis=0).tolist()))
+    score_b = float(bleu(stats_b.sum(axis=0).tolist()))
 
-    # compare-mt draws from numpy's global RandomState: seed it for reproducibility and put the
-    # caller's state back afterwards. Its stdout is silenced in case a version prints.
-    saved_state = np.random.get_state()
-    np.random.seed(seed)
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            win_ratios, _ = sign_utils.eval_with_paired_bootstrap(
-                ref_tok, outs, [None] * n, scorer,
-                compare_directions=[(0, 1)], num_samples=n_resamples, sample_ratio=sample_ratio,
-            )
-    finally:
-        np.random.set_state(saved_state)
+    # compare-mt draws each resample with np.random.choice(ids, size=int(n * sample_ratio)); the
+    # legacy RandomState's draws are a plain stream, so drawing a block of resamples at once
+    # gives the same ids in the same order.
+    rng = np.random.RandomState(seed)
+    sample_size = int(n * sample_ratio)
+    chunk = max(1, _CHUNK_ENTRIES // max(n, sample_size, 1))
+    wins_a = wins_b = 0
+    for start in range(0, n_resamples, chunk):
+        rows = min(chunk, n_resamples - start)
+        ids = rng.choice(n, size=(rows, sample_size), replace=True)
+        # How often each sentence was drawn, per resample: the summed statistics are then
+        # counts @ stats, exact in int64.
+        counts = np.bincount((ids + n * np.arange(rows)[:, None]).ravel(), minlength=rows * n).reshape(rows, n)
+        for sums_a, sums_b in zip((counts @ stats_a).tolist(), (counts @ stats_b).tolist()):
+            a, b = bleu(sums_a), bleu(sums_b)
+            wins_a += a > b
+            wins_b += a < b
 
-    # compare-mt returns ratios [A wins, B wins, "ties"]; its third entry also counts A's wins
-    # (an if/else bug), so ties are recomputed from the two win counts.
-    wins_a = round(win_ratios[0][0] * n_resamples)
-    wins_b = round(win_ratios[0][1] * n_resamples)
+    # compare-mt also counts "ties", but its third entry counts A's wins too (an if/else bug):
+    # ties are what neither system wins.
     return BootstrapResult(
         score_a=score_a,
         score_b=score_b,

@@ -48,6 +48,9 @@ def _check_config():
             if study not in STUDIES:
                 raise ValueError(f"config: experiments.{experiment} names '{study}', "
                                  f"which is neither translation.name nor a glue task ({STUDIES})")
+    if TRANSLATION in config["experiments"].get("glue_pruning", []):
+        raise ValueError(f"config: experiments.glue_pruning names '{TRANSLATION}', the translation study; "
+                         "Figure 6 is for glue tasks (Figure 3 draws the translation model's pruning)")
 
 
 _check_config()
@@ -60,6 +63,12 @@ def resource(rule_name, key):
     """config.resources.<rule>.<key>, falling back to config.resources.default."""
     merged = {**config["resources"]["default"], **config["resources"].get(rule_name, {})}
     return merged.get(key, 0 if key == "gpu" else None)
+
+
+def rule_threads(rule_name, default):
+    """config.resources.<rule>.threads, else the rule's own default (Snakemake caps it at --cores;
+    SLURM gets it as --cpus-per-task)."""
+    return config["resources"].get(rule_name, {}).get("threads", default)
 
 
 # --- studies -----------------------------------------------------------------------------
@@ -270,9 +279,18 @@ def one_head_outputs(wildcards):
             "full": f"{RESULTS}/{wildcards.study}/full.json"}
 
 
+def pruning_orders(study):
+    """Figure 3 prunes in every order of pruning.orders; Figure 6 (the paper's Appendix B) in the
+    importance order only, so a glue_pruning task needs no single-head ablation."""
+    orders = list(config["pruning"]["orders"]) if study in config["experiments"]["pruning"] else []
+    if study in config["experiments"].get("glue_pruning", []) and "importance" not in orders:
+        orders.insert(0, "importance")
+    return orders
+
+
 def pruning_scopes(study):
-    """'all' (global pruning, Figure 3) and, with experiments.attention_types, each type (Figure 4)."""
-    scopes = {"all": config["pruning"]["orders"]}
+    """'all' (global pruning, Figures 3 and 6) and, with experiments.attention_types, each type (Figure 4)."""
+    scopes = {"all": pruning_orders(study)}
     if study in config["experiments"].get("attention_types", []):
         scopes.update({t: ["importance"] for t in ATTENTION_TYPES[family(study)]})
     return scopes
@@ -284,7 +302,7 @@ def cross_domain_inputs(wildcards):
 
 
 def glue_pruning_tables(wildcards):
-    return [f"{RESULTS}/{study}/pruning.csv" for study in config["experiments"]["pruning"] if family(study) == "bert"]
+    return [f"{RESULTS}/{study}/pruning/all/importance.csv" for study in config["experiments"].get("glue_pruning", [])]
 
 
 # --- Figure 5: training dynamics (rules/dynamics.smk) -----------------------------------------
@@ -415,7 +433,7 @@ def all_figures(wildcards):
         targets += [f"{FIGURES}/{study}/figure3.png", f"{FIGURES}/{study}/figure3.pdf"]
         if study in config["experiments"].get("attention_types", []):
             targets += [f"{FIGURES}/{study}/figure4.png", f"{FIGURES}/{study}/figure4.pdf"]
-    if any(family(study) == "bert" for study in config["experiments"]["pruning"]):
+    if config["experiments"].get("glue_pruning"):
         targets += [f"{FIGURES}/figure6.png", f"{FIGURES}/figure6.pdf"]
     for study in config["experiments"].get("cross_domain", []):
         targets += expand(f"{FIGURES}/{study}/figure2.{{ext}}", ext=["png", "pdf", "csv"])

@@ -30,8 +30,14 @@ if "demo" in config:
     rule demo_classification:
         output:
             archive=f"{DATA}/upstream/glue/MNLI.zip",
-            # a second task (SST-2-like) that a config adds with one glue entry (README, tests/test_daily_use.py)
+            # Figure 6's tasks, in the forms the real ones are downloaded in: SST-2 and CoLA as
+            # GLUE archives; MRPC as SentEval's two files plus GLUE's dev ids (the MRPC spec in
+            # headprune.data splits train/dev by them). Each takes one glue entry in the config.
             sst2_archive=f"{DATA}/upstream/glue/SST-2.zip",
+            cola_archive=f"{DATA}/upstream/glue/CoLA.zip",
+            msr_paraphrase_train=f"{DATA}/upstream/glue/MRPC/msr_paraphrase_train.txt",
+            msr_paraphrase_test=f"{DATA}/upstream/glue/MRPC/msr_paraphrase_test.txt",
+            mrpc_dev_ids=f"{DATA}/upstream/glue/MRPC/mrpc_dev_ids.tsv",
             pretrained=f"{DATA}/upstream/bert-tiny.tar.gz",
         params:
             settings=config["demo"]["classification"],

@@ -41,7 +41,9 @@ if DYNAMICS:
             archive=dynamics_archive_path(),
         log:
             f"{RESULTS}/logs/prepare_iwslt/{DYN}.log",
-        threads: 2
+        threads: rule_threads("prepare_iwslt", 2)
+        # Training is the longest chain of the study: start it before the many short jobs.
+        priority: 10
         resources:
             gpu=resource("prepare_iwslt", "gpu"),
             mem_mb=resource("prepare_iwslt", "mem_mb"),
@@ -63,6 +65,7 @@ if DYNAMICS:
         log:
             f"{RESULTS}/logs/train_dynamics/{DYN}.log",
         threads: 1
+        priority: 10
         resources:
             gpu=resource("train_dynamics", "gpu"),
             mem_mb=resource("train_dynamics", "mem_mb"),

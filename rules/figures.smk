@@ -120,7 +120,7 @@ rule plot_glue_pruning:
         pdf=f"{FIGURES}/figure6.pdf",
     params:
         style=figure_style,
-        figure="figure3",
+        figure="figure3",  # the same drawing: one panel per study, one line per order
     log:
         f"{RESULTS}/logs/plot_glue_pruning.log",
     resources:

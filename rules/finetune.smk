@@ -11,7 +11,7 @@ rule finetune:
         settings=finetune_params,
     log:
         f"{RESULTS}/logs/finetune/{{task}}.log",
-    threads: 2
+    threads: rule_threads("finetune", 2)
     resources:
         gpu=resource("finetune", "gpu"),
         mem_mb=resource("finetune", "mem_mb"),

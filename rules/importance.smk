@@ -13,7 +13,7 @@ rule importance:
         settings=config["importance"],
     log:
         f"{RESULTS}/logs/importance/{{study}}.log",
-    threads: 2
+    threads: rule_threads("importance", 2)
     resources:
         gpu=resource("importance", "gpu"),
         mem_mb=resource("importance", "mem_mb"),

@@ -1,4 +1,5 @@
-"""Demo: synthetic tasks as GLUE's MNLI.zip and SST-2.zip, and a tiny "pretrained" BERT as a model-folder tarball."""
+"""Demo: synthetic tasks as GLUE's MNLI.zip, SST-2.zip and CoLA.zip and SentEval's MRPC files, and a
+tiny "pretrained" BERT as a model-folder tarball."""
 import shutil
 import tarfile
 from pathlib import Path
@@ -9,14 +10,21 @@ from headprune.workflow import logged
 with logged(snakemake) as log:
     s, bert, seed = snakemake.params.settings, snakemake.params.bert, snakemake.params.seed
     workdir = Path(snakemake.params.workdir)
+    out = snakemake.output
     task = make_classification_task(workdir / "mnli", "mnli", s["train_examples"], s["dev_examples"],
                                     s["dev_examples"], seed)
-    shutil.copyfile(task["glue_zip"], snakemake.output.archive)
-    sst2 = make_classification_task(workdir / "sst2", "sst2", s["train_examples"], s["dev_examples"], seed=seed)
-    shutil.copyfile(sst2["glue_zip"], snakemake.output.sst2_archive)
+    shutil.copyfile(task["glue_zip"], out.archive)
+    for kind, archive in (("sst2", out.sst2_archive), ("cola", out.cola_archive)):
+        task = make_classification_task(workdir / kind, kind, s["train_examples"], s["dev_examples"], seed=seed)
+        shutil.copyfile(task["glue_zip"], archive)
+    # MRPC's train file holds train_examples + dev_examples rows (the ids file picks dev), its test
+    # file dev_examples rows.
+    mrpc = make_classification_task(workdir / "mrpc", "mrpc", s["train_examples"], s["dev_examples"], seed=seed)
+    for key in ("msr_paraphrase_train", "msr_paraphrase_test", "mrpc_dev_ids"):
+        shutil.copyfile(mrpc[key], out[key])
     folder = make_tiny_bert(workdir / "bert-tiny", demo_vocabulary(), layers=bert["layers"], heads=bert["heads"],
                             hidden=bert["hidden"], seed=seed, pretrain_steps=bert["pretrain_steps"])
-    with tarfile.open(snakemake.output.pretrained, "w:gz") as archive:
+    with tarfile.open(out.pretrained, "w:gz") as archive:
         archive.add(folder, arcname="bert-tiny")
-    log.info("demo tasks %s, %s and pretrained model %s written", snakemake.output.archive,
-             snakemake.output.sst2_archive, snakemake.output.pretrained)
+    log.info("demo tasks %s and pretrained model %s written",
+             ", ".join([out.archive, out.sst2_archive, out.cola_archive, out.msr_paraphrase_train]), out.pretrained)

@@ -176,9 +176,10 @@ def add_task(config, name, entry):
 
 
 def test_one_glue_entry_adds_the_whole_study(finished_demo, tmp_path):
-    """The demo's second synthetic task (SST-2-like): one glue entry, named in experiments, and nothing else."""
+    """A new study of the demo's SST-2-like task (published by the demo, used only by Figure 6 so far):
+    one glue entry, named in experiments, and nothing else."""
     entry = {"task": "SST-2", "url": "data/demo/upstream/glue/SST-2.zip", "sha256": None}
-    config = write_config(tmp_path / "config.yaml", lambda c: add_task(c, "sst2", entry))
+    config = write_config(tmp_path / "config.yaml", lambda c: add_task(c, "sentiment", entry))
     demo = yaml.safe_load(DEMO_CONFIG.read_text())
     stats, jobs = dry_run(finished_demo, configfile=config)
     # Its data was published by the demo rule already: nothing upstream of the new task reruns.
@@ -191,7 +192,7 @@ def test_one_glue_entry_adds_the_whole_study(finished_demo, tmp_path):
     # Every job is the new task's, except the default target and figures that draw every GLUE task together.
     for rule, wildcards in jobs:
         if wildcards:
-            assert "sst2" in wildcards.values(), (rule, wildcards)
+            assert "sentiment" in wildcards.values(), (rule, wildcards)
         else:
             assert rule == "all" or rule.startswith("plot_"), rule
 

@@ -5,9 +5,13 @@ what matters is that they learn: the demo's ablation and pruning results are onl
 if the tiny models reach a useful score.
 """
 import collections
+import copy
+import difflib
+import hashlib
 import json
 import random
 import re
+import zipfile
 
 import pytest
 import sacrebleu
@@ -16,7 +20,7 @@ from transformers import AutoTokenizer, BertForSequenceClassification, BertToken
 
 from headprune import demo
 from headprune.batching import classification_batches
-from headprune.data import prepare_glue_task, read_glue_split
+from headprune.data import GLUE_TASKS, prepare_glue_task, read_glue_split
 from headprune.evaluate import predict_classes, translate
 from headprune.finetune import finetune_bert_classifier
 from headprune.fairseq import build_fsmt_tokenizer, load_fairseq_translation_model
@@ -189,7 +193,7 @@ def test_classification_task_files(tmp_path):
     texts, sst2_labels = read_glue_split(sst2["train"])
     assert all(b == "" for _, b in texts) and collections.Counter(sst2_labels) == {0: 50, 1: 50}
     with pytest.raises(ValueError):
-        demo.make_classification_task(tmp_path / "x", "cola", 10, 10)
+        demo.make_classification_task(tmp_path / "x", "qqp", 10, 10)
 
 
 def test_mnli_labels_follow_the_rule(tmp_path):
@@ -220,6 +224,156 @@ def test_sst2_labels_follow_the_rule(tmp_path):
                 polarity = 1 if word in demo.POSITIVE_ADJECTIVES else -1
                 score += -polarity if i > 0 and words[i - 1] == demo.NEGATION else polarity
         assert score != 0 and label == int(score > 0)
+
+
+def _local(path):
+    """A url and sha256 for a local file, as a config would give them."""
+    return {"url": path.resolve().as_uri(), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+
+
+def test_cola_task_goes_through_the_real_cola_spec(tmp_path):
+    paths = demo.make_classification_task(tmp_path / "cola", "cola", 600, 200, seed=1)
+    assert set(paths) == {"train", "dev", "glue_zip", "glue_task"} and paths["glue_zip"].name == "CoLA.zip"
+    task = copy.deepcopy(GLUE_TASKS["CoLA"]) | _local(paths["glue_zip"])  # only where the archive is
+    assert json.loads(paths["glue_task"].read_text()) == task
+    assert prepare_glue_task(task, tmp_path / "raw", tmp_path / "normalized") == {"train": 600, "dev": 200}
+    for split, size in (("train", 600), ("dev", 200)):
+        assert (tmp_path / "normalized" / f"{split}.tsv").read_bytes() == paths[split].read_bytes()
+        texts, labels = read_glue_split(paths[split])
+        assert collections.Counter(labels) == {1: round(0.7 * size), 0: size - round(0.7 * size)}  # CoLA: 70%
+        assert all(b == "" and a.endswith(".") for a, b in texts)
+    # CoLA's own layout: no header; source, label, label_notes ("*" when unacceptable), sentence
+    with zipfile.ZipFile(paths["glue_zip"]) as archive:
+        assert sorted(archive.namelist()) == ["CoLA/dev.tsv", "CoLA/train.tsv"]
+        lines = archive.read("CoLA/train.tsv").decode().splitlines()
+    texts, labels = read_glue_split(paths["train"])
+    assert [line.split("\t") for line in lines] == [
+        ["demo19", str(label), "" if label else "*", text] for (text, _), label in zip(texts, labels)]
+
+
+# The cola grammar, written again as a regular expression over word classes (see demo.py).
+_WORD_CLASS = {**dict.fromkeys(demo.DETERMINERS, "D"), **dict.fromkeys(demo.ADJECTIVES, "A"),
+               **dict.fromkeys(demo.NOUNS, "N"), **dict.fromkeys(demo.VERBS, "V"),
+               **dict.fromkeys(demo.PREPOSITIONS, "P"), "nok": "K", "ond": "C"}
+_NP = "D(K?A)?N"
+_CLAUSE = f"{_NP}V({_NP}(P{_NP})?)?"
+
+
+def _grammatical(sentence):
+    assert sentence.endswith(".") and not sentence.endswith(" .")
+    return re.fullmatch(f"{_CLAUSE}(C{_CLAUSE})*", "".join(_WORD_CLASS[w] for w in sentence[:-1].split())) is not None
+
+
+def test_cola_labels_follow_the_grammar(tmp_path):
+    paths = demo.make_classification_task(tmp_path, "cola", 1000, 10, seed=2)
+    texts, labels = read_glue_split(paths["train"])
+    for (sentence, _), label in zip(texts, labels):
+        assert _grammatical(sentence) == bool(label), (sentence, label)
+    # "nok" is no giveaway: acceptable sentences have it too (before adjectives)
+    assert any("nok" in s.split() for (s, _), label in zip(texts, labels) if label)
+    # Some errors need a whole clause to be seen: every pair of neighbouring word classes also
+    # occurs in acceptable sentences ("ze dax om ak wug gorps.", a clause without its verb).
+    def class_bigrams(sentence):
+        classes = "^" + "".join(_WORD_CLASS[w] for w in sentence[:-1].split()) + "$"
+        return set(zip(classes, classes[1:]))
+
+    legal = set().union(*(class_bigrams(s) for (s, _), label in zip(texts, labels) if label))
+    unacceptable = [s for (s, _), label in zip(texts, labels) if not label]
+    only_legal_pairs = sum(class_bigrams(s) <= legal for s in unacceptable)
+    assert 0.1 < only_legal_pairs / len(unacceptable) < 0.5, only_legal_pairs
+
+
+def test_mrpc_task_goes_through_the_real_mrpc_spec(tmp_path):
+    paths = demo.make_classification_task(tmp_path / "mrpc", "mrpc", 600, 150, seed=1)
+    files = ("msr_paraphrase_train", "msr_paraphrase_test", "mrpc_dev_ids")
+    assert set(paths) == {"train", "dev", "test", "glue_task", *files}
+    assert [paths[key].name for key in files] == ["msr_paraphrase_train.txt", "msr_paraphrase_test.txt",
+                                                  "mrpc_dev_ids.tsv"]
+    task = copy.deepcopy(GLUE_TASKS["MRPC"])
+    for key in files:  # only where the files are
+        task["files"][key] = _local(paths[key])
+    assert json.loads(paths["glue_task"].read_text()) == task
+    counts = prepare_glue_task(task, tmp_path / "raw", tmp_path / "normalized")
+    assert counts == {"train": 600, "dev": 150, "test": 150}
+    for split, size in counts.items():
+        assert (tmp_path / "normalized" / f"{split}.tsv").read_bytes() == paths[split].read_bytes()
+        _, labels = read_glue_split(paths[split])
+        assert collections.Counter(labels) == {1: round(2 * size / 3), 0: size - round(2 * size / 3)}  # MRPC: 2/3
+
+    # SentEval's layout, and GLUE's dev split: the train file's rows whose id pair is listed
+    raw = paths["msr_paraphrase_train"].read_bytes()
+    assert raw.startswith(b"\xef\xbb\xbfQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n")
+    rows = [line.split("\t") for line in raw.decode("utf-8-sig").splitlines()[1:]]
+    assert len(rows) == 750 and all(len(row) == 5 for row in rows)
+    assert len(_read(paths["msr_paraphrase_test"])) == 1 + 150
+    dev_ids = {tuple(line.split("\t")) for line in _read(paths["mrpc_dev_ids"])}
+    assert len(dev_ids) == 150
+    all_ids = [id_ for row in rows for id_ in row[1:3]]
+    assert len(set(all_ids)) == len(all_ids) and all(id_.isdigit() for id_ in all_ids)
+    for split, selected in (("dev", [r for r in rows if tuple(r[1:3]) in dev_ids]),
+                            ("train", [r for r in rows if tuple(r[1:3]) not in dev_ids])):
+        texts, labels = read_glue_split(paths[split])
+        assert [(row[3], row[4], int(row[0])) for row in selected] == [(a, b, y) for (a, b), y in zip(texts, labels)]
+    assert 0 < [tuple(r[1:3]) in dev_ids for r in rows].index(True) < 600  # dev rows are spread through the file
+
+
+def _facts(sentence):
+    """The multiset of (noun, adjective, negated) a sentence states: "ze frell dax" and
+    "ze dax ... ond ze dax iz frell" both state (dax, frell, False); a bare noun has (noun, None, False)."""
+    facts, described = {}, {}
+    for clause in sentence[:-1].split(" ond "):
+        words = clause.split()
+        if words[2] == "iz":  # "ze NOUN iz [nok] ADJ"
+            described[words[1]] = (words[-1], words[-2] == "nok")
+            continue
+        adjective, negated = None, False
+        for word in words:
+            if word == "nok":
+                negated = True
+            elif word in demo.ADJECTIVES:
+                adjective = word
+            elif word in demo.NOUNS:
+                assert word not in facts
+                facts[word], adjective, negated = (adjective, negated), None, False
+    for noun, fact in described.items():
+        assert facts[noun] == (None, False), sentence  # a noun's adjective is said in one place
+        facts[noun] = fact
+    return collections.Counter((noun, *fact) for noun, fact in facts.items())
+
+
+def _near_copy(first, second):
+    """Sentence 2 is sentence 1 with one word replaced, added or removed, and nothing else."""
+    first, second = first.split(), second.split()
+    opcodes = difflib.SequenceMatcher(a=first, b=second, autojunk=False).get_opcodes()
+    edits = [(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in opcodes if tag != "equal"]
+    return len(edits) == 1 and max(edits[0]) == 1
+
+
+def test_mrpc_labels_follow_the_facts(tmp_path):
+    paths = demo.make_classification_task(tmp_path, "mrpc", 1000, 10, seed=2)
+    texts, labels = read_glue_split(paths["train"])
+    near_copies = collections.Counter()
+    for (first, second), label in zip(texts, labels):
+        assert (_facts(first) == _facts(second)) == bool(label), (first, second, label)
+        verbs = [sorted(w for w in s[:-1].split() if w in demo.VERBS) for s in (first, second)]
+        assert verbs[0] == verbs[1]  # neither a rewrite nor a change touches the verbs
+        if label:
+            assert first != second
+        near_copies[label] += _near_copy(first, second)
+    # Paraphrases are rewritten; so are about half the non-paraphrases, so that the form of
+    # sentence 2 does not give the label away.
+    assert near_copies[1] == 0 and 0.3 < near_copies[0] / labels.count(0) < 0.7, near_copies
+
+
+@pytest.mark.parametrize("kind", ["cola", "mrpc"])
+def test_cola_and_mrpc_files_are_deterministic(tmp_path, kind):
+    first = demo.make_classification_task(tmp_path / "a", kind, 200, 50, seed=3)
+    second = demo.make_classification_task(tmp_path / "b", kind, 200, 50, seed=3)
+    other = demo.make_classification_task(tmp_path / "c", kind, 200, 50, seed=4)
+    assert first.keys() == second.keys() == other.keys()
+    for name in set(first) - {"glue_task"}:  # glue_task.json holds the files' absolute urls
+        assert first[name].read_bytes() == second[name].read_bytes(), name
+        assert first[name].read_bytes() != other[name].read_bytes(), name
 
 
 # ----------------------------------------------------------------------------------------------

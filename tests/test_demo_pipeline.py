@@ -80,3 +80,21 @@ def test_demo_classification_study_numbers(demo_run):
     assert len(ablation) == 8 and ablation.p_ttest.between(0, 1).all()
     assert (ablation.score_full > 0.5).all()  # chance is 1/3
     assert ablation.significant.equals(ablation.p_ttest < 0.01)
+
+
+def test_demo_figure6_prunes_three_glue_tasks_in_importance_order(demo_run):
+    """Figure 6 (the paper's Appendix B): SST-2, CoLA (Matthews correlation) and MRPC (F1), 10% steps."""
+    results = demo_run / "results" / "demo"
+    for task, metric in (("sst2", "accuracy"), ("cola", "mcc"), ("mrpc", "f1")):
+        curve = pd.read_csv(results / task / "pruning" / "all" / "importance.csv").sort_values("percent_pruned")
+        assert list(curve.percent_pruned) == [10.0 * k for k in range(11)]
+        assert list(curve.heads_pruned) == [round(0.8 * k) for k in range(11)]  # 8 heads, 10% per step
+        assert set(curve.order) == {"importance"} and set(curve.metric) == {metric}
+        # The baseline a constant prediction reaches on this dev set, worked out from its labels alone.
+        labels = pd.read_csv(demo_run / "data" / "demo" / "glue" / task / "dev.tsv", sep="\t").label
+        positive = (labels == 1).mean()
+        constant = {"accuracy": max(positive, 1 - positive), "mcc": 0.0, "f1": 2 * positive / (1 + positive)}[metric]
+        assert curve.score.iloc[0] > constant + 0.05, (task, curve.score.iloc[0], constant)  # it learned the task
+        assert curve.score.iloc[-1] < curve.score.iloc[0]  # with no attention left, it is worse
+    html = (results / "report.html").read_text(errors="replace")
+    assert "figure6.png" in html

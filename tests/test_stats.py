@@ -300,6 +300,171 @@ def test_compare_mt_identical_systems_all_ties(capsys):
     assert capsys.readouterr().out == ""
 
 
+# ------------------------------------- vectorized bootstrap == compare-mt's own loop
+
+def _compare_mt_bootstrap(hyps_a, hyps_b, refs, n_resamples, seed, sample_ratio, tokenized, lang="fr"):
+    """The independent reference: compare-mt's eval_with_paired_bootstrap itself, seeded as its CLI does."""
+    from compare_mt import scorers as cm_scorers
+    from compare_mt import sign_utils
+
+    if not tokenized:
+        hyps_a, hyps_b, refs = (metrics.moses_tokenize(x, lang) for x in (hyps_a, hyps_b, refs))
+    ref_tok = [r.split() for r in refs]
+    outs = [[h.split() for h in hyps_a], [h.split() for h in hyps_b]]
+    scorer = cm_scorers.BleuScorer()
+    saved = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        ratios, _ = sign_utils.eval_with_paired_bootstrap(
+            ref_tok, outs, [None] * len(refs), scorer, compare_directions=[(0, 1)],
+            num_samples=n_resamples, sample_ratio=sample_ratio,
+        )
+    finally:
+        np.random.set_state(saved)
+    wins_a, wins_b = round(ratios[0][0] * n_resamples), round(ratios[0][1] * n_resamples)
+    return dict(wins_a=wins_a, wins_b=wins_b, ties=n_resamples - wins_a - wins_b,
+                score_a=float(scorer.score_corpus(ref_tok, outs[0])[0]),
+                score_b=float(scorer.score_corpus(ref_tok, outs[1])[0]))
+
+
+def _short_corpus(n_sent=25, seed=0):
+    """1-4 token hypotheses of shuffled words: 4-gram (often 3-gram) matches are rare or absent,
+    and a sentence without any match makes small resamples score 0; one hypothesis is empty."""
+    rng = np.random.default_rng(seed)
+    vocab = [f"w{i}" for i in range(12)]
+    refs, hyps_a, hyps_b = [], [], []
+    for _ in range(n_sent):
+        ref = list(rng.choice(vocab, size=int(rng.integers(2, 7))))
+        refs.append(" ".join(ref))
+        hyps_a.append(" ".join(rng.permutation(ref)[: int(rng.integers(1, 5))]))
+        hyps_b.append(" ".join(rng.choice(vocab, size=int(rng.integers(1, 5)))))
+    hyps_b[3] = ""
+    return hyps_a, hyps_b, refs
+
+
+def _clear_winner_corpus(n_sent=30, seed=3):
+    hyps_a, _, refs = _synthetic_corpus(n_sent=n_sent, seed=seed)
+    rng = np.random.default_rng(seed)
+    hyps_b = [" ".join(t if rng.random() < 0.4 else "oov" for t in r.split()) for r in refs]
+    return hyps_a, hyps_b, refs
+
+
+def _french_corpus():
+    """Detokenized text whose Moses tokenization splits elisions and punctuation."""
+    refs = ["L'homme mange la pomme rouge.", "Il fait très beau, n'est-ce pas?", "Le chat dort sur le tapis.",
+            "Nous irons à Paris demain matin.", "C'est l'heure du déjeuner !", "Les enfants jouent dans le parc.",
+            "Qu'en penses-tu, Marie?", "Il y a 3 pommes sur la table."]
+    hyps_a = ["L'homme mange une pomme rouge.", "Il fait beau, n'est-ce pas?", "Le chat dort sur le tapis.",
+              "Nous irons à Paris demain.", "C'est l'heure de déjeuner !", "Les enfants jouent au parc.",
+              "Qu'en penses-tu, Marie ?", "Il y a trois pommes sur la table."]
+    hyps_b = ["L'homme mange la pomme.", "Il fait beau aujourd'hui, n'est-ce pas?", "Le chat dort sur un tapis.",
+              "Nous allons à Paris.", "", "Des enfants jouent dans le parc.", "Que penses-tu?",
+              "Il y a 3 pommes sur la table."]
+    return hyps_a, hyps_b, refs
+
+
+CORPORA = {
+    "synthetic": lambda: _synthetic_corpus(seed=1),
+    "short": _short_corpus,
+    "identical": lambda: (_synthetic_corpus()[2], list(_synthetic_corpus()[2]), _synthetic_corpus()[2]),
+    "clear_winner": _clear_winner_corpus,
+}
+
+
+def _assert_same_as_compare_mt(hyps_a, hyps_b, refs, n_resamples, seed, sample_ratio, tokenized):
+    result = stats.paired_bootstrap_bleu(hyps_a, hyps_b, refs, n_resamples=n_resamples, seed=seed,
+                                         tokenized=tokenized, sample_ratio=sample_ratio)
+    expected = _compare_mt_bootstrap(hyps_a, hyps_b, refs, n_resamples, seed, sample_ratio, tokenized)
+    got = {k: getattr(result, k) for k in expected}
+    assert got == expected  # exact: same floats, same counts
+    assert result.p_value == stats.bootstrap_p_value(expected["wins_a"], expected["wins_b"], n_resamples)
+    return result
+
+
+@pytest.mark.parametrize("corpus", sorted(CORPORA))
+@pytest.mark.parametrize("sample_ratio", [1.0, 0.5])
+@pytest.mark.parametrize("seed", [0, 1, 12345])
+def test_bleu_bootstrap_identical_to_compare_mt(corpus, sample_ratio, seed):
+    hyps_a, hyps_b, refs = CORPORA[corpus]()
+    result = _assert_same_as_compare_mt(hyps_a, hyps_b, refs, 200, seed, sample_ratio, tokenized=True)
+    if corpus == "identical":
+        assert (result.wins_a, result.wins_b, result.ties, result.p_value) == (0, 0, 200, 1.0)
+    if corpus == "clear_winner":
+        assert result.wins_a == 200
+
+
+@pytest.mark.parametrize("sample_ratio", [1.0, 0.5])
+@pytest.mark.parametrize("seed", [0, 4])
+def test_bleu_bootstrap_identical_to_compare_mt_on_detokenized_text(sample_ratio, seed):
+    hyps_a, hyps_b, refs = _french_corpus()
+    result = _assert_same_as_compare_mt(hyps_a, hyps_b, refs, 300, seed, sample_ratio, tokenized=False)
+    assert result.wins_a > 0 and result.wins_b > 0  # neither system wins every resample
+
+
+def test_bleu_bootstrap_has_resamples_without_4gram_or_any_match():
+    """The short corpus exercises score_cached_corpus's zero branches, not only the main path."""
+    from compare_mt import scorers as cm_scorers
+
+    hyps_a, hyps_b, refs = _short_corpus()
+    stats_b = stats._bleu_stats(tuple(refs), tuple(hyps_b))
+    assert stats_b[:, 5].sum() == 0 or stats_b[:, 5].min() == 0  # 4-gram matches: none in some sentences
+    assert 0 in stats_b[:, 1]  # the empty hypothesis
+    ids = np.random.RandomState(0).choice(len(refs), size=(200, len(refs)))
+    sums = np.stack([stats_b[i].sum(axis=0) for i in ids])
+    assert (sums[:, 5] == 0).any()  # a resample with no 4-gram match at all
+    one = np.random.RandomState(0).choice(len(refs), size=(400, 1))
+    assert (stats_b[one[:, 0], 2] == 0).any()  # a one-sentence resample without a unigram match
+    # the exact zero branch of compare-mt itself: no unigram match -> 0
+    assert cm_scorers.BleuScorer().score_corpus([["a"]], [["b"]])[0] == 0
+
+
+def test_bleu_bootstrap_identical_to_compare_mt_on_tiny_samples():
+    # int(n * 0.05) = 1 sentence per resample: most resamples hit the zero branches
+    hyps_a, hyps_b, refs = _short_corpus()
+    _assert_same_as_compare_mt(hyps_a, hyps_b, refs, 300, 2, 0.05, tokenized=True)
+    # int(n * 0.01) = 0: empty resamples, all scored 0 by compare-mt
+    result = _assert_same_as_compare_mt(hyps_a, hyps_b, refs, 50, 2, 0.01, tokenized=True)
+    assert result.ties == 50
+
+
+def test_bleu_bootstrap_chunks_draw_the_same_ids(monkeypatch):
+    """Resamples are drawn in blocks: block boundaries (here 7 resamples, ragged end) change nothing."""
+    hyps_a, hyps_b, refs = _synthetic_corpus(seed=1)
+    monkeypatch.setattr(stats, "_CHUNK_ENTRIES", 7 * len(refs))
+    for sample_ratio in (1.0, 0.5):
+        _assert_same_as_compare_mt(hyps_a, hyps_b, refs, 52, 9, sample_ratio, tokenized=True)
+
+
+def test_bleu_bootstrap_leaves_global_random_state_alone():
+    hyps_a, hyps_b, refs = _synthetic_corpus(seed=1)
+    np.random.seed(123)
+    before = np.random.get_state()
+    stats.paired_bootstrap_bleu(hyps_a, hyps_b, refs, n_resamples=100, seed=0, tokenized=True)
+    after = np.random.get_state()
+    assert all(np.array_equal(x, y) for x, y in zip(before, after))
+    np.random.seed(123)
+    assert np.random.random() == np.random.RandomState(123).random()
+
+
+def test_bleu_bootstrap_tokenizes_repeated_inputs_once(monkeypatch):
+    hyps_a, hyps_b, refs = _french_corpus()
+    calls = []
+    tokenize = metrics.moses_tokenize
+    monkeypatch.setattr(metrics, "moses_tokenize", lambda lines, lang: calls.append(tuple(lines)) or tokenize(lines, lang))
+    stats._moses_tokenized.cache_clear()
+    try:
+        first = stats.paired_bootstrap_bleu(hyps_a, hyps_b, refs, n_resamples=20, seed=1)
+        other_b = [h + " encore" for h in hyps_b]
+        stats.paired_bootstrap_bleu(hyps_a, other_b, refs, n_resamples=20, seed=1)
+        again = stats.paired_bootstrap_bleu(list(hyps_a), list(hyps_b), list(refs), n_resamples=20, seed=1)
+    finally:
+        stats._moses_tokenized.cache_clear()
+    # refs and hyps_a once each, then each new B once
+    assert sorted(calls) == sorted([tuple(refs), tuple(hyps_a), tuple(hyps_b), tuple(other_b)])
+    assert first == again
+    assert stats._moses_tokenized.cache_info().maxsize is not None
+
+
 def test_pearson_matches_scipy():
     import scipy.stats
 

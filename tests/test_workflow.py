@@ -34,8 +34,10 @@ def test_paper_dry_run_lists_one_ablation_job_per_head():
     counts = job_counts(result.stdout)
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
     experiments = config["experiments"]
-    # Table 1, Figure 2 and the oracle pruning order all need every head ablated alone.
+    # Table 1, Figure 2 and the oracle pruning order all need every head ablated alone; Figure 6's
+    # tasks are pruned in the importance order only (the paper's Appendix B) and need no ablation.
     ablated = set(experiments["ablation"]) | set(experiments["cross_domain"]) | set(experiments["pruning"])
+    assert ablated == {"wmt14_en_fr", "mnli"} and set(experiments["glue_pruning"]) == {"sst2", "cola", "mrpc"}
     jobs = re.findall(r"output: results/(\S+?)/ablation/(\w+-\d+-\d+)\.json", result.stdout)
     per_study = collections.Counter(study for study, _ in jobs)
     assert per_study == {study: 288 if study == "wmt14_en_fr" else 144 for study in ablated}
@@ -44,10 +46,14 @@ def test_paper_dry_run_lists_one_ablation_job_per_head():
     translation_heads = {head for study, head in jobs if study == "wmt14_en_fr"}
     assert len(translation_heads) == 288 and {h.split("-")[0] for h in translation_heads} == {
         "enc_self", "enc_dec", "dec_self"}
-    assert counts["finetune"] == len(ablated - {"wmt14_en_fr"}) == 4  # MNLI, SST-2, CoLA, MRPC
+    assert counts["finetune"] == 4  # MNLI, SST-2, CoLA, MRPC
     assert counts["fetch_translation_checkpoint"] == 1
-    # importance, oracle, random for every study; importance within each type of the translation model
-    assert counts["prune"] == 3 * len(experiments["pruning"]) + 3
+    # importance, oracle, random for the Figure 3 studies; importance within each type of the
+    # translation model (Figure 4); importance for each Figure 6 task
+    assert counts["prune"] == 3 * len(experiments["pruning"]) + 3 + len(experiments["glue_pruning"])
+    assert counts["importance"] == 5 and counts["plot_glue_pruning"] == 1
+    figure6_inputs = re.search(r"rule plot_glue_pruning:\n\s+input: (.*)\n", result.stdout).group(1).split(", ")
+    assert figure6_inputs == [f"results/{task}/pruning/all/importance.csv" for task in ("sst2", "cola", "mrpc")]
     assert counts["fetch_testset"] == 7  # newstest2009-2014 and MTNT
 
 
@@ -65,6 +71,7 @@ def write_config(tmp_path, change):
     (lambda c: c["experiments"].update(ablation=["qnli"]), "experiments.ablation names 'qnli'"),
     (lambda c: c["translation"].update(eval_set="newstest2099"), "translation.eval_set names 'newstest2099'"),
     (lambda c: c["glue"].update(rte={"task": "RTEE"}), "glue.rte.task is 'RTEE'"),
+    (lambda c: c["experiments"].update(glue_pruning=["wmt14_en_fr"]), "experiments.glue_pruning names 'wmt14_en_fr'"),
 ])
 def test_bad_config_stops_before_any_job(tmp_path, change, message):
     result = snakemake("-n", "--configfile", str(write_config(tmp_path, change)))
