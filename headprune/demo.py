@@ -20,12 +20,8 @@ jobs (see ``TRANSLATION TASK`` and ``CLASSIFICATION TASKS`` below).
 from __future__ import annotations
 
 import collections
-import functools
-import hashlib
-import inspect
 import json
 import random
-import time
 import zipfile
 import zlib
 from pathlib import Path
@@ -35,7 +31,6 @@ import torch
 from tqdm.auto import tqdm
 
 from headprune.bpe import END_OF_WORD, bpe_segment, learn_bpe, write_bpe_codes
-from headprune.data import read_glue_split
 from headprune.download import sha256sum
 from headprune.finetune import restores_torch_threads
 from headprune.fairseq import write_fairseq_dict

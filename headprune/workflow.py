@@ -10,7 +10,6 @@ import json
 import logging
 import os
 import random
-import sys
 from pathlib import Path
 
 from .data import read_glue_split, read_lines

@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from dry_run import DEMO_CONFIG, job_stats, planned_jobs, write_config
+
 ROOT = Path(__file__).resolve().parents[1]
-DEMO_CONFIG = ROOT / "demo" / "config.yaml"
 # Rules that come before pruning and the figures: a pruning or figure setting must not rerun them
 # (data, models, fine-tuning or training, importance, the single-head ablation).
 UPSTREAM = re.compile(r"^(demo_|fetch_|prepare_)|finetune|train|importance|evaluate|ablat|significance")
@@ -45,42 +46,6 @@ def dry_run(workdir, *args, **kwargs):
     text = result.stdout + result.stderr
     assert result.returncode == 0, text[-5000:]
     return job_stats(text), planned_jobs(text)
-
-
-def job_stats(text):
-    """The scheduler's 'Job stats' table: {rule: count}, without the total (checked against the sum)."""
-    if "Job stats:" not in text:
-        assert "Nothing to be done" in text, text[-3000:]
-        return {}
-    lines = text.split("Job stats:", 1)[1].splitlines()
-    stats = {}
-    for line in lines[3:]:
-        fields = line.split()
-        if len(fields) != 2:
-            break
-        stats[fields[0]] = int(fields[1])
-    total = stats.pop("total")
-    assert sum(stats.values()) == total, stats
-    return stats
-
-
-def planned_jobs(text):
-    """[(rule, wildcards dict)] for every job a dry run lists."""
-    jobs = []
-    for block in re.split(r"^(?=(?:local)?rule \w+:)", text, flags=re.M)[1:]:
-        rule = re.match(r"(?:local)?rule (\w+):", block).group(1)
-        match = re.search(r"^\s+wildcards: (.*)$", block, flags=re.M)
-        wildcards = dict(item.split("=", 1) for item in match.group(1).split(", ")) if match else {}
-        jobs.append((rule, wildcards))
-    return jobs
-
-
-def write_config(path, edit):
-    """A copy of demo/config.yaml changed by ``edit(config)``."""
-    config = yaml.safe_load(DEMO_CONFIG.read_text())
-    edit(config)
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return path
 
 
 def rules_in(smk):

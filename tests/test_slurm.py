@@ -23,11 +23,11 @@ import pandas as pd
 import pytest
 import yaml
 
+from dry_run import DEMO_CONFIG, planned_jobs, write_config
 from slurm_cluster import PARTITION, SlurmCluster, missing_reason
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = ROOT / "profiles" / "slurm"
-DEMO_CONFIG = ROOT / "demo" / "config.yaml"
 REQUIRED = os.environ.get("HEADPRUNE_REQUIRE_SLURM") == "1"
 STUDY = "mnli"
 # The rules of the part that runs under SLURM (and everything downstream of them among the targets).
@@ -38,24 +38,6 @@ def snakemake(workdir, *args, configfile=DEMO_CONFIG, env=None, timeout=1200):
     command = [sys.executable, "-m", "snakemake", *args, "--snakefile", str(ROOT / "Snakefile"),
                "--directory", str(workdir), "--configfile", str(configfile)]
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
-
-
-def write_config(path, edit=lambda config: None):
-    config = yaml.safe_load(DEMO_CONFIG.read_text())
-    edit(config)
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return path
-
-
-def job_resources(text):
-    """[(rule, {resource: value})] for every job a dry run lists."""
-    jobs = []
-    for block in re.split(r"^(?=(?:local)?rule \w+:)", text, flags=re.M)[1:]:
-        rule = re.match(r"(?:local)?rule (\w+):", block).group(1)
-        match = re.search(r"^\s+resources: (.*)$", block, flags=re.M)
-        resources = dict(item.split("=", 1) for item in match.group(1).split(", ")) if match else {}
-        jobs.append((rule, resources))
-    return jobs
 
 
 # --- 1. the profile (no cluster needed) -----------------------------------------------------
@@ -92,7 +74,7 @@ def test_every_job_takes_gpu_memory_and_runtime_from_config(tmp_path):
     config = write_config(tmp_path / "config.yaml", edit)
     result = snakemake(tmp_path / "work", "--dry-run", configfile=config)
     assert result.returncode == 0, result.stderr[-3000:]
-    jobs = [(rule, res) for rule, res in job_resources(result.stdout + result.stderr) if rule != "all"]
+    jobs = [(rule, res) for rule, res in planned_jobs(result.stdout + result.stderr, "resources") if rule != "all"]
     assert len(jobs) > 20
     for rule, resources in jobs:
         expected = ("4321", "99", "1") if rule == "finetune" else ("1234", "77", "0")
@@ -176,7 +158,7 @@ def test_ablation_study_runs_through_sbatch_and_equals_the_local_run(slurm_clust
 
     plan = snakemake(work, *args, "--dry-run", configfile=config, env=cluster_env(slurm_cluster))
     assert plan.returncode == 0, plan.stderr[-3000:]
-    planned = [rule for rule, _ in job_resources(plan.stdout + plan.stderr)]
+    planned = [rule for rule, _ in planned_jobs(plan.stdout + plan.stderr, "resources")]
     demo = yaml.safe_load(DEMO_CONFIG.read_text())
     heads = demo["bert"]["layers"] * demo["bert"]["heads"]
     assert planned.count("ablate_head") == -(-heads // demo["ablation"].get("heads_per_job", 1))

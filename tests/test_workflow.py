@@ -8,18 +8,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from dry_run import job_stats
+
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 
 def snakemake(*args, cwd=ROOT, timeout=600):
     return subprocess.run([*SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
-
-
-def job_counts(stdout: str) -> dict[str, int]:
-    """The scheduler's own 'Job stats' summary of a dry run."""
-    table = stdout.split("Job stats:")[1].split("total")[0]
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", table, re.M)}
 
 
 def test_lint_is_clean():
@@ -31,7 +27,7 @@ def test_lint_is_clean():
 def test_paper_dry_run_lists_one_ablation_job_per_head():
     result = snakemake("-n")
     assert result.returncode == 0, result.stderr
-    counts = job_counts(result.stdout)
+    counts = job_stats(result.stdout)
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
     experiments = config["experiments"]
     # Table 1, Figure 2 and the oracle pruning order all need every head ablated alone; Figure 6's
@@ -89,3 +85,14 @@ def test_demo_groups_heads_but_ablates_each_alone(tmp_path):
     assert len(jobs) == 6 + 2 and all(len(job.split("+")) == 4 for _, job in jobs)
     assert sum(1 for study, _ in heads if study == "demo_en_fr") == 24 and max(heads.values()) == 1
     assert sum(1 for study, _ in heads if study == "mnli") == 8
+
+
+def test_jobs_without_a_model_do_not_import_torch():
+    """Plot, fetch, significance and table jobs start in about a second, not four: the package
+    modules their scripts use import torch and transformers only inside the functions that run a model."""
+    modules = ["workflow", "experiments", "stats", "figures", "data", "download", "metrics"]
+    code = (f"import sys; import {', '.join('headprune.' + m for m in modules)}; "
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
