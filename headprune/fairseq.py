@@ -1,11 +1,14 @@
 """Read and write fairseq translation checkpoints without the fairseq library.
 
 fairseq no longer imports on Python 3.11 (see NOTES.md), so this module reads its checkpoint
-format directly into transformers' FSMT, a port of fairseq's post-norm transformer:
+format directly into transformers' FSMT, a port of fairseq's post-norm transformer, or, for
+the pre-norm transformer, into ``headprune.prenorm.PreNormTransformer`` (M2M100):
 
     wmt14.en-fr.joined-dict.transformer/      (the tarball's single top-level folder)
-        model.pt       torch pickle: {"args": argparse.Namespace, "model": state dict in
-                       fairseq names, "optimizer_history", "extra_state", ...}
+        model.pt       torch pickle: {"args": argparse.Namespace (fairseq <= 0.10) or None with
+                       "cfg": plain dicts (0.12), "model": state dict in fairseq names,
+                       "optimizer_history", "extra_state" (training meters, iterator state),
+                       "last_optimizer_state", ...}
         dict.en.txt    "token count" lines; fairseq puts <s> <pad> </s> <unk> (ids 0-3) first
         dict.fr.txt
         bpecodes       subword-nmt merge operations
@@ -23,6 +26,7 @@ import _compat_pickle
 import argparse
 import io
 import json
+import numbers
 import os
 import pickle
 import pickletools
@@ -89,6 +93,46 @@ ALLOWED_GLOBALS = frozenset(
     + [f"numpy.dtypes.{name}" for name in ("Float16DType", "Float32DType", "Float64DType",
                                            "Int32DType", "Int64DType", "BoolDType")]
 )
+
+# fairseq-train also pickles its training meters into every checkpoint (0.6-0.9:
+# extra_state["train_meters"], an OrderedDict of these objects; a fork may pickle the 0.10+
+# classes too). They are read as inert TrainingStatePlaceholder objects: the real classes are
+# never imported, and nothing they could run does.
+TRAINING_STATE_GLOBALS = frozenset(
+    [f"fairseq.meters.{name}" for name in ("AverageMeter", "TimeMeter", "StopwatchMeter")]
+    + [f"fairseq.logging.meters.{name}" for name in (
+        "AverageMeter", "SumMeter", "ConcatMeter", "TimeMeter", "StopwatchMeter", "MetersDict")]
+)
+
+
+class TrainingStatePlaceholder:
+    """Stands in for a fairseq training-state object (a meter): keeps the pickled state as data.
+
+    Creating one and setting its state runs no code from the checkpoint; it has no methods a
+    model or its options could use, and ``checked_model_options``/``checked_weights`` refuse it
+    anywhere the model is built from.
+    """
+
+    fairseq_global = "?"
+
+    def __new__(cls, *args, **kwargs):
+        return super().__new__(cls)
+
+    def __init__(self, *args, **kwargs):
+        self.args = args
+
+    def __setstate__(self, state):
+        self.state = state
+
+    def __repr__(self):
+        return f"<placeholder for {self.fairseq_global}>"
+
+
+def _placeholder_class(global_name: str) -> type:
+    return type(global_name.rsplit(".", 1)[-1], (TrainingStatePlaceholder,), {"fairseq_global": global_name})
+
+
+_PLACEHOLDERS = {name: _placeholder_class(name) for name in sorted(TRAINING_STATE_GLOBALS)}
 
 # Opcodes that push a string the pickle may later use as a module or attribute name.
 _STRING_OPCODES = {
@@ -157,11 +201,11 @@ def _check_pickle_stream(stream, source: str, max_pickles: int) -> None:
         stream.seek(-1, os.SEEK_CUR)
         try:
             for global_name in _globals_referenced_by_pickle(stream):
-                if global_name not in ALLOWED_GLOBALS:
+                if global_name not in ALLOWED_GLOBALS and global_name not in TRAINING_STATE_GLOBALS:
                     hint = ""
                     if global_name.startswith("omegaconf"):
-                        hint = (" (fairseq >= 0.10 stores its config as an omegaconf object under"
-                                " 'cfg'; this reader only accepts the argparse 'args' format)")
+                        hint = (" (fairseq 0.12 stores its config under 'cfg' as plain containers;"
+                                " this file holds live omegaconf objects instead)")
                     raise UnsafeCheckpointError(
                         f"{source}: refusing to load checkpoint: it references the global "
                         f"'{global_name}', which is not on the allow-list{hint}. Nothing was executed."
@@ -209,7 +253,8 @@ def safe_load_checkpoint(path) -> dict:
             _check_pickle_stream(stream, str(path), _MAX_PICKLES_IN_LEGACY_FILE)
 
     # Step 2: the real load, through torch's restricted unpickler with the same allow-list.
-    extra_globals = [argparse.Namespace] + _numpy_safe_globals()
+    extra_globals = ([argparse.Namespace] + _numpy_safe_globals()
+                     + [(placeholder, name) for name, placeholder in _PLACEHOLDERS.items()])
     try:
         with torch.serialization.safe_globals(extra_globals):
             checkpoint = torch.load(path, map_location="cpu", weights_only=True)
@@ -436,77 +481,130 @@ def build_fsmt_tokenizer(folder, src_lang="en", tgt_lang="fr", tokenizer_dir=Non
 
 
 # ----------------------------------------------------------------------------------------------
-# Architecture arguments <-> FSMTConfig
+# Model options: the checkpoint's args or cfg -> a transformers config, and back
 
 # fairseq activation_fn -> transformers ACT2FN name. fairseq's "gelu" is the exact erf form;
 # its "gelu_accurate" is the tanh approximation that transformers calls "gelu_new".
 _ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_accurate": "gelu_new", "tanh": "tanh", "linear": "linear"}
 
-
-def _args_dict(args) -> dict:
-    if isinstance(args, argparse.Namespace):
-        return vars(args)
-    if isinstance(args, dict):
-        return args
-    raise TypeError(f"expected an argparse.Namespace or dict of fairseq args, got {type(args).__name__}")
+# fairseq 0.12's dataclass TransformerConfig nests options: {"encoder": {"embed_dim": ...}} is
+# the flat argument encoder_embed_dim (its own _NAME_PARSER rule).
+_NESTED_OPTION_GROUPS = ("encoder", "decoder", "quant_noise")
 
 
-def fsmt_config_from_fairseq_args(args, src_vocab_size: int, tgt_vocab_size: int, langs) -> FSMTConfig:
-    """An FSMTConfig for a fairseq transformer's training args; refuses what FSMT cannot represent."""
-    a = _args_dict(args)
+def _is_plain(value) -> bool:
+    """A value a model option may hold: numbers, strings, None, and lists/dicts of those."""
+    if value is None or isinstance(value, (str, bool, numbers.Number)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_is_plain(item) for item in value)
+    if isinstance(value, dict):
+        return all(isinstance(key, str) and _is_plain(item) for key, item in value.items())
+    return False
+
+
+def fairseq_model_options(checkpoint: dict) -> dict:
+    """A fairseq checkpoint's architecture options, flat, in fairseq's argument names.
+
+    fairseq <= 0.10 saves them as the argparse.Namespace ``args``; 0.12 sets ``args`` to None and
+    saves ``cfg`` (OmegaConf.to_container: plain dicts) whose ``cfg["model"]`` is an argparse
+    Namespace for the legacy architectures (``--arch transformer`` and its kin) or the nested
+    dict of the dataclass TransformerConfig. Every option must be a plain value: a training-state
+    placeholder (or anything else the unpickler built) never reaches the model.
+    """
+    if checkpoint.get("args") is not None:
+        where, options = "args", checkpoint["args"]
+    elif isinstance(checkpoint.get("cfg"), dict) and checkpoint["cfg"].get("model") is not None:
+        where, options = "cfg['model']", checkpoint["cfg"]["model"]
+    else:
+        raise ValueError("no model options: neither 'args' (fairseq <= 0.10) nor cfg['model'] (fairseq 0.12) is set")
+    if isinstance(options, argparse.Namespace):
+        options = dict(vars(options))
+    elif isinstance(options, dict):
+        flat = {}
+        for name, value in options.items():
+            if name in _NESTED_OPTION_GROUPS and isinstance(value, dict):
+                flat.update({f"{name}_{inner}": inner_value for inner, inner_value in value.items()})
+            else:
+                flat[name] = value
+        options = flat
+        options.setdefault("arch", options.get("_name", "transformer"))
+    else:
+        raise ValueError(f"{where} is a {type(options).__name__}, not an argparse Namespace or a dict of options")
+    for name, value in options.items():
+        if not _is_plain(value):
+            raise UnsafeCheckpointError(
+                f"{where}: option '{name}' holds {value!r} ({type(value).__name__}), not a plain value; "
+                "a model is never built from it")
+    return options
+
+
+def _options_dict(options) -> dict:
+    return dict(vars(options)) if isinstance(options, argparse.Namespace) else dict(options)
+
+
+def config_from_fairseq_options(options, src_vocab_size: int, tgt_vocab_size: int, langs):
+    """The transformers config of a fairseq translation transformer: FSMTConfig for the post-norm
+    architecture, ``headprune.prenorm``'s M2M100Config for the pre-norm one.
+
+    ``options`` are fairseq's (argparse Namespace or flat dict). An option neither class can
+    represent is refused with an error naming it, so a checkpoint is never loaded into a model
+    that computes something else.
+    """
+    a = _options_dict(options)
 
     def required(name):
         if a.get(name) is None:
-            raise ValueError(f"fairseq args lack '{name}', which is needed to build the model")
+            raise ValueError(f"fairseq options lack '{name}', which is needed to build the model")
         return a[name]
 
     arch = str(a.get("arch", "transformer"))
     if not arch.startswith("transformer") or arch.startswith("transformer_lm"):
-        raise ValueError(f"unsupported fairseq arch '{arch}': only translation transformers map to FSMT")
+        raise ValueError(f"unsupported fairseq arch '{arch}': only translation transformers are supported")
 
     embed_dim = required("encoder_embed_dim")
     unsupported = {
-        "encoder_normalize_before": "pre-norm encoder (FSMT is post-norm only)",
-        "decoder_normalize_before": "pre-norm decoder (FSMT is post-norm only)",
-        "encoder_learned_pos": "learned encoder positional embeddings (FSMT is sinusoidal only)",
-        "decoder_learned_pos": "learned decoder positional embeddings (FSMT is sinusoidal only)",
+        "encoder_learned_pos": "learned encoder positional embeddings (only sinusoidal ones are supported)",
+        "decoder_learned_pos": "learned decoder positional embeddings (only sinusoidal ones are supported)",
         "no_token_positional_embeddings": "no positional embeddings",
         "layernorm_embedding": "a layer norm on the embeddings",
         "cross_self_attention": "cross+self attention",
         "no_cross_attention": "a decoder without cross attention",
         "adaptive_softmax_cutoff": "an adaptive softmax",
         "adaptive_input": "adaptive input embeddings",
+        "tie_adaptive_weights": "adaptive softmax weights tied to adaptive inputs",
+        "char_inputs": "character inputs",
+        "no_decoder_final_norm": "a pre-norm decoder without its final layer norm",
+        "base_layers": "BASE (mixture of experts) layers",
         "encoder_layers_to_keep": "encoder layers pruned at load time",
         "decoder_layers_to_keep": "decoder layers pruned at load time",
     }
     for name, what in unsupported.items():
         if a.get(name):
-            raise ValueError(f"fairseq args set {name}={a[name]!r}: {what} cannot be represented in FSMT")
+            raise ValueError(f"fairseq option {name}={a[name]!r}: {what} cannot be represented by the converted model")
     for name in ("decoder_embed_dim", "decoder_input_dim", "decoder_output_dim"):
         value = a.get(name, embed_dim)
         if value is not None and value != embed_dim:
-            raise ValueError(
-                f"fairseq args set {name}={value} but encoder_embed_dim={embed_dim}: "
-                "FSMT needs one model dimension throughout"
-            )
+            raise ValueError(f"fairseq option {name}={value} but encoder_embed_dim={embed_dim}: "
+                             "the converted model needs one model dimension throughout")
     activation = a.get("activation_fn", "relu")  # fairseq before 0.7 had no choice: ReLU
     if activation not in _ACTIVATIONS:
-        raise ValueError(f"fairseq activation_fn '{activation}' has no FSMT equivalent")
+        raise ValueError(f"fairseq option activation_fn='{activation}' has no transformers equivalent")
+    pre_norm = bool(a.get("encoder_normalize_before", False)), bool(a.get("decoder_normalize_before", False))
+    if pre_norm[0] != pre_norm[1]:
+        raise ValueError(f"fairseq options encoder_normalize_before={pre_norm[0]} and decoder_normalize_before="
+                         f"{pre_norm[1]}: a model that mixes pre-norm and post-norm stacks cannot be represented")
     share_all = bool(a.get("share_all_embeddings", False))
+    share_output = bool(a.get("share_decoder_input_output_embed", False))
     if share_all and src_vocab_size != tgt_vocab_size:
-        raise ValueError(
-            f"share_all_embeddings needs one joined dictionary, got vocab sizes {src_vocab_size} and {tgt_vocab_size}"
-        )
+        raise ValueError(f"fairseq option share_all_embeddings needs one joined dictionary, got vocab sizes "
+                         f"{src_vocab_size} and {tgt_vocab_size}")
     # fairseq's own rule: the 2018 name relu_dropout applies when activation_dropout is 0 or absent.
     activation_dropout = a.get("activation_dropout") or a.get("relu_dropout") or 0.0
-
-    return FSMTConfig(
-        langs=list(langs),
-        src_vocab_size=int(src_vocab_size),
-        tgt_vocab_size=int(tgt_vocab_size),
+    common = dict(
         activation_function=_ACTIVATIONS[activation],
         d_model=int(embed_dim),
-        # FSMT grows its sinusoidal table on demand; this only sizes the initial one.
+        # Both classes grow their sinusoidal tables on demand; this only sizes the first one.
         max_position_embeddings=int(max(a.get("max_source_positions", 1024), a.get("max_target_positions", 1024))),
         encoder_ffn_dim=int(required("encoder_ffn_embed_dim")),
         encoder_layers=int(required("encoder_layers")),
@@ -520,25 +618,58 @@ def fsmt_config_from_fairseq_args(args, src_vocab_size: int, tgt_vocab_size: int
         attention_dropout=float(a.get("attention_dropout", 0.0)),
         activation_dropout=float(activation_dropout),
         scale_embedding=not a.get("no_scale_embedding", False),
-        # share_all_embeddings: one matrix for source embeddings, target embeddings and the
-        # output projection; FSMT ties exactly those three when tie_word_embeddings is set.
-        tie_word_embeddings=share_all,
         pad_token_id=PAD_ID,
         bos_token_id=BOS_ID,
         eos_token_id=EOS_ID,
         decoder_start_token_id=EOS_ID,  # fairseq starts decoding from </s>
-        forced_eos_token_id=EOS_ID,
+        forced_eos_token_id=EOS_ID,  # and ends every hypothesis with it at the length limit
+    )
+    if pre_norm[0]:
+        from .prenorm import prenorm_config
+
+        return prenorm_config(source_vocab_size=src_vocab_size, target_vocab_size=tgt_vocab_size,
+                              share_all_embeddings=share_all, share_decoder_input_output_embed=share_output,
+                              **common)
+    return FSMTConfig(
+        langs=list(langs),
+        src_vocab_size=int(src_vocab_size),
+        tgt_vocab_size=int(tgt_vocab_size),
+        # share_all_embeddings: one matrix for source embeddings, target embeddings and the
+        # output projection; FSMT ties exactly those three when tie_word_embeddings is set.
+        tie_word_embeddings=share_all,
+        **common,
     )
 
 
-def fairseq_args_from_fsmt_config(config: FSMTConfig, src_lang="en", tgt_lang="fr",
-                                  share_all_embeddings=True, share_decoder_input_output_embed=True):
+def is_pre_norm(config) -> bool:
+    return config.model_type == "m2m_100"
+
+
+def model_class_for(config):
+    """The transformers class a converted fairseq model runs in."""
+    if is_pre_norm(config):
+        from .prenorm import PreNormTransformer
+
+        return PreNormTransformer
+    return FSMTForConditionalGeneration
+
+
+def vocab_sizes(config) -> tuple[int, int]:
+    """(source, target) vocabulary sizes of a converted model's config."""
+    if is_pre_norm(config):
+        return getattr(config, "source_vocab_size", None) or config.vocab_size, config.vocab_size
+    return config.src_vocab_size, config.tgt_vocab_size
+
+
+def fairseq_args_from_config(config, src_lang="en", tgt_lang="fr", share_all_embeddings=True,
+                             share_decoder_input_output_embed=True):
     """The argparse.Namespace a fairseq training run of this architecture would have saved."""
     activation = {v: k for k, v in _ACTIVATIONS.items()}.get(config.activation_function)
     if activation is None:
-        raise ValueError(f"FSMT activation '{config.activation_function}' has no fairseq activation_fn")
+        raise ValueError(f"activation '{config.activation_function}' has no fairseq activation_fn")
     big = (config.d_model, config.encoder_ffn_dim, config.encoder_attention_heads,
            config.encoder_layers, config.decoder_layers) == (1024, 4096, 16, 6, 6)
+    pre_norm = is_pre_norm(config)
     return argparse.Namespace(
         arch="transformer_vaswani_wmt_en_fr_big" if big else "transformer",
         task="translation",
@@ -552,7 +683,7 @@ def fairseq_args_from_fsmt_config(config: FSMTConfig, src_lang="en", tgt_lang="f
         encoder_ffn_embed_dim=config.encoder_ffn_dim,
         encoder_layers=config.encoder_layers,
         encoder_attention_heads=config.encoder_attention_heads,
-        encoder_normalize_before=False,
+        encoder_normalize_before=pre_norm,
         encoder_learned_pos=False,
         encoder_layerdrop=config.encoder_layerdrop,
         decoder_embed_path=None,
@@ -560,7 +691,7 @@ def fairseq_args_from_fsmt_config(config: FSMTConfig, src_lang="en", tgt_lang="f
         decoder_ffn_embed_dim=config.decoder_ffn_dim,
         decoder_layers=config.decoder_layers,
         decoder_attention_heads=config.decoder_attention_heads,
-        decoder_normalize_before=False,
+        decoder_normalize_before=pre_norm,
         decoder_learned_pos=False,
         decoder_layerdrop=config.decoder_layerdrop,
         decoder_output_dim=config.d_model,
@@ -585,23 +716,36 @@ def fairseq_args_from_fsmt_config(config: FSMTConfig, src_lang="en", tgt_lang="f
 
 
 # ----------------------------------------------------------------------------------------------
-# Weights: fairseq names <-> FSMT names
+# Weights: fairseq names <-> transformers names
+#
+# FSMT and M2M100 name their layers as fairseq does (q/k/v/out_proj, self_attn_layer_norm,
+# encoder_attn, fc1, fc2, final_layer_norm, and M2M100's final encoder/decoder.layer_norm),
+# under "model."; only their embedding and output matrices are named differently.
 
 # Old fairseq (2018) kept each layer's norms in a list; fairseq's own upgrade code renames them.
 _ENCODER_OLD_LAYER_NORMS = {"0": "self_attn_layer_norm", "1": "final_layer_norm"}
 _DECODER_OLD_LAYER_NORMS = {"0": "self_attn_layer_norm", "1": "encoder_attn_layer_norm", "2": "final_layer_norm"}
 _DROPPED_SUFFIXES = ("version", "embed_positions._float_tensor")  # bookkeeping, not weights
+_FAIRSEQ_EMBEDDINGS = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight",
+                       "decoder.embed_out", "decoder.output_projection.weight")
+# Per family: the transformers names of the source embeddings, target embeddings, output projection.
+_EMBEDDING_NAMES = {
+    "fsmt": (["model.encoder.embed_tokens.weight"], ["model.decoder.embed_tokens.weight"],
+             ["model.decoder.output_projection.weight"]),
+    "m2m_100": (["model.shared.weight", "model.encoder.embed_tokens.weight"], ["model.decoder.embed_tokens.weight"],
+                ["lm_head.weight"]),
+}
 
 
-def _expected_fsmt_shapes(config: FSMTConfig) -> dict[str, torch.Size]:
-    """Names and shapes of FSMTForConditionalGeneration's state dict, without allocating it."""
+def _expected_shapes(config) -> dict[str, torch.Size]:
+    """Names and shapes of the converted model's state dict, without allocating it."""
     with torch.device("meta"):
-        model = FSMTForConditionalGeneration(config)
+        model = model_class_for(config)(config)
     return {name: tensor.shape for name, tensor in model.state_dict().items()}
 
 
-def _fairseq_name_to_fsmt(name: str) -> str | None:
-    """FSMT name (without the "model." prefix) for a fairseq parameter name that maps one to one.
+def _fairseq_name_to_hf(name: str) -> str | None:
+    """transformers name (without "model.") for a fairseq parameter name that maps one to one.
 
     Fused attention projections and embeddings are handled by the caller.
     """
@@ -614,27 +758,38 @@ def _fairseq_name_to_fsmt(name: str) -> str | None:
     return name
 
 
-def fairseq_to_fsmt_state_dict(fairseq_state: dict, config: FSMTConfig, args=None) -> dict:
-    """Convert a fairseq transformer state dict into FSMTForConditionalGeneration's.
+def checked_weights(state) -> dict:
+    """The checkpoint's state dict, refused unless it maps names to tensors only."""
+    if not isinstance(state, dict):
+        raise UnsafeCheckpointError(f"'model' is a {type(state).__name__}, not a state dict")
+    for name, tensor in state.items():
+        if not isinstance(name, str) or type(tensor) not in (torch.Tensor, torch.nn.Parameter):
+            raise UnsafeCheckpointError(f"'model' entry {name!r} holds {type(tensor).__name__}, not a tensor; "
+                                        "a model is never built from it")
+    return state
+
+
+def fairseq_to_hf_state_dict(fairseq_state: dict, config, options=None) -> dict:
+    """Convert a fairseq transformer state dict into the state dict of ``model_class_for(config)``.
 
     Splits fused attention projections (in_proj_weight / in_proj_bias, rows q, k, v) into
     q_proj / k_proj / v_proj, renames old-style layer_norms.N, drops the "version" and
     "_float_tensor" bookkeeping entries, adds the sinusoidal position tables FSMT stores as
     weights, and fills shared embeddings / the output projection. Raises ValueError naming
-    any unexpected or missing key and any shape mismatch.
+    any unexpected or missing key and any shape mismatch, and any embedding the options say
+    is shared that the checkpoint stores with other values.
 
-    `args` (optional) lets the check of shared output embeddings use the training arguments.
+    ``options`` (the fairseq options, optional) say which embeddings are shared.
     """
-    expected = _expected_fsmt_shapes(config)
+    expected = _expected_shapes(config)
     converted = {}
     unexpected = []
     embeddings = {}  # fairseq embedding/output names -> tensor, resolved after the loop
 
-    for name, tensor in fairseq_state.items():
+    for name, tensor in checked_weights(fairseq_state).items():
         if name.endswith(_DROPPED_SUFFIXES):
             continue
-        if name in ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight",
-                    "decoder.embed_out", "decoder.output_projection.weight"):
+        if name in _FAIRSEQ_EMBEDDINGS:
             embeddings[name] = tensor
             continue
         if name.endswith(".in_proj_weight") or name.endswith(".in_proj_bias"):
@@ -649,71 +804,76 @@ def fairseq_to_fsmt_state_dict(fairseq_state: dict, config: FSMTConfig, args=Non
             for projection, chunk in zip(("q_proj", "k_proj", "v_proj"), tensor.chunk(3, dim=0)):
                 converted[f"model.{prefix}.{projection}.{suffix}"] = chunk.clone()
             continue
-        fsmt_name = _fairseq_name_to_fsmt(name)
-        if fsmt_name is None or f"model.{fsmt_name}" not in expected:
+        hf_name = _fairseq_name_to_hf(name)
+        if hf_name is None or f"model.{hf_name}" not in expected:
             unexpected.append(name)
             continue
-        converted[f"model.{fsmt_name}"] = tensor
+        converted[f"model.{hf_name}"] = tensor
     if unexpected:
-        raise ValueError(f"unexpected keys in the fairseq state dict (FSMT has no place for them): {unexpected}")
+        raise ValueError(f"unexpected keys in the fairseq state dict (the {config.model_type} model has no place "
+                         f"for them): {unexpected}")
 
     # Embeddings. With share_all_embeddings fairseq stores the one matrix under both
     # encoder.embed_tokens and decoder.embed_tokens; the output projection reuses the decoder
     # embeddings unless a separate decoder.embed_out (old) / decoder.output_projection (new) exists.
+    a = _options_dict(options) if options is not None else {}
+    share_all = bool(a.get("share_all_embeddings", getattr(config, "tie_word_embeddings", False)))
+    share_output = share_all or bool(a.get("share_decoder_input_output_embed", False))
     encoder_embed = embeddings.get("encoder.embed_tokens.weight")
     decoder_embed = embeddings.get("decoder.embed_tokens.weight")
-    if config.tie_word_embeddings:
+    output_projection = embeddings.get("decoder.output_projection.weight", embeddings.get("decoder.embed_out"))
+    if share_all:
         encoder_embed = encoder_embed if encoder_embed is not None else decoder_embed
         decoder_embed = decoder_embed if decoder_embed is not None else encoder_embed
         if encoder_embed is not None and not torch.equal(encoder_embed, decoder_embed):
             raise ValueError("share_all_embeddings is set but encoder and decoder embeddings differ")
-    output_projection = embeddings.get("decoder.output_projection.weight", embeddings.get("decoder.embed_out"))
     if output_projection is None:
-        if args is not None:
-            a = _args_dict(args)
-            if not (a.get("share_all_embeddings") or a.get("share_decoder_input_output_embed")):
-                raise ValueError("missing key 'decoder.embed_out': the args do not share decoder input/output embeddings")
+        if options is not None and not share_output:
+            raise ValueError("missing key 'decoder.embed_out': the options do not share decoder input/output embeddings")
         output_projection = decoder_embed
-    for fsmt_name, tensor, fairseq_name in [
-        ("model.encoder.embed_tokens.weight", encoder_embed, "encoder.embed_tokens.weight"),
-        ("model.decoder.embed_tokens.weight", decoder_embed, "decoder.embed_tokens.weight"),
-        ("model.decoder.output_projection.weight", output_projection, "decoder.embed_out"),
-    ]:
-        if tensor is not None:
-            converted[fsmt_name] = tensor
-        elif fsmt_name in expected:
-            raise ValueError(f"missing key '{fairseq_name}' in the fairseq state dict")
+    elif share_output and decoder_embed is not None and not torch.equal(output_projection, decoder_embed):
+        raise ValueError("the options share the decoder's input and output embeddings, but the checkpoint's "
+                         "output projection differs from decoder.embed_tokens")
+    source_names, target_names, output_names = _EMBEDDING_NAMES[config.model_type]
+    for names, tensor, fairseq_name in [(source_names, encoder_embed, "encoder.embed_tokens.weight"),
+                                        (target_names, decoder_embed, "decoder.embed_tokens.weight"),
+                                        (output_names, output_projection, "decoder.embed_out")]:
+        for hf_name in names:
+            if tensor is not None:
+                converted[hf_name] = tensor
+            elif hf_name in expected:
+                raise ValueError(f"missing key '{fairseq_name}' in the fairseq state dict")
 
     # FSMT keeps its (deterministic) sinusoidal tables as weights; fairseq does not save them.
     for side in ("encoder", "decoder"):
         name = f"model.{side}.embed_positions.weight"
-        num_positions, dim = expected[name]
-        converted[name] = SinusoidalPositionalEmbedding.get_embedding(num_positions, dim, config.pad_token_id)
+        if name in expected:
+            num_positions, dim = expected[name]
+            converted[name] = SinusoidalPositionalEmbedding.get_embedding(num_positions, dim, config.pad_token_id)
 
     missing = sorted(set(expected) - set(converted))
     if missing:
-        raise ValueError(f"missing keys (FSMT names) after converting the fairseq state dict: {missing}")
+        raise ValueError(f"missing keys ({config.model_type} names) after converting the fairseq state dict: {missing}")
     for name, tensor in converted.items():
         if tuple(tensor.shape) != tuple(expected[name]):
-            raise ValueError(
-                f"shape mismatch for '{name}': checkpoint has {tuple(tensor.shape)}, "
-                f"the architecture in the args needs {tuple(expected[name])}"
-            )
+            raise ValueError(f"shape mismatch for '{name}': checkpoint has {tuple(tensor.shape)}, "
+                             f"the architecture in the options needs {tuple(expected[name])}")
     return converted
 
 
-def fsmt_to_fairseq_state_dict(model: FSMTForConditionalGeneration, layer_norm_style: str = "old") -> dict:
-    """Inverse of fairseq_to_fsmt_state_dict, in the layout of a fairseq checkpoint.
+def hf_to_fairseq_state_dict(model, layer_norm_style: str = "old") -> dict:
+    """Inverse of fairseq_to_hf_state_dict, in the layout of a fairseq checkpoint.
 
     layer_norm_style "old" writes the 2018 names (encoder layer_norms.0/1, decoder
     layer_norms.0/1/2), "new" the named ones (self_attn_layer_norm, ...). Attention projections
     are always fused into in_proj_weight / in_proj_bias, as in the 2018 checkpoints. Embeddings
-    that FSMT ties are written as the same tensor under each fairseq name, and no
+    the model ties are written as the same tensor under each fairseq name, and no
     decoder.embed_out is written when the output projection equals the decoder embeddings.
     """
     if layer_norm_style not in ("old", "new"):
         raise ValueError(f"layer_norm_style must be 'old' or 'new', got {layer_norm_style!r}")
-    fsmt = {name.removeprefix("model."): tensor.detach() for name, tensor in model.state_dict().items()}
+    weights = {name: tensor.detach() for name, tensor in model.state_dict().items()}
+    hf = {name.removeprefix("model."): tensor for name, tensor in weights.items()}
     state = {}
     config = model.config
     for side, num_layers, attentions, old_norms in [
@@ -725,20 +885,23 @@ def fsmt_to_fairseq_state_dict(model: FSMTForConditionalGeneration, layer_norm_s
             for attention in attentions:
                 for suffix in ("weight", "bias"):
                     state[f"{prefix}.{attention}.in_proj_{suffix}"] = torch.cat(
-                        [fsmt[f"{prefix}.{attention}.{p}.{suffix}"] for p in ("q_proj", "k_proj", "v_proj")], dim=0
+                        [hf[f"{prefix}.{attention}.{p}.{suffix}"] for p in ("q_proj", "k_proj", "v_proj")], dim=0
                     )
-                    state[f"{prefix}.{attention}.out_proj.{suffix}"] = fsmt[f"{prefix}.{attention}.out_proj.{suffix}"]
+                    state[f"{prefix}.{attention}.out_proj.{suffix}"] = hf[f"{prefix}.{attention}.out_proj.{suffix}"]
             for index, norm in old_norms.items():
                 for suffix in ("weight", "bias"):
                     name = f"{prefix}.layer_norms.{index}" if layer_norm_style == "old" else f"{prefix}.{norm}"
-                    state[f"{name}.{suffix}"] = fsmt[f"{prefix}.{norm}.{suffix}"]
+                    state[f"{name}.{suffix}"] = hf[f"{prefix}.{norm}.{suffix}"]
             for linear in ("fc1", "fc2"):
                 for suffix in ("weight", "bias"):
-                    state[f"{prefix}.{linear}.{suffix}"] = fsmt[f"{prefix}.{linear}.{suffix}"]
+                    state[f"{prefix}.{linear}.{suffix}"] = hf[f"{prefix}.{linear}.{suffix}"]
+        for suffix in ("weight", "bias"):  # pre-norm: the final layer norm of each stack
+            if f"{side}.layer_norm.{suffix}" in hf:
+                state[f"{side}.layer_norm.{suffix}"] = hf[f"{side}.layer_norm.{suffix}"]
 
-    encoder_embed = fsmt["encoder.embed_tokens.weight"]
-    decoder_embed = fsmt["decoder.embed_tokens.weight"]
-    output_projection = fsmt["decoder.output_projection.weight"]
+    source_names, target_names, output_names = _EMBEDDING_NAMES[config.model_type]
+    encoder_embed, decoder_embed, output_projection = (weights[names[-1]] for names in
+                                                       (source_names, target_names, output_names))
     state["encoder.embed_tokens.weight"] = encoder_embed
     # Shared embeddings are one tensor in fairseq: torch.save then stores them once.
     shared = encoder_embed.shape == decoder_embed.shape and torch.equal(encoder_embed, decoder_embed)
@@ -816,10 +979,13 @@ def build_target_tokenizer(path, src_lang="en", tgt_lang="fr", extract_dir=None)
 
 def load_fairseq_translation_model(path, src_lang="en", tgt_lang="fr", dtype=torch.float32,
                                    checkpoint_name="model.pt", extract_dir=None, tokenizer_dir=None):
-    """(FSMTForConditionalGeneration in eval mode, FSMTTokenizer) for a fairseq translation model.
+    """(model in eval mode, FSMTTokenizer) for a fairseq translation model.
 
-    `path` is a fairseq tarball (extracted once, next to it or into `extract_dir`) or an
-    extracted model folder with model.pt, dict.{src}.txt, dict.{tgt}.txt and bpecodes.
+    The model is transformers' FSMT for fairseq's post-norm transformer and
+    ``headprune.prenorm.PreNormTransformer`` (M2M100) for the pre-norm one. `path` is a fairseq
+    tarball (extracted once, next to it or into `extract_dir`) or an extracted model folder with
+    model.pt, dict.{src}.txt, dict.{tgt}.txt and bpecodes. The checkpoint may be fairseq 0.6-0.12's,
+    training state included (see safe_load_checkpoint and fairseq_model_options).
     fp32 by default: FSMT's masking overflows in fp64 (NOTES.md). The tokenizer encodes
     source text; see build_target_tokenizer for target text.
     """
@@ -834,25 +1000,24 @@ def load_fairseq_translation_model(path, src_lang="en", tgt_lang="fr", dtype=tor
 
     checkpoint_path = folder / checkpoint_name
     checkpoint = safe_load_checkpoint(checkpoint_path)
-    if "args" not in checkpoint or checkpoint["args"] is None:
-        raise ValueError(f"{checkpoint_path}: no 'args' entry (only argparse-style fairseq checkpoints are supported)")
-    if "model" not in checkpoint:
-        raise ValueError(f"{checkpoint_path}: no 'model' entry with the weights")
-    args = checkpoint["args"]
     try:
-        config = fsmt_config_from_fairseq_args(args, src_vocab_size, tgt_vocab_size, [src_lang, tgt_lang])
-        state = fairseq_to_fsmt_state_dict(checkpoint["model"], config, args=args)
-    except ValueError as error:
-        raise ValueError(f"{checkpoint_path}: {error}") from error
+        if "model" not in checkpoint:
+            raise ValueError("no 'model' entry with the weights")
+        options = fairseq_model_options(checkpoint)
+        config = config_from_fairseq_options(options, src_vocab_size, tgt_vocab_size, [src_lang, tgt_lang])
+        state = fairseq_to_hf_state_dict(checkpoint["model"], config, options)
+    except (ValueError, UnsafeCheckpointError) as error:
+        raise type(error)(f"{checkpoint_path}: {error}") from error
 
-    model = FSMTForConditionalGeneration(config)
+    model = model_class_for(config)(config)
     model.load_state_dict(state, strict=True)
     model.to(dtype=dtype).eval()
-    # FSMT only builds its causal decoder mask when use_cache is off: with the default (on), a
-    # forward pass given decoder_input_ids would let each position see the future. Plain forward
-    # passes therefore default to use_cache=False; generate() keeps its cache.
-    model.config.use_cache = False
-    model.generation_config.use_cache = True
+    if not is_pre_norm(config):
+        # FSMT only builds its causal decoder mask when use_cache is off: with the default (on), a
+        # forward pass given decoder_input_ids would let each position see the future. Plain
+        # forward passes therefore default to use_cache=False; generate() keeps its cache.
+        model.config.use_cache = False
+        model.generation_config.use_cache = True
     return model, tokenizer
 
 
@@ -871,7 +1036,7 @@ def write_fairseq_checkpoint_dir(model, src_dict_tokens, tgt_dict_tokens, bpecod
     config = model.config
     src_tokens = [entry if isinstance(entry, str) else entry[0] for entry in src_dict_tokens]
     tgt_tokens = [entry if isinstance(entry, str) else entry[0] for entry in tgt_dict_tokens]
-    for side, tokens, size in [(src_lang, src_tokens, config.src_vocab_size), (tgt_lang, tgt_tokens, config.tgt_vocab_size)]:
+    for side, tokens, size in zip((src_lang, tgt_lang), (src_tokens, tgt_tokens), vocab_sizes(config)):
         if len(tokens) + len(FAIRSEQ_SPECIAL_TOKENS) != size:
             raise ValueError(
                 f"dict.{side}.txt would have {len(tokens)} tokens + 4 specials, but the model's vocabulary has {size}"
@@ -879,7 +1044,7 @@ def write_fairseq_checkpoint_dir(model, src_dict_tokens, tgt_dict_tokens, bpecod
     if not Path(bpecodes_path).is_file():
         raise FileNotFoundError(f"BPE codes file not found: {bpecodes_path}")
 
-    state = fsmt_to_fairseq_state_dict(model, layer_norm_style)
+    state = hf_to_fairseq_state_dict(model, layer_norm_style)
     shares_decoder_output = "decoder.embed_out" not in state
     share_all = (
         shares_decoder_output
@@ -889,7 +1054,7 @@ def write_fairseq_checkpoint_dir(model, src_dict_tokens, tgt_dict_tokens, bpecod
     if state["encoder.embed_tokens.weight"] is state["decoder.embed_tokens.weight"] and not share_all:
         # Equal but not shareable in fairseq's terms: store two copies.
         state["decoder.embed_tokens.weight"] = state["decoder.embed_tokens.weight"].clone()
-    args = fairseq_args_from_fsmt_config(config, src_lang, tgt_lang, share_all, shares_decoder_output)
+    args = fairseq_args_from_config(config, src_lang, tgt_lang, share_all, shares_decoder_output)
     checkpoint = {
         "args": args,
         "model": state,

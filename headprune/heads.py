@@ -139,10 +139,16 @@ class BertAdapter(HeadAdapter):
 
 
 class FSMTAdapter(HeadAdapter):
-    """transformers' FSMT: fairseq's transformer, run on fairseq checkpoints."""
+    """transformers' FSMT: fairseq's post-norm transformer, run on fairseq checkpoints.
+
+    Its layers hold ``self_attn`` and ``encoder_attn`` modules with q/k/v/out projections, as
+    fairseq's do; subclasses for other encoder-decoder classes with that layout change only
+    how the tensors are laid out.
+    """
 
     family = "fsmt"
     attention_types = ATTENTION_TYPES
+    time_major = True  # FSMT's attention works in (time, batch, dim)
 
     def sites(self, model):
         base = model.model if hasattr(model, "model") else model
@@ -156,10 +162,9 @@ class FSMTAdapter(HeadAdapter):
             sites.append(self._site(DEC_SELF, i, layer.self_attn, config.decoder_attention_heads))
         return sites
 
-    @staticmethod
-    def _site(attn_type, layer, attn, heads):
+    def _site(self, attn_type, layer, attn, heads):
         return AttentionSite(attn_type, layer, attn, attn.q_proj, attn.k_proj, attn.v_proj, attn.out_proj,
-                             head_dim=attn.head_dim, original_num_heads=heads, time_major=True)
+                             head_dim=attn.head_dim, original_num_heads=heads, time_major=self.time_major)
 
     def loss_and_outputs(self, model, batch, output_attentions=False):
         outputs = model(
@@ -200,10 +205,19 @@ class FSMTAdapter(HeadAdapter):
         return int(batch["decoder_attention_mask"].sum())
 
 
+class M2M100Adapter(FSMTAdapter):
+    """transformers' M2M100: fairseq's pre-norm transformer (``headprune.prenorm``)."""
+
+    family = "m2m100"
+    time_major = False
+
+
 def adapter_for(model) -> HeadAdapter:
     model_type = getattr(model.config, "model_type", None)
     if model_type == "fsmt":
         return FSMTAdapter()
+    if model_type == "m2m_100":
+        return M2M100Adapter()
     if hasattr(model, "base_model") and hasattr(model.base_model, "encoder") \
             and hasattr(model.base_model.encoder, "layer"):
         return BertAdapter()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from .fairseq import load_fairseq_translation_model, safe_extract
+from .fairseq import is_pre_norm, load_fairseq_translation_model, model_class_for, safe_extract
 from .prune import load_pruned_weights
 
 # What a BERT download needs; never *.bin / *.pt / *.ckpt pickles.
@@ -36,14 +36,16 @@ def pick_device(requested: str = "auto") -> torch.device:
 
 
 def load_translation(path, src_lang: str = "en", tgt_lang: str = "fr", device="cpu"):
-    """(FSMT model, tokenizer) from a fairseq tarball/folder or a saved Hugging Face FSMT folder."""
-    from transformers import FSMTForConditionalGeneration, FSMTTokenizer
+    """(model, tokenizer) from a fairseq tarball/folder or a saved Hugging Face folder of a converted one
+    (FSMT for fairseq's post-norm transformer, headprune.prenorm's M2M100 for the pre-norm one)."""
+    from transformers import AutoConfig, FSMTTokenizer
 
     path = Path(path)
     if path.is_dir() and (path / "config.json").exists():
-        model = load_pruned_weights(FSMTForConditionalGeneration, path)
+        model = load_pruned_weights(model_class_for(AutoConfig.from_pretrained(path)), path)
         tokenizer = FSMTTokenizer.from_pretrained(path)
-        model.config.use_cache = False  # see fairseq.load_fairseq_translation_model
+        if not is_pre_norm(model.config):
+            model.config.use_cache = False  # see fairseq.load_fairseq_translation_model
     else:
         model, tokenizer = load_fairseq_translation_model(path, src_lang=src_lang, tgt_lang=tgt_lang)
     return model.to(device).eval(), tokenizer

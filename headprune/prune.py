@@ -7,8 +7,8 @@ with the same shapes (``load_pruned_weights``).
 
 FSMT's attention reshapes with its full embedding size, so its attention modules
 are switched to ``PrunableFSMTAttention``, a subclass whose forward reshapes with
-the number of heads the layer still has. BERT's attention already infers the
-head count from the projection size, except when it has none left.
+the number of heads the layer still has. BERT's and M2M100's attention already infer
+the head count from the projection size, except when they have none left.
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from torch import nn
 from transformers.cache_utils import EncoderDecoderCache
 from transformers.models.bert.modeling_bert import BertSelfAttention
 from transformers.models.fsmt.modeling_fsmt import Attention as FSMTAttention
+from transformers.models.m2m_100.modeling_m2m_100 import M2M100Attention
 
 from .heads import AttentionSite, adapter_for
 
@@ -74,6 +75,9 @@ def _slice_site(site: AttentionSite, keep: list[int]):
     attn.headprune_kept_heads = list(keep)
     if isinstance(attn, FSMTAttention):
         attn.__class__ = PrunableFSMTAttention
+        attn.num_heads = len(keep)
+    elif isinstance(attn, M2M100Attention):
+        attn.__class__ = PrunableM2M100Attention
         attn.num_heads = len(keep)
     elif isinstance(attn, BertSelfAttention):
         attn.__class__ = PrunableBertSelfAttention
@@ -166,6 +170,32 @@ class PrunableFSMTAttention(FSMTAttention):
         return self.out_proj(attn_output), attn_weights_reshaped
 
 
+class PrunableM2M100Attention(M2M100Attention):
+    """M2M100 attention that also runs with no heads left.
+
+    Its output is then the output projection's bias. The key/value cache still gets its
+    (empty) entries: the decoder reads the generated length from the cache of layer 0.
+    """
+
+    def forward(self, hidden_states, key_value_states=None, past_key_values=None, attention_mask=None, **kwargs):
+        if self.num_heads > 0:
+            return super().forward(hidden_states, key_value_states=key_value_states,
+                                   past_key_values=past_key_values, attention_mask=attention_mask, **kwargs)
+        if past_key_values is not None:
+            is_cross = key_value_states is not None
+            cache = past_key_values
+            if isinstance(past_key_values, EncoderDecoderCache):
+                cache = past_key_values.cross_attention_cache if is_cross else past_key_values.self_attention_cache
+            if not (is_cross and isinstance(past_key_values, EncoderDecoderCache)
+                    and past_key_values.is_updated.get(self.layer_idx)):
+                source = key_value_states if is_cross else hidden_states
+                empty = source.new_zeros(source.shape[0], 0, source.shape[1], self.head_dim)
+                cache.update(empty, empty, self.layer_idx)
+                if is_cross and isinstance(past_key_values, EncoderDecoderCache):
+                    past_key_values.is_updated[self.layer_idx] = True
+        return self.out_proj(hidden_states.new_zeros(*hidden_states.shape[:-1], 0)), None
+
+
 def apply_recorded_pruning(model):
     """Give a freshly built model the shapes recorded in its config (before loading weights)."""
     recorded = pruned_heads(model)
@@ -174,13 +204,19 @@ def apply_recorded_pruning(model):
 
 
 def load_pruned_weights(model_class, folder: str | Path, **kwargs):
-    """Load a model saved after pruning: build it from its config, prune, then load weights."""
+    """Load a model folder saved by save_pretrained, pruned or not.
+
+    A pruned model is built from its config, pruned to the recorded shapes, then given its
+    weights; so is a class that says ``loads_without_from_pretrained``. Other classes go
+    through from_pretrained. Matrices that save_pretrained stored once for several tied names
+    are restored under all of them.
+    """
     from safetensors.torch import load_file
     from transformers import AutoConfig
 
     folder = Path(folder)
     config = AutoConfig.from_pretrained(folder)
-    if not getattr(config, PRUNED_HEADS_KEY, None):
+    if not getattr(config, PRUNED_HEADS_KEY, None) and not getattr(model_class, "loads_without_from_pretrained", False):
         return model_class.from_pretrained(folder, **kwargs)
     kwargs.pop("use_safetensors", None)  # only safetensors are read below anyway
     build = getattr(model_class, "from_config", None) or model_class._from_config  # Auto* or concrete class
@@ -188,12 +224,15 @@ def load_pruned_weights(model_class, folder: str | Path, **kwargs):
     apply_recorded_pruning(model)
     weights = folder / "model.safetensors"
     if not weights.exists():
-        raise FileNotFoundError(f"{weights}: a pruned model folder must hold model.safetensors")
+        raise FileNotFoundError(f"{weights}: a model folder loaded here must hold model.safetensors")
     state = load_file(str(weights))
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    tied = set(getattr(model, "_tied_weights_keys", None) or [])
-    missing = [k for k in missing if k not in tied and not any(k.endswith(t) for t in tied)]
+    model.tie_weights()
+    _, unexpected = model.load_state_dict(state, strict=False)
+    # A name is missing only if no name sharing its tensor was loaded.
+    names_of = {}
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        names_of.setdefault(id(tensor), []).append(name)
+    missing = [name for names in names_of.values() if not any(n in state for n in names) for name in names]
     if missing or unexpected:
         raise ValueError(f"{weights}: missing keys {missing[:5]}, unexpected keys {unexpected[:5]}")
-    model.tie_weights()
     return model.eval()

@@ -39,7 +39,7 @@ from .prune import count_heads, prune_heads
 
 ORIGINAL, PRUNED = "original", "pruned"
 VARIANTS = (ORIGINAL, PRUNED)
-UNITS = {"bert": "examples", "fsmt": "sentences"}
+UNITS = {"bert": "examples", "fsmt": "sentences", "m2m100": "sentences"}
 
 # One row per (study, variant, batch size, run): the tidy CSV behind Table 4.
 RUN_COLUMNS = ["study", "family", "unit", "variant", "batch_size", "run", "position", "items", "seconds",

@@ -4,8 +4,9 @@ Section 6 of the paper (Figure 5) trains an IWSLT 2014 de-en transformer (6 laye
 and prunes the checkpoints of several epochs, to see when the unimportant heads appear. The
 same loop trains the offline demo's tiny en->fr model (``headprune.demo``) with other settings.
 
-The model is transformers' FSMT (fairseq's post-norm transformer: sinusoidal positions, scaled
-embeddings), with all embeddings shared over one joined dictionary. Training is fairseq's
+The model is fairseq's transformer (sinusoidal positions, scaled embeddings), post-norm in
+transformers' FSMT or, with ``normalize_before`` (the authors' IWSLT setting), pre-norm in
+``headprune.prenorm.PreNormTransformer``, with all embeddings shared over one joined dictionary. Training is fairseq's
 teacher forcing: source = tokens + </s>, decoder input = </s> + target tokens, labels = target
 tokens + </s>. Options follow fairseq's names:
 
@@ -39,8 +40,8 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from .data import read_lines
-from .fairseq import (EOS_ID, FAIRSEQ_SPECIAL_TOKENS, PAD_ID, build_fsmt_tokenizer, read_fairseq_dict,
-                      write_fairseq_tarball)
+from .fairseq import (EOS_ID, FAIRSEQ_SPECIAL_TOKENS, PAD_ID, build_fsmt_tokenizer, config_from_fairseq_options,
+                      is_pre_norm, model_class_for, read_fairseq_dict, write_fairseq_tarball)
 from .finetune import restores_torch_threads, warmup_linear_decay
 
 LR_SCHEDULES = ("linear", "inverse_sqrt")
@@ -100,7 +101,7 @@ def fairseq_init_(model) -> None:
     for name, param in model.named_parameters():
         if "embed_positions" in name:
             continue
-        if "embed_tokens" in name:
+        if "embed_tokens" in name or name == "model.shared.weight":  # M2M100 names its tied table "shared"
             torch.nn.init.normal_(param, mean=0.0, std=param.shape[1] ** -0.5)
             with torch.no_grad():
                 param[PAD_ID].zero_()
@@ -226,6 +227,7 @@ def train_translation_model(
     dropout: float = 0.1,
     attention_dropout: float = 0.0,
     activation_dropout: float = 0.0,
+    normalize_before: bool = False,
     src_lang: str = "en",
     tgt_lang: str = "fr",
     valid: tuple | None = None,
@@ -255,8 +257,6 @@ def train_translation_model(
     num_threads defaults to 1: a tiny model gains little from intra-op parallelism, and on a
     busy 2-core machine a second thread made training 5x slower (spin-waiting).
     """
-    from transformers import FSMTConfig, FSMTForConditionalGeneration
-
     if lr_schedule not in LR_SCHEDULES:
         raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES}, not {lr_schedule!r}")
     if lr_schedule == "inverse_sqrt" and not warmup_updates:
@@ -291,18 +291,16 @@ def train_translation_model(
     valid_pairs = encode(*valid) if valid else None
 
     vocab_size = len(FAIRSEQ_SPECIAL_TOKENS) + len(dict_tokens)
-    config = FSMTConfig(
-        langs=[src_lang, tgt_lang],
-        src_vocab_size=vocab_size,
-        tgt_vocab_size=vocab_size,
-        d_model=d_model,
-        encoder_layers=layers, decoder_layers=layers,
-        encoder_attention_heads=heads, decoder_attention_heads=heads,
-        encoder_ffn_dim=ffn, decoder_ffn_dim=ffn,
-        dropout=dropout, attention_dropout=attention_dropout, activation_dropout=activation_dropout,
-        max_position_embeddings=max_positions, scale_embedding=True, tie_word_embeddings=True,
-    )
-    model = FSMTForConditionalGeneration(config)
+    # The architecture as fairseq-train's options: the loader's own mapping then picks the class
+    # (FSMT post-norm, or M2M100 for --encoder/decoder-normalize-before).
+    options = {"arch": "transformer", "share_all_embeddings": True, "share_decoder_input_output_embed": True,
+               "dropout": dropout, "attention_dropout": attention_dropout, "activation_dropout": activation_dropout,
+               "max_source_positions": max_positions, "max_target_positions": max_positions}
+    for side in ("encoder", "decoder"):
+        options.update({f"{side}_embed_dim": d_model, f"{side}_ffn_embed_dim": ffn, f"{side}_layers": layers,
+                        f"{side}_attention_heads": heads, f"{side}_normalize_before": normalize_before})
+    config = config_from_fairseq_options(options, vocab_size, vocab_size, [src_lang, tgt_lang])
+    model = model_class_for(config)(config)
     fairseq_init_(model)
     for name, param in model.named_parameters():
         if "embed_positions" in name:  # sinusoidal, not learned
@@ -400,10 +398,11 @@ def train_translation_model(
             model.train()
     bar.close()
     model.eval()
-    # As headprune.fairseq's loader leaves a model: FSMT builds its causal decoder mask only
-    # without the cache, so plain forward passes must not use it; generate() still does.
-    model.config.use_cache = False
-    model.generation_config.use_cache = True
+    if not is_pre_norm(config):
+        # As headprune.fairseq's loader leaves a model: FSMT builds its causal decoder mask only
+        # without the cache, so plain forward passes must not use it; generate() still does.
+        model.config.use_cache = False
+        model.generation_config.use_cache = True
     return TrainingRun(model, source_tokenizer, history)
 
 

@@ -25,6 +25,25 @@ def tiny_fsmt(seed=0, layers=2, heads=4, d_model=16):
     return _spread_weights(FSMTForConditionalGeneration(config).eval())
 
 
+def tiny_m2m100(seed=0, layers=2, heads=4, d_model=16, share_decoder_input_output_embed=True):
+    """fairseq's pre-norm transformer (headprune.prenorm): a source vocabulary larger than the
+    target one, the output projection shared with the target embeddings."""
+    from headprune.prenorm import PreNormTransformer, prenorm_config
+
+    torch.manual_seed(seed)
+    config = prenorm_config(source_vocab_size=44, target_vocab_size=40, share_all_embeddings=False,
+                            share_decoder_input_output_embed=share_decoder_input_output_embed, d_model=d_model,
+                            encoder_layers=layers, decoder_layers=layers, encoder_attention_heads=heads,
+                            decoder_attention_heads=heads, encoder_ffn_dim=32, decoder_ffn_dim=32,
+                            max_position_embeddings=64, pad_token_id=PAD, bos_token_id=0, eos_token_id=EOS,
+                            decoder_start_token_id=EOS, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+                            attn_implementation="eager")
+    model = _spread_weights(PreNormTransformer(config).eval())
+    with torch.no_grad():  # random pre-norm models end at once; make </s> unlikely so generate() runs on
+        model.lm_head.weight[EOS] *= -1
+    return model
+
+
 def _spread_weights(model, std=0.3):
     """The default init (std 0.02) makes outputs nearly constant; wider weights make every head matter."""
     with torch.no_grad():
@@ -66,11 +85,19 @@ def fsmt_batch(seed=1, batch=3, src_len=7, tgt_len=6):
             "decoder_attention_mask": (labels != PAD).long(), "labels": labels}
 
 
-@pytest.fixture(params=["bert", "fsmt"])
+# Every head adapter's family, with a tiny model of it and a batch it reads.
+FAMILIES = {"bert": (tiny_bert, bert_batch), "fsmt": (tiny_fsmt, fsmt_batch), "m2m100": (tiny_m2m100, fsmt_batch)}
+TRANSLATION_FAMILIES = ["fsmt", "m2m100"]
+
+
+def tiny_model_and_batch(family):
+    make_model, make_batch = FAMILIES[family]
+    return make_model(), make_batch()
+
+
+@pytest.fixture(params=list(FAMILIES))
 def model_and_batch(request):
-    if request.param == "bert":
-        return tiny_bert(), bert_batch()
-    return tiny_fsmt(), fsmt_batch()
+    return tiny_model_and_batch(request.param)
 
 
 # --- The embedded demo, run once per session and shared by the workflow tests ----------------

@@ -4,7 +4,7 @@ import copy
 import pytest
 import torch
 
-from conftest import bert_batch, fsmt_batch, tiny_bert, tiny_fsmt
+from conftest import FAMILIES, TRANSLATION_FAMILIES, tiny_model_and_batch
 from headprune.heads import adapter_for, full_gates, gated, head_shape
 from headprune.prune import prune_heads
 
@@ -15,17 +15,14 @@ def logits(model, batch):
     return outputs.logits
 
 
-REMOVALS = {
-    "bert": {"enc_self": {0: [1], 1: [0, 1, 2, 3]}},  # includes a whole layer
-    "fsmt": {"enc_self": {0: [1], 1: [0, 1, 2, 3]}, "enc_dec": {0: [0, 1, 2, 3], 1: [3]},
-             "dec_self": {0: [2, 3], 1: [0, 1, 2, 3]}},
-}
+ENCODER_REMOVAL = {"enc_self": {0: [1], 1: [0, 1, 2, 3]}}  # includes a whole layer
+TRANSLATION_REMOVAL = {**ENCODER_REMOVAL, "enc_dec": {0: [0, 1, 2, 3], 1: [3]}, "dec_self": {0: [2, 3], 1: [0, 1, 2, 3]}}
 
 
-@pytest.mark.parametrize("family", ["bert", "fsmt"])
+@pytest.mark.parametrize("family", list(FAMILIES))
 def test_gate_zero_equals_physical_removal(family):
-    model, batch = (tiny_bert(), bert_batch()) if family == "bert" else (tiny_fsmt(), fsmt_batch())
-    removal = REMOVALS[family]
+    model, batch = tiny_model_and_batch(family)
+    removal = TRANSLATION_REMOVAL if family in TRANSLATION_FAMILIES else ENCODER_REMOVAL
     gates = full_gates(model)
     for attn_type, layers in removal.items():
         for layer, heads in layers.items():
@@ -66,9 +63,9 @@ def test_real_valued_gate_scales_value_projection(model_and_batch):
     assert (logits(model, batch) - gated_logits).abs().max() <= 1e-5
 
 
-def test_gates_act_inside_beam_search_generate():
-    model = tiny_fsmt()
-    batch = fsmt_batch()
+@pytest.mark.parametrize("family", TRANSLATION_FAMILIES)
+def test_gates_act_inside_beam_search_generate(family):
+    model, batch = tiny_model_and_batch(family)
     src, mask = batch["input_ids"], batch["attention_mask"]
     gates = full_gates(model)
     gates["enc_dec"][1, :3] = 0.0

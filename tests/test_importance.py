@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from conftest import bert_batch, fsmt_batch, tiny_bert, tiny_fsmt
+from conftest import FAMILIES, bert_batch, fsmt_batch
 from headprune.heads import adapter_for, full_gates, gated
 from headprune.importance import head_scores, normalize_per_layer
 
@@ -21,9 +21,10 @@ def fsmt_runs_in_float64(monkeypatch):
 
 
 def batches_for(family):
+    make_model, _ = FAMILIES[family]
     if family == "bert":
-        return tiny_bert(), [bert_batch(seed=1), bert_batch(seed=2, batch=3)]
-    return tiny_fsmt(), [fsmt_batch(seed=1), fsmt_batch(seed=2, batch=2)]
+        return make_model(), [bert_batch(seed=1), bert_batch(seed=2, batch=3)]
+    return make_model(), [fsmt_batch(seed=1), fsmt_batch(seed=2, batch=2)]
 
 
 def loss_at(model, batch, gates):
@@ -32,7 +33,7 @@ def loss_at(model, batch, gates):
     return float(loss)
 
 
-@pytest.mark.parametrize("family", ["bert", "fsmt"])
+@pytest.mark.parametrize("family", list(FAMILIES))
 def test_gate_gradient_matches_finite_differences(family):
     model, batches = batches_for(family)
     model.double()
@@ -85,7 +86,7 @@ def slow_reference(model, batches):
     return sums
 
 
-@pytest.mark.parametrize("family", ["bert", "fsmt"])
+@pytest.mark.parametrize("family", list(FAMILIES))
 def test_all_estimators_match_slow_reference(family):
     model, batches = batches_for(family)
     model.double()
@@ -130,7 +131,7 @@ def test_per_layer_l2_normalization():
     assert normalize_per_layer(torch.zeros(2, 3)).abs().sum() == 0  # an all-zero layer stays zero
 
 
-@pytest.mark.parametrize("family", ["bert", "fsmt"])
+@pytest.mark.parametrize("family", list(FAMILIES))
 def test_entropy_and_confidence_by_loops(family):
     """Entropy and confidence recomputed query by query from the attention maps."""
     model, batches = batches_for(family)

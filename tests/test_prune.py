@@ -5,8 +5,9 @@ import pytest
 import torch
 from transformers import BertForSequenceClassification, FSMTForConditionalGeneration
 
-from conftest import bert_batch, fsmt_batch, tiny_bert, tiny_fsmt
+from conftest import bert_batch, fsmt_batch, tiny_bert, tiny_fsmt, tiny_model_and_batch
 from headprune.heads import adapter_for, full_gates, gated
+from headprune.prenorm import PreNormTransformer
 from headprune.prune import count_heads, load_pruned_weights, prune_heads, pruned_heads
 
 
@@ -81,10 +82,10 @@ def test_unknown_head_is_refused():
         prune_heads(tiny_bert(), {"enc_self": {0: [7]}})
 
 
-@pytest.mark.parametrize("family", ["bert", "fsmt"])
-def test_pruned_model_saves_and_reloads(tmp_path, family):
-    model, batch, cls = (tiny_bert(), bert_batch(), BertForSequenceClassification) if family == "bert" \
-        else (tiny_fsmt(), fsmt_batch(), FSMTForConditionalGeneration)
+@pytest.mark.parametrize("family, cls", [("bert", BertForSequenceClassification), ("fsmt", FSMTForConditionalGeneration),
+                                         ("m2m100", PreNormTransformer)])
+def test_pruned_model_saves_and_reloads(tmp_path, family, cls):
+    model, batch = tiny_model_and_batch(family)
     removal = {t: {0: [0, 1, 2, 3], 1: [1]} for t in adapter_for(model).attention_types}
     prune_heads(model, removal)
     expected = logits(model, batch)

@@ -144,7 +144,9 @@ def test_label_smoothed_loss_is_fairseqs():
 # The loop
 
 
-def test_loss_decreases_and_checkpoints_are_written_at_exactly_the_configured_epochs(corpus, tmp_path):
+@pytest.mark.parametrize("normalize_before", [False, True], ids=["post-norm", "pre-norm"])
+def test_loss_decreases_and_checkpoints_are_written_at_exactly_the_configured_epochs(corpus, tmp_path,
+                                                                                     normalize_before):
     folder = corpus["bpecodes"].parent
     seen, snapshots = [], {}
 
@@ -155,7 +157,9 @@ def test_loss_decreases_and_checkpoints_are_written_at_exactly_the_configured_ep
         write_translation_tarball(model, folder, tmp_path / f"epoch{epoch}.tar.bz2", f"tiny.epoch{epoch}")
 
     run = train_translation_model(corpus, epochs=5, checkpoint_epochs=[4, 1, 2], on_checkpoint=on_checkpoint,
-                                  valid=(folder / "valid.en", folder / "valid.fr"), lr=3e-3, seed=0, **TINY)
+                                  valid=(folder / "valid.en", folder / "valid.fr"), lr=3e-3, seed=0,
+                                  normalize_before=normalize_before, **TINY)
+    assert type(run.model).__name__ == ("PreNormTransformer" if normalize_before else "FSMTForConditionalGeneration")
     assert seen == [1, 2, 4]
     assert sorted(p.name for p in tmp_path.glob("*.tar.bz2")) == ["epoch1.tar.bz2", "epoch2.tar.bz2", "epoch4.tar.bz2"]
     history = run.history_frame()
