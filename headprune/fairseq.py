@@ -1009,7 +1009,11 @@ def load_fairseq_translation_model(path, src_lang="en", tgt_lang="fr", dtype=tor
     except (ValueError, UnsafeCheckpointError) as error:
         raise type(error)(f"{checkpoint_path}: {error}") from error
 
-    model = model_class_for(config)(config)
+    from transformers.initialization import no_init_weights
+
+    with no_init_weights():  # every weight is loaded next: random init would only cost time
+        model = model_class_for(config)(config)
+    model.tie_weights()  # skipped with the initialization
     model.load_state_dict(state, strict=True)
     model.to(dtype=dtype).eval()
     if not is_pre_norm(config):

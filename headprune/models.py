@@ -7,6 +7,7 @@ safetensors only (``use_safetensors=True``; a folder without them is refused).
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import torch
@@ -51,6 +52,24 @@ def load_translation(path, src_lang: str = "en", tgt_lang: str = "fr", device="c
     return model.to(device).eval(), tokenizer
 
 
+def convert_translation_checkpoint(source, dest, src_lang: str = "en", tgt_lang: str = "fr") -> Path:
+    """Convert a fairseq tarball/folder ONCE into a transformers model folder (config.json,
+    model.safetensors, the tokenizer's files) that every later job loads in a fraction of a second:
+    no unpickling, checking or converting per job, and no random initialization (load_translation).
+    Written to a temporary sibling and renamed, so a half-written folder is never seen."""
+    dest = Path(dest)
+    model, tokenizer = load_fairseq_translation_model(source, src_lang=src_lang, tgt_lang=tgt_lang)
+    staging = dest.with_name(f".{dest.name}.partial")
+    if staging.exists():
+        shutil.rmtree(staging)
+    model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    if dest.exists():
+        shutil.rmtree(dest)
+    os.replace(staging, dest)
+    return dest
+
+
 def load_classifier(path, device="cpu"):
     """(sequence classifier, tokenizer) from a Hugging Face folder with safetensors weights."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
@@ -85,7 +104,6 @@ def fetch_pretrained(source: dict, dest) -> Path:
         archive = fetch(source["url"], dest.with_name(dest.name + ".tar.gz"), source.get("sha256"))
         extracted = safe_extract(archive, dest.with_name(dest.name + ".extracted"))
         if dest.exists():
-            import shutil
             shutil.rmtree(dest)
         os.replace(extracted, dest)
     if not any(dest.glob("*.safetensors")):

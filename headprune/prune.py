@@ -213,6 +213,7 @@ def load_pruned_weights(model_class, folder: str | Path, **kwargs):
     """
     from safetensors.torch import load_file
     from transformers import AutoConfig
+    from transformers.initialization import no_init_weights
 
     folder = Path(folder)
     config = AutoConfig.from_pretrained(folder)
@@ -220,7 +221,8 @@ def load_pruned_weights(model_class, folder: str | Path, **kwargs):
         return model_class.from_pretrained(folder, **kwargs)
     kwargs.pop("use_safetensors", None)  # only safetensors are read below anyway
     build = getattr(model_class, "from_config", None) or model_class._from_config  # Auto* or concrete class
-    model = build(config, **kwargs)
+    with no_init_weights():  # every weight is loaded below: random init would only cost time
+        model = build(config, **kwargs)
     apply_recorded_pruning(model)
     weights = folder / "model.safetensors"
     if not weights.exists():

@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import random
+import time
 from pathlib import Path
 
 from .data import read_glue_split, read_lines
@@ -46,7 +47,10 @@ def load_evalset(spec: dict) -> EvalSet:
 
 
 def load_study_model(study: dict, device):
-    """(model, tokenizer) of a study, checked against the architecture its config declares."""
+    """(model, tokenizer) of a study, checked against the architecture its config declares.
+
+    Logs the load time (imports of torch and transformers included): the fixed cost of every job."""
+    started = time.perf_counter()
     from .heads import head_shape
     from .models import load_classifier, load_translation
 
@@ -60,6 +64,8 @@ def load_study_model(study: dict, device):
         if (layers, heads) != (study["layers"], study["heads"]):
             raise ValueError(f"{study['model']}: {attn_type} has {layers} layers x {heads} heads, but config "
                              f"{section}.layers/{section}.heads say {study['layers']} x {study['heads']}")
+    logging.getLogger(__name__).info("load time %.2f s: %s (%s) on %s", time.perf_counter() - started,
+                                     study["model"], type(model).__name__, device)
     return model, tokenizer
 
 

@@ -1,4 +1,5 @@
-"""Pretrained models: the fairseq WMT14 en-fr tarball and bert-base-uncased."""
+"""Pretrained models: the fairseq WMT14 en-fr tarball (converted once into a model folder) and
+bert-base-uncased."""
 
 
 rule fetch_translation_checkpoint:
@@ -18,6 +19,25 @@ rule fetch_translation_checkpoint:
         ENV
     script:
         "../scripts/fetch_checkpoint.py"
+
+
+rule convert_translation_checkpoint:
+    input:
+        f"{DATA}/checkpoints/{TRANSLATION}.tar.bz2",
+    output:
+        directory(translation_model_folder()),
+    params:
+        languages=[config["translation"]["src_lang"], config["translation"]["tgt_lang"]],
+    log:
+        f"{RESULTS}/logs/convert_translation_checkpoint.log",
+    resources:
+        gpu=resource("convert", "gpu"),
+        mem_mb=resource("convert", "mem_mb"),
+        runtime=resource("convert", "runtime"),
+    conda:
+        ENV
+    script:
+        "../scripts/convert_checkpoint.py"
 
 
 rule fetch_pretrained_bert:

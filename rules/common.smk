@@ -101,9 +101,14 @@ def testset_files(name):
     return [f"{DATA}/testsets/{name}.{lang['src_lang']}", f"{DATA}/testsets/{name}.{lang['tgt_lang']}"]
 
 
+def translation_model_folder():
+    """The fairseq checkpoint converted once into a model folder that every job loads fast."""
+    return f"{DATA}/checkpoints/{TRANSLATION}.model"
+
+
 def model_path(study):
     if family(study) == "fsmt":
-        return f"{DATA}/checkpoints/{TRANSLATION}.tar.bz2"
+        return translation_model_folder()
     return f"{RESULTS}/models/{study}"
 
 

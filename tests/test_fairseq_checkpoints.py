@@ -189,6 +189,16 @@ def plain(tmp_path_factory):
     return state, args, fs.load_fairseq_translation_model(folder)[0]
 
 
+def assert_same_ties(model, expected):
+    """The same names share one tensor in both models (tied embeddings stay tied)."""
+    def groups(m):
+        by_tensor = {}
+        for name, tensor in m.state_dict(keep_vars=True).items():
+            by_tensor.setdefault(id(tensor), []).append(name)
+        return sorted(by_tensor.values())
+    assert groups(model) == groups(expected)
+
+
 def assert_same_model(model, expected):
     got, want = model.state_dict(), expected.state_dict()
     assert list(got) == list(want)
@@ -228,6 +238,8 @@ def test_fairseq_010_checkpoint_with_metrics_loads(tmp_path, plain):
     folder = write_checkpoint_folder(tmp_path / "m", fairseq010_checkpoint(args, state))
     model, _ = fs.load_fairseq_translation_model(folder)
     assert_same_model(model, expected)
+    # --share-all-embeddings: one matrix, as fairseq has it
+    assert model.model.encoder.embed_tokens.weight is model.model.decoder.output_projection.weight
 
 
 @pytest.mark.parametrize("model_cfg", ["namespace", "dataclass"])
@@ -380,3 +392,38 @@ def test_output_projection_that_contradicts_the_sharing_option_is_refused(tmp_pa
     folder = write_fairseq_folder(tmp_path / "m", args, state, JOINED_TOKENS, JOINED_TOKENS)
     with pytest.raises(ValueError, match="output projection differs"):
         fs.load_fairseq_translation_model(folder)
+
+
+# ----------------------------------------------------------------------------------------------
+# Converted once into a model folder: what every pipeline job loads
+
+
+@pytest.mark.parametrize("layout", ["post-norm", "pre-norm"])
+def test_converted_model_folder_loads_the_same_model_and_tokenizer(tmp_path, layout):
+    from headprune.evaluate import translate
+    from headprune.models import convert_translation_checkpoint, load_translation
+
+    if layout == "pre-norm":
+        folder, _, _ = pre_norm_folder(tmp_path, "share-decoder-io")
+    else:
+        state = random_fairseq_state(VOCAB, VOCAB, naming="old", share_all=True)
+        folder = write_fairseq_folder(tmp_path / "m", fairseq_args(), state, JOINED_TOKENS, JOINED_TOKENS)
+    original, original_tokenizer = load_translation(folder)
+    converted = convert_translation_checkpoint(folder, tmp_path / "converted.model")
+    assert sorted(p.name for p in converted.glob("*.safetensors")) == ["model.safetensors"]
+    assert not any(converted.glob("*.pt")) and not (tmp_path / ".converted.model.partial").exists()
+    model, tokenizer = load_translation(converted)
+    assert type(model) is type(original)
+    assert_same_model(model, original)
+    assert_same_ties(model, original)
+    if layout == "pre-norm":  # the ties survive save_pretrained dropping the duplicate matrices
+        assert model.lm_head.weight is model.model.decoder.embed_tokens.weight
+        assert model.model.shared is model.model.encoder.embed_tokens
+    else:
+        assert model.model.encoder.embed_tokens.weight is model.model.decoder.output_projection.weight
+    sources = ["the cat sat on the mat.", "l'homme, the red dog isn't here?"]
+    assert tokenizer(sources)["input_ids"] == original_tokenizer(sources)["input_ids"]
+    with torch.no_grad():  # random weights end at once; keep decoding
+        for m in (model, original):
+            m.get_output_embeddings().weight[EOS] *= -1
+    assert translate(model, tokenizer, sources, beam=3) == translate(original, original_tokenizer, sources, beam=3)

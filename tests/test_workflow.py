@@ -43,7 +43,7 @@ def test_paper_dry_run_lists_one_ablation_job_per_head():
     assert len(translation_heads) == 288 and {h.split("-")[0] for h in translation_heads} == {
         "enc_self", "enc_dec", "dec_self"}
     assert counts["finetune"] == 4  # MNLI, SST-2, CoLA, MRPC
-    assert counts["fetch_translation_checkpoint"] == 1
+    assert counts["fetch_translation_checkpoint"] == counts["convert_translation_checkpoint"] == 1
     # importance, oracle, random for the Figure 3 studies; importance within each type of the
     # translation model (Figure 4); importance for each Figure 6 task
     assert counts["prune"] == 3 * len(experiments["pruning"]) + 3 + len(experiments["glue_pruning"])
