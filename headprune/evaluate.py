@@ -1,48 +1,99 @@
-"""Run a (gated or pruned) model over a test set: class predictions or translations."""
+"""Run a (gated or pruned) model over a test set: class predictions or translations.
+
+The ``*_variants`` functions evaluate several gate settings at once: each batch is repeated once
+per variant (variant-major, as ``heads.gated`` reads stacked gates), so one forward or
+generate() serves them all. The batches themselves stay as a single variant's run makes them, so
+each variant's outputs equal its run alone (the translation length cap depends on a batch's
+padded length, so a sentence must not change batches with the number of variants).
+"""
 from __future__ import annotations
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .heads import gated
+from .heads import full_gates, gated
+
+
+def variant_groups(gates_list: list, batch_size: int, variant_batch_size: int) -> list[list]:
+    """Gate settings in groups small enough that group size x batch_size <= variant_batch_size (>= 1 each)."""
+    size = max(1, variant_batch_size // batch_size)
+    return [gates_list[start:start + size] for start in range(0, len(gates_list), size)]
+
+
+def stack_gates(model, group: list):
+    """One group's gates as ``gated`` takes them: a single setting as it is, several stacked (None: all on)."""
+    if len(group) == 1:
+        return group[0]
+    group = [gates if gates is not None else full_gates(model) for gates in group]
+    return {t: torch.stack([gates[t] for gates in group]) for t in group[0]}
+
+
+def _repeated(tensor: torch.Tensor, times: int) -> torch.Tensor:
+    return tensor.repeat(times, *[1] * (tensor.dim() - 1))
 
 
 @torch.no_grad()
-def predict_classes(model, batches: list[dict], gates=None, device=None, progress: bool = False) -> np.ndarray:
-    """Predicted class index per example (argmax of the logits), with optional head gates."""
+def predict_classes_variants(model, batches: list[dict], gates_list: list, *, variant_batch_size: int = 256,
+                             device=None, progress: bool = False) -> np.ndarray:
+    """(variants, examples) predicted class indices (argmax of the logits), one row per gate setting."""
     device = device or next(model.parameters()).device
     model.eval()
+    keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if batches and k in batches[0]]
+    batch_size = max((len(batch["input_ids"]) for batch in batches), default=1)
     predictions = []
-    with gated(model, gates):
-        for batch in tqdm(batches, desc="classify", disable=not progress):
-            logits = model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device),
-                           token_type_ids=batch["token_type_ids"].to(device) if "token_type_ids" in batch else None).logits
-            predictions.append(logits.argmax(-1).cpu().numpy())
-    return np.concatenate(predictions) if predictions else np.zeros(0, dtype=int)
+    for batch in tqdm(batches, desc="classify", disable=not progress):
+        rows = []
+        for group in variant_groups(gates_list, batch_size, variant_batch_size):
+            inputs = {k: _repeated(batch[k], len(group)).to(device) for k in keys}
+            with gated(model, stack_gates(model, group)):
+                logits = model(**inputs).logits
+            rows.append(logits.argmax(-1).unflatten(0, (len(group), -1)).cpu().numpy())
+        predictions.append(np.concatenate(rows))
+    if not predictions:
+        return np.zeros((len(gates_list), 0), dtype=int)
+    return np.concatenate(predictions, axis=1)
+
+
+def predict_classes(model, batches: list[dict], gates=None, device=None, progress: bool = False) -> np.ndarray:
+    """Predicted class index per example (argmax of the logits), with optional head gates."""
+    return predict_classes_variants(model, batches, [gates], device=device, progress=progress)[0]
 
 
 @torch.no_grad()
-def translate(model, tokenizer, sources: list[str], gates=None, *, beam: int = 5, lenpen: float = 1.0,
-              batch_size: int = 64, max_len_a: float = 1.2, max_len_b: int = 10, device=None,
-              progress: bool = False) -> list[str]:
-    """Detokenized translations with beam search (fairseq's defaults: beam 5, length penalty 1).
+def translate_variants(model, tokenizer, sources: list[str], gates_list: list, *, beam: int = 5,
+                       lenpen: float = 1.0, batch_size: int = 64, variant_batch_size: int = 256,
+                       max_len_a: float = 1.2, max_len_b: int = 10, device=None,
+                       progress: bool = False) -> list[list[str]]:
+    """Detokenized translations per gate setting, with beam search (fairseq's defaults: beam 5, length penalty 1).
 
-    Sentences are sorted by length so batches pad little; the output keeps the
-    input order. The output length is capped at max_len_a * source length + max_len_b.
+    Sentences are sorted by length and cut into batches of ``batch_size`` so batches pad little;
+    the output keeps the input order. The output length is capped at max_len_a * the batch's
+    padded source length + max_len_b. Each generate() runs one batch for as many variants as fit
+    in ``variant_batch_size`` sentences.
     """
     device = device or next(model.parameters()).device
     model.eval()
     order = sorted(range(len(sources)), key=lambda i: len(sources[i].split()))
-    out: list[str | None] = [None] * len(sources)
-    with gated(model, gates):
-        for start in tqdm(range(0, len(order), batch_size), desc="translate", disable=not progress):
-            index = order[start:start + batch_size]
-            encoded = tokenizer([sources[i] for i in index], padding=True, truncation=True, max_length=1024,
-                                return_tensors="pt").to(device)
-            max_new = int(max_len_a * encoded["input_ids"].shape[1] + max_len_b)
-            generated = model.generate(**encoded, num_beams=beam, length_penalty=lenpen, early_stopping=True,
-                                       max_new_tokens=max_new, max_length=None, do_sample=False)
-            for i, text in zip(index, tokenizer.batch_decode(generated, skip_special_tokens=True)):
-                out[i] = text
+    out: list[list[str | None]] = [[None] * len(sources) for _ in gates_list]
+    for start in tqdm(range(0, len(order), batch_size), desc="translate", disable=not progress):
+        index = order[start:start + batch_size]
+        encoded = tokenizer([sources[i] for i in index], padding=True, truncation=True, max_length=1024,
+                            return_tensors="pt").to(device)
+        max_new = int(max_len_a * encoded["input_ids"].shape[1] + max_len_b)
+        first = 0
+        for group in variant_groups(gates_list, batch_size, variant_batch_size):
+            with gated(model, stack_gates(model, group)):
+                generated = model.generate(**{k: _repeated(v, len(group)) for k, v in encoded.items()},
+                                           num_beams=beam, length_penalty=lenpen, early_stopping=True,
+                                           max_new_tokens=max_new, max_length=None, do_sample=False)
+            texts = tokenizer.batch_decode(generated, skip_special_tokens=True)
+            for row, text in enumerate(texts):
+                out[first + row // len(index)][index[row % len(index)]] = text
+            first += len(group)
     return out  # type: ignore[return-value]
+
+
+def translate(model, tokenizer, sources: list[str], gates=None, **options) -> list[str]:
+    """Detokenized translations of one gate setting (``translate_variants`` with one variant)."""
+    return translate_variants(model, tokenizer, sources, [gates], **options)[0]

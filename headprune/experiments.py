@@ -3,7 +3,8 @@
 A head is named by (attn_type, layer, head), 0-based, as in every CSV. An evaluation
 set is either translation (sources, references, target language) or classification
 (sentence pairs, labels, metric). ``run`` gives the per-item outputs (translations or
-class predictions) that scores and significance tests are computed from.
+class predictions) that scores and significance tests are computed from; ``run_variants`` gives
+them for several gate settings in one pass.
 """
 from __future__ import annotations
 
@@ -80,18 +81,29 @@ class EvalSettings:
     max_length: int = 128
     bleu: str = "detokenized"  # or "tokenized", as the paper's pruning script reports
     progress: bool = False
+    # Several gate settings share one forward or generate() up to this many (setting, item) rows;
+    # batch_size alone decides which items share a batch, so the outputs do not depend on it.
+    variant_batch_size: int = 256
+
+
+def run_variants(model, tokenizer, evalset: EvalSet, gates_list: list,
+                 settings: EvalSettings = EvalSettings()) -> list[list]:
+    """Per-item outputs of the model under each gate setting (None: all heads on), in one pass over the set."""
+    from .batching import classification_batches
+    from .evaluate import predict_classes_variants, translate_variants
+
+    if evalset.kind == "translation":
+        return translate_variants(model, tokenizer, evalset.sources, gates_list, beam=settings.beam,
+                                  lenpen=settings.lenpen, batch_size=settings.batch_size,
+                                  variant_batch_size=settings.variant_batch_size, progress=settings.progress)
+    batches = classification_batches(tokenizer, evalset.sources, None, settings.batch_size, settings.max_length)
+    return predict_classes_variants(model, batches, gates_list, variant_batch_size=settings.variant_batch_size,
+                                    progress=settings.progress).tolist()
 
 
 def run(model, tokenizer, evalset: EvalSet, gates=None, settings: EvalSettings = EvalSettings()) -> list:
     """Per-item outputs of the (gated) model: translations, or predicted class indices."""
-    from .batching import classification_batches
-    from .evaluate import predict_classes, translate
-
-    if evalset.kind == "translation":
-        return translate(model, tokenizer, evalset.sources, gates, beam=settings.beam, lenpen=settings.lenpen,
-                         batch_size=settings.batch_size, progress=settings.progress)
-    batches = classification_batches(tokenizer, evalset.sources, None, settings.batch_size, settings.max_length)
-    return predict_classes(model, batches, gates, progress=settings.progress).tolist()
+    return run_variants(model, tokenizer, evalset, [gates], settings)[0]
 
 
 def score(evalset: EvalSet, outputs: list, bleu: str = "detokenized") -> float:

@@ -250,6 +250,22 @@ def _batch_major(t: torch.Tensor, time_major: bool) -> torch.Tensor:
     return t.transpose(0, 1) if time_major else t
 
 
+def _gate_per_row(gate: torch.Tensor, x: torch.Tensor, time_major: bool) -> torch.Tensor:
+    """(variants, heads) gates as one row per example of ``x``, shaped to broadcast over (..., heads).
+
+    The batch is variant-major (every variant's rows together, in variant order), so a row's variant
+    is row // (rows / variants) whatever the batch size is at this call: this holds for the
+    num_beams * batch rows that generate() makes out of each example, as beams stay next to their
+    example.
+    """
+    variants, rows = gate.shape[0], x.shape[1 if time_major else 0]
+    if rows % variants:
+        raise ValueError(f"a batch of {rows} rows cannot hold {variants} gate variants: repeat the batch once "
+                         "per variant, variant-major")
+    gate = gate.repeat_interleave(rows // variants, dim=0)
+    return gate[None] if time_major else gate[:, None]
+
+
 @contextlib.contextmanager
 def gated(model, gates: dict[str, torch.Tensor] | None = None, capture: HeadCapture | None = None):
     """Multiply every head's output by its gate while the context is open.
@@ -258,6 +274,11 @@ def gated(model, gates: dict[str, torch.Tensor] | None = None, capture: HeadCapt
     real value (a leaf with requires_grad gives dL/dxi). Gates of heads that were
     physically pruned are ignored. With ``capture``, each head's output (batch,
     time, heads, head_dim) and its gradient are recorded for importance scores.
+
+    Gates of shape (variants, layers, heads) evaluate several gate settings in one pass: the batch
+    must then be the evaluation batch repeated once per variant, variant-major (rows [0, B) get
+    variant 0, [B, 2B) variant 1, ...). ``generate()`` keeps that order when it expands each
+    example into its beams, so the same input works there too.
     """
     sites = adapter_for(model).sites(model)
     handles = []
@@ -269,9 +290,12 @@ def gated(model, gates: dict[str, torch.Tensor] | None = None, capture: HeadCapt
             per_head = x.unflatten(-1, (heads, site.head_dim))
             gated_heads = per_head
             if gates is not None:
-                gate = gates[site.attn_type][site.layer]
-                gate = gate[site.kept_heads] if heads != gate.shape[0] else gate
-                gated_heads = per_head * gate.to(dtype=x.dtype, device=x.device)[:, None]
+                gate = gates[site.attn_type][..., site.layer, :]
+                gate = gate[..., site.kept_heads] if heads != gate.shape[-1] else gate
+                gate = gate.to(dtype=x.dtype, device=x.device)
+                if gate.dim() == 2:
+                    gate = _gate_per_row(gate, x, site.time_major)
+                gated_heads = per_head * gate[..., None]
             if capture is not None:
                 key = (site.attn_type, site.layer)
                 capture.head_outputs[key] = _batch_major(per_head.detach(), site.time_major)

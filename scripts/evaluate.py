@@ -1,10 +1,13 @@
 """Evaluate a study's model on each of its test sets: whole, or with one head switched off.
 
 The 'head' wildcard names the head (or, with ablation.heads_per_job > 1, several heads, each
-ablated ALONE in turn). Writes, per head and test-set role, the score and the per-item outputs
-(translations or predicted labels) that the significance tests compare. The model is loaded once.
+ablated ALONE; they share one pass over each test set). Writes, per head and test-set role, the
+score and the per-item outputs (translations or predicted labels) that the significance tests
+compare. The model is loaded once.
 """
-from headprune.experiments import EvalSettings, gates_without, parse_head_name, run, score
+import time
+
+from headprune.experiments import EvalSettings, gates_without, parse_head_name, run_variants, score
 from headprune.models import pick_device
 from headprune.workflow import load_evalset, load_study_model, logged, threads_for_torch, write_json
 
@@ -16,12 +19,14 @@ with logged(snakemake) as log:
     evalsets = {role: load_evalset(spec) for role, spec in evaluation["roles"].items()}
     job = snakemake.wildcards.get("head")
     variants = job.split("+") if job else [None]  # None: the full model
-    results = {}
-    for head in variants:
-        gates = gates_without(model, [parse_head_name(head)]) if head else None
-        results[head or "full"] = {}
-        for role, evalset in evalsets.items():
-            outputs = run(model, tokenizer, evalset, gates, settings)
+    gates_list = [gates_without(model, [parse_head_name(head)]) if head else None for head in variants]
+    results = {head or "full": {} for head in variants}
+    for role, evalset in evalsets.items():
+        started = time.perf_counter()
+        all_outputs = run_variants(model, tokenizer, evalset, gates_list, settings)
+        log.info("eval time %.2f s: %d setting(s) on %s", time.perf_counter() - started, len(variants),
+                 evaluation["roles"][role]["name"])
+        for head, outputs in zip(variants, all_outputs):
             value = score(evalset, outputs, settings.bleu)
             results[head or "full"][role] = {"testset": evaluation["roles"][role]["name"], "metric": evalset.metric,
                                              "score": value, "outputs": outputs}

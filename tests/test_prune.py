@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers import BertForSequenceClassification, FSMTForConditionalGeneration
 
-from conftest import bert_batch, fsmt_batch, tiny_bert, tiny_fsmt, tiny_model_and_batch
+from conftest import tiny_bert, tiny_model_and_batch
 from headprune.heads import adapter_for, full_gates, gated
 from headprune.prenorm import PreNormTransformer
 from headprune.prune import count_heads, load_pruned_weights, prune_heads, pruned_heads
