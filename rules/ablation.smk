@@ -4,6 +4,10 @@ Each job loads its model once and evaluates every test set it needs, by role: "e
 domain; Table 1, Figure 1), "ood" (cross-domain; Figure 2), "test" (the full model for
 Tables 2-3). One head per layer (Tables 2-3) keeps a single head per layer: one job per
 layer tries each head on the selection set.
+
+Under SLURM the ablation jobs of a study (ablate_head, one_head_layer) form the job group
+"ablation_{study}": profiles/slurm bundles several of them into one sbatch job
+(group-components there). Run locally, Snakemake ignores groups.
 """
 
 
@@ -46,6 +50,8 @@ rule ablate_head:
         evaluation=ablation_eval_params,
     log:
         f"{RESULTS}/logs/ablate_head/{{study}}/{{head}}.log",
+    group:
+        "ablation_{study}"
     resources:
         gpu=resource("ablate", "gpu"),
         mem_mb=resource("ablate", "mem_mb"),
@@ -88,6 +94,8 @@ rule one_head_layer:
         evaluation=one_head_params,
     log:
         f"{RESULTS}/logs/one_head_layer/{{study}}/{{layer}}.log",
+    group:
+        "ablation_{study}"
     resources:
         gpu=resource("ablate", "gpu"),
         mem_mb=resource("ablate", "mem_mb"),

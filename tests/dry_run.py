@@ -25,10 +25,12 @@ def job_stats(text):
 
 
 def planned_jobs(text, field="wildcards"):
-    """[(rule, {key: value})] for every job a dry run lists: its wildcards, or its resources."""
+    """[(rule, {key: value})] for every job a dry run lists: its wildcards, or its resources.
+
+    A job in a group (rules/ablation.smk's `group:`) is listed indented under 'Group job <name>'."""
     jobs = []
-    for block in re.split(r"^(?=(?:local)?rule \w+:)", text, flags=re.M)[1:]:
-        rule = re.match(r"(?:local)?rule (\w+):", block).group(1)
+    for block in re.split(r"^(?=[ \t]*(?:local)?rule \w+:)", text, flags=re.M)[1:]:
+        rule = re.match(r"[ \t]*(?:local)?rule (\w+):", block).group(1)
         match = re.search(rf"^\s+{field}: (.*)$", block, flags=re.M)
         jobs.append((rule, dict(item.split("=", 1) for item in match.group(1).split(", ")) if match else {}))
     return jobs
