@@ -49,7 +49,7 @@ def load_evalset(spec: dict) -> EvalSet:
 def load_study_model(study: dict, device):
     """(model, tokenizer) of a study, checked against the architecture its config declares.
 
-    Logs the load time (imports of torch and transformers included): the fixed cost of every job."""
+    Logs the load time (the model and tokenizer; the imports before it are not counted)."""
     started = time.perf_counter()
     from .heads import head_shape
     from .models import load_classifier, load_translation
