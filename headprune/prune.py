@@ -116,14 +116,19 @@ class PrunableFSMTAttention(FSMTAttention):
     """FSMT attention whose shapes come from the heads it has, not from the embedding size.
 
     Follows transformers' FSMT ``Attention.forward`` (fairseq's multi-head
-    attention) step by step; only the reshapes differ. With no heads left it still
-    keeps the key/value cache, so generation positions stay right.
+    attention) step by step; only the reshapes differ. With no heads left its output is the
+    output projection's bias, and its cache entry keeps the decoded length (_cache_without_heads).
     """
 
     def forward(self, query, key, key_padding_mask=None, layer_state=None, attn_mask=None,
                 output_attentions=False, **kwargs):
         tgt_len, bsz, _ = query.size()
         heads, head_dim = self.num_heads, self.head_dim
+        if heads == 0:
+            source = key if self.encoder_decoder_attention else query  # (time, batch, dim)
+            _cache_without_heads(layer_state, self.encoder_decoder_attention, self.layer_idx, bsz, source.shape[0],
+                                 head_dim, source)
+            return self.out_proj(query.new_zeros(tgt_len, bsz, 0)), None
 
         is_updated = False
         if layer_state is not None:
@@ -170,29 +175,37 @@ class PrunableFSMTAttention(FSMTAttention):
         return self.out_proj(attn_output), attn_weights_reshaped
 
 
-class PrunableM2M100Attention(M2M100Attention):
-    """M2M100 attention that also runs with no heads left.
+def _cache_without_heads(cache, is_cross: bool, layer_idx: int, batch: int, length: int, head_dim: int, like):
+    """Give a layer with no heads left its key/value cache entry: one all-zero head, never attended.
 
-    Its output is then the output projection's bias. The key/value cache still gets its
-    (empty) entries: the decoder reads the generated length from the cache of layer 0.
+    Its cache must grow as the other layers' do: decoders read the generated length from the
+    cache (FSMT's positions from layer 0), and an empty tensor counts as length 0.
     """
+    if cache is None:
+        return
+    layers = cache
+    if isinstance(cache, EncoderDecoderCache):
+        if is_cross and cache.is_updated.get(layer_idx):
+            return
+        layers = cache.cross_attention_cache if is_cross else cache.self_attention_cache
+    zeros = like.new_zeros(batch, 1, length, head_dim)
+    layers.update(zeros, zeros, layer_idx)
+    if is_cross and isinstance(cache, EncoderDecoderCache):
+        cache.is_updated[layer_idx] = True
+
+
+class PrunableM2M100Attention(M2M100Attention):
+    """M2M100 attention that also runs with no heads left: its output is then the output
+    projection's bias, and its cache entry keeps the decoded length (_cache_without_heads)."""
 
     def forward(self, hidden_states, key_value_states=None, past_key_values=None, attention_mask=None, **kwargs):
         if self.num_heads > 0:
             return super().forward(hidden_states, key_value_states=key_value_states,
                                    past_key_values=past_key_values, attention_mask=attention_mask, **kwargs)
-        if past_key_values is not None:
-            is_cross = key_value_states is not None
-            cache = past_key_values
-            if isinstance(past_key_values, EncoderDecoderCache):
-                cache = past_key_values.cross_attention_cache if is_cross else past_key_values.self_attention_cache
-            if not (is_cross and isinstance(past_key_values, EncoderDecoderCache)
-                    and past_key_values.is_updated.get(self.layer_idx)):
-                source = key_value_states if is_cross else hidden_states
-                empty = source.new_zeros(source.shape[0], 0, source.shape[1], self.head_dim)
-                cache.update(empty, empty, self.layer_idx)
-                if is_cross and isinstance(past_key_values, EncoderDecoderCache):
-                    past_key_values.is_updated[self.layer_idx] = True
+        is_cross = key_value_states is not None
+        source = key_value_states if is_cross else hidden_states  # (batch, time, dim)
+        _cache_without_heads(past_key_values, is_cross, self.layer_idx, source.shape[0], source.shape[1],
+                             self.head_dim, source)
         return self.out_proj(hidden_states.new_zeros(*hidden_states.shape[:-1], 0)), None
 
 

@@ -80,3 +80,23 @@ def test_gates_act_inside_beam_search_generate(family):
         pruned_out = pruned.generate(src, attention_mask=mask, **kwargs)
     assert torch.equal(gated_out, pruned_out)
     assert not torch.equal(gated_out, full_out)
+
+
+@pytest.mark.parametrize("family", TRANSLATION_FAMILIES)
+def test_generate_with_whole_layers_removed_equals_gated(family):
+    """A layer with no heads left still keeps its (empty) key/value cache: decoding positions stay right."""
+    model, batch = tiny_model_and_batch(family)
+    removal = {"dec_self": {0: [0, 1, 2, 3]}, "enc_dec": {1: [0, 1, 2, 3]}}
+    gates = full_gates(model)
+    for attn_type, layers in removal.items():
+        for layer, heads in layers.items():
+            gates[attn_type][layer, heads] = 0.0
+    kwargs = dict(num_beams=3, max_new_tokens=8, max_length=None, do_sample=False)
+    src, mask = batch["input_ids"], batch["attention_mask"]
+    with torch.no_grad(), gated(model, gates):
+        gated_out = model.generate(src, attention_mask=mask, **kwargs)
+    pruned = prune_heads(copy.deepcopy(model), removal)
+    with torch.no_grad():
+        pruned_out = pruned.generate(src, attention_mask=mask, **kwargs)
+    assert torch.equal(gated_out, pruned_out)
+    assert gated_out.shape[1] > 3  # decoding went on past the first steps
