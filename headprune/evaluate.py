@@ -35,8 +35,11 @@ def _repeated(tensor: torch.Tensor, times: int) -> torch.Tensor:
 
 @torch.no_grad()
 def predict_classes_variants(model, batches: list[dict], gates_list: list, *, variant_batch_size: int = 256,
-                             device=None, progress: bool = False) -> np.ndarray:
-    """(variants, examples) predicted class indices (argmax of the logits), one row per gate setting."""
+                             device=None, progress: bool = False, masking: str = "zero") -> np.ndarray:
+    """(variants, examples) predicted class indices (argmax of the logits), one row per gate setting.
+
+    ``masking`` says how a gate of 0 masks a head (``heads.gated``): "zero" output or "uniform" attention.
+    """
     device = device or next(model.parameters()).device
     model.eval()
     keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if batches and k in batches[0]]
@@ -46,7 +49,7 @@ def predict_classes_variants(model, batches: list[dict], gates_list: list, *, va
         rows = []
         for group in variant_groups(gates_list, batch_size, variant_batch_size):
             inputs = {k: _repeated(batch[k], len(group)).to(device) for k in keys}
-            with gated(model, stack_gates(model, group)):
+            with gated(model, stack_gates(model, group), masking=masking):
                 logits = model(**inputs).logits
             rows.append(logits.argmax(-1).unflatten(0, (len(group), -1)).cpu().numpy())
         predictions.append(np.concatenate(rows))
@@ -55,22 +58,24 @@ def predict_classes_variants(model, batches: list[dict], gates_list: list, *, va
     return np.concatenate(predictions, axis=1)
 
 
-def predict_classes(model, batches: list[dict], gates=None, device=None, progress: bool = False) -> np.ndarray:
+def predict_classes(model, batches: list[dict], gates=None, device=None, progress: bool = False,
+                    masking: str = "zero") -> np.ndarray:
     """Predicted class index per example (argmax of the logits), with optional head gates."""
-    return predict_classes_variants(model, batches, [gates], device=device, progress=progress)[0]
+    return predict_classes_variants(model, batches, [gates], device=device, progress=progress, masking=masking)[0]
 
 
 @torch.no_grad()
 def translate_variants(model, tokenizer, sources: list[str], gates_list: list, *, beam: int = 5,
                        lenpen: float = 1.0, batch_size: int = 64, variant_batch_size: int = 256,
                        max_len_a: float = 1.2, max_len_b: int = 10, device=None,
-                       progress: bool = False) -> list[list[str]]:
+                       progress: bool = False, masking: str = "zero") -> list[list[str]]:
     """Detokenized translations per gate setting, with beam search (fairseq's defaults: beam 5, length penalty 1).
 
     Sentences are sorted by length and cut into batches of ``batch_size`` so batches pad little;
     the output keeps the input order. The output length is capped at max_len_a * the batch's
     padded source length + max_len_b. Each generate() runs one batch for as many variants as fit
-    in ``variant_batch_size`` sentences.
+    in ``variant_batch_size`` sentences. ``masking`` says how a gate of 0 masks a head
+    (``heads.gated``): "zero" output or "uniform" attention.
     """
     device = device or next(model.parameters()).device
     model.eval()
@@ -83,7 +88,7 @@ def translate_variants(model, tokenizer, sources: list[str], gates_list: list, *
         max_new = int(max_len_a * encoded["input_ids"].shape[1] + max_len_b)
         first = 0
         for group in variant_groups(gates_list, batch_size, variant_batch_size):
-            with gated(model, stack_gates(model, group)):
+            with gated(model, stack_gates(model, group), masking=masking):
                 generated = model.generate(**{k: _repeated(v, len(group)) for k, v in encoded.items()},
                                            num_beams=beam, length_penalty=lenpen, early_stopping=True,
                                            max_new_tokens=max_new, max_length=None, do_sample=False)
@@ -94,6 +99,6 @@ def translate_variants(model, tokenizer, sources: list[str], gates_list: list, *
     return out  # type: ignore[return-value]
 
 
-def translate(model, tokenizer, sources: list[str], gates=None, **options) -> list[str]:
+def translate(model, tokenizer, sources: list[str], gates=None, masking: str = "zero", **options) -> list[str]:
     """Detokenized translations of one gate setting (``translate_variants`` with one variant)."""
-    return translate_variants(model, tokenizer, sources, [gates], **options)[0]
+    return translate_variants(model, tokenizer, sources, [gates], masking=masking, **options)[0]

@@ -84,6 +84,13 @@ class EvalSettings:
     # Several gate settings share one forward or generate() up to this many (setting, item) rows;
     # batch_size alone decides which items share a batch, so the outputs do not depend on it.
     variant_batch_size: int = 256
+    # How a gate of 0 masks a head (headprune.heads.gated): "zero" zeroes its output (the paper's
+    # xi_h = 0), "uniform" makes its attention uniform over the keys it may attend to.
+    masking: str = "zero"
+
+    def __post_init__(self):
+        if self.masking not in ("zero", "uniform"):  # headprune.heads.MASKINGS, without importing torch
+            raise ValueError(f"masking must be 'zero' or 'uniform', got {self.masking!r}")
 
 
 def run_variants(model, tokenizer, evalset: EvalSet, gates_list: list,
@@ -95,10 +102,11 @@ def run_variants(model, tokenizer, evalset: EvalSet, gates_list: list,
     if evalset.kind == "translation":
         return translate_variants(model, tokenizer, evalset.sources, gates_list, beam=settings.beam,
                                   lenpen=settings.lenpen, batch_size=settings.batch_size,
-                                  variant_batch_size=settings.variant_batch_size, progress=settings.progress)
+                                  variant_batch_size=settings.variant_batch_size, progress=settings.progress,
+                                  masking=settings.masking)
     batches = classification_batches(tokenizer, evalset.sources, None, settings.batch_size, settings.max_length)
     return predict_classes_variants(model, batches, gates_list, variant_batch_size=settings.variant_batch_size,
-                                    progress=settings.progress).tolist()
+                                    progress=settings.progress, masking=settings.masking).tolist()
 
 
 def run(model, tokenizer, evalset: EvalSet, gates=None, settings: EvalSettings = EvalSettings()) -> list:

@@ -7,6 +7,16 @@ backend (eager, sdpa, inside generate() with beam search), so multiplying it by
 a per-head gate is the paper's xi_h. transformers 5 removed ``head_mask`` (and
 silently ignores the argument), so this is the only reliable place to gate.
 
+Gate 0 zeroes a head's output. ``gated(..., masking="uniform")`` masks a head the other way
+the literature does: its attention becomes uniform over the keys it may attend to (padding and
+causality respected), so it outputs the mean of its value vectors. A forward hook on the query
+projection multiplies the head's query slice by its 0/1 gate: a zero query scores 0 against every
+key, the additive mask leaves 0 on allowed keys and a huge negative number on the others, and the
+softmax of that is exactly 1/(allowed keys) on the allowed ones and 0 elsewhere. This holds in every
+attention backend and inside generate(): keys, values and their cache are untouched, only each
+step's new queries are masked. It needs scores that are query . key plus the mask and nothing
+else (no relative-position terms), which ``HeadAdapter.uniform_masking_problem`` checks.
+
 One ``HeadAdapter`` per model family says where the heads are; gating, scoring
 and pruning only talk to ``AttentionSite`` objects.
 """
@@ -22,6 +32,16 @@ from torch import nn
 ENC_SELF, ENC_DEC, DEC_SELF = "enc_self", "enc_dec", "dec_self"
 ATTENTION_TYPES = (ENC_SELF, ENC_DEC, DEC_SELF)
 TYPE_LABELS = {ENC_SELF: "Enc-Enc", ENC_DEC: "Enc-Dec", DEC_SELF: "Dec-Dec"}
+
+# How a gate of 0 masks a head: "zero" multiplies its output by the gate (the paper's xi_h, any real
+# gate); "uniform" gives it uniform attention over its allowed keys (gates 0 or 1 only).
+ZERO, UNIFORM = "zero", "uniform"
+MASKINGS = (ZERO, UNIFORM)
+
+# Attention-module attributes that add terms to the scores (relative positions, learned biases):
+# a zero query would then not give uniform attention.
+# (transformers 4's BERT relative_key(_query), T5's bucketed bias.)
+_SCORE_TERMS = ("distance_embedding", "relative_attention_bias")
 
 
 @dataclass
@@ -82,6 +102,21 @@ class HeadAdapter:
         """Non-pad tokens the importance sums are divided by."""
         raise NotImplementedError
 
+    def uniform_masking_problem(self, model, sites: list[AttentionSite]) -> str | None:
+        """Why a zero query would not give this model uniform attention (None: it does).
+
+        Uniform masking zeroes a head's query, which is exact when the scores are query . key (scaled)
+        plus the additive mask and nothing else; the query projection must also be the query's alone.
+        """
+        for site in sites:
+            where = f"{site.attn_type} layer {site.layer} ({type(site.attention).__name__})"
+            if site.query is site.key or site.query is site.value:
+                return f"{where} shares its query projection with its keys or values"
+            terms = [name for name in _SCORE_TERMS if getattr(site.attention, name, None) is not None]
+            if terms:
+                return f"{where} adds {', '.join(terms)} to its attention scores"
+        return None
+
 
 def _causal(mask_2d: torch.Tensor) -> torch.Tensor:
     length = mask_2d.shape[1]
@@ -136,6 +171,16 @@ class BertAdapter(HeadAdapter):
 
     def num_tokens(self, batch):
         return int(batch["attention_mask"].sum())
+
+    def uniform_masking_problem(self, model, sites):
+        # Relative position embeddings (relative_key, relative_key_query) add query . position terms to
+        # BERT's scores. transformers 5's BERT no longer computes them and ignores the setting, so such
+        # a checkpoint would run without them anyway; refuse rather than mask a model it is not.
+        kind = getattr(model.config, "position_embedding_type", None)
+        if kind not in (None, "absolute"):
+            return (f"the model's config asks for position_embedding_type={kind!r}: relative positions add to "
+                    "the attention scores")
+        return super().uniform_masking_problem(model, sites)
 
 
 class FSMTAdapter(HeadAdapter):
@@ -266,36 +311,72 @@ def _gate_per_row(gate: torch.Tensor, x: torch.Tensor, time_major: bool) -> torc
     return gate[None] if time_major else gate[:, None]
 
 
-@contextlib.contextmanager
-def gated(model, gates: dict[str, torch.Tensor] | None = None, capture: HeadCapture | None = None):
-    """Multiply every head's output by its gate while the context is open.
+def _site_gate(gates: dict[str, torch.Tensor], site: AttentionSite, x: torch.Tensor) -> torch.Tensor:
+    """The site's gates, shaped to broadcast over ``x`` unflattened to (..., heads, head_dim) minus head_dim.
 
-    ``gates[attn_type]`` has shape (layers, original heads) and may be 0/1 or any
-    real value (a leaf with requires_grad gives dL/dxi). Gates of heads that were
-    physically pruned are ignored. With ``capture``, each head's output (batch,
-    time, heads, head_dim) and its gradient are recorded for importance scores.
+    ``x`` is what a projection of the site puts out or takes in: (..., heads * head_dim), rows first
+    or (FSMT) time first. Gates of physically pruned heads are dropped.
+    """
+    gate = gates[site.attn_type][..., site.layer, :]
+    gate = gate[..., site.kept_heads] if site.num_heads != gate.shape[-1] else gate
+    gate = gate.to(dtype=x.dtype, device=x.device)
+    if gate.dim() == 2:
+        gate = _gate_per_row(gate, x, site.time_major)
+    return gate
+
+
+def _check_uniform_masking(model, adapter: HeadAdapter, sites: list[AttentionSite], gates, capture):
+    if capture is not None:
+        raise ValueError("importance capture works on output gates: use masking='zero' with a HeadCapture")
+    problem = adapter.uniform_masking_problem(model, sites)
+    if problem is not None:
+        raise ValueError(f"uniform masking zeroes a head's query, which gives uniform attention only when the "
+                         f"scores are query . key plus the mask: {problem}")
+    for attn_type, gate in (gates or {}).items():
+        gate = torch.as_tensor(gate).detach()
+        odd = gate[(gate != 0) & (gate != 1)]  # NaN included
+        if odd.numel():
+            raise ValueError(f"uniform masking takes gates 0 (masked) or 1 (kept) only; {attn_type} has "
+                             f"{odd.flatten()[0].item()!r}")
+
+
+@contextlib.contextmanager
+def gated(model, gates: dict[str, torch.Tensor] | None = None, capture: HeadCapture | None = None,
+          masking: str = ZERO):
+    """Mask heads by their gates while the context is open.
+
+    ``gates[attn_type]`` has shape (layers, original heads). Gates of heads that were physically
+    pruned are ignored.
+
+    ``masking="zero"`` (the default) multiplies every head's output by its gate, which may be 0/1
+    or any real value (a leaf with requires_grad gives dL/dxi). With ``capture``, each head's output
+    (batch, time, heads, head_dim) and its gradient are recorded for importance scores.
+
+    ``masking="uniform"`` takes gates 0 or 1 only: a head with gate 0 attends uniformly to the keys
+    it may attend to (its query is zeroed, see the module docstring), a head with gate 1 is left
+    as it is. It does not take ``capture``, and refuses models whose scores have terms besides
+    query . key and the mask.
 
     Gates of shape (variants, layers, heads) evaluate several gate settings in one pass: the batch
     must then be the evaluation batch repeated once per variant, variant-major (rows [0, B) get
     variant 0, [B, 2B) variant 1, ...). ``generate()`` keeps that order when it expands each
     example into its beams, so the same input works there too.
     """
-    sites = adapter_for(model).sites(model)
+    if masking not in MASKINGS:
+        raise ValueError(f"masking must be one of {MASKINGS}, got {masking!r}")
+    adapter = adapter_for(model)
+    sites = adapter.sites(model)
+    if masking == UNIFORM:
+        _check_uniform_masking(model, adapter, sites, gates, capture)
     handles = []
 
-    def make_hook(site: AttentionSite):
+    def make_output_hook(site: AttentionSite):
         def hook(module, args):
             (x, *rest) = args
-            heads = site.num_heads
-            per_head = x.unflatten(-1, (heads, site.head_dim))
+            per_head = x.unflatten(-1, (site.num_heads, site.head_dim))
             gated_heads = per_head
             if gates is not None:
-                gate = gates[site.attn_type][..., site.layer, :]
-                gate = gate[..., site.kept_heads] if heads != gate.shape[-1] else gate
-                gate = gate.to(dtype=x.dtype, device=x.device)
-                if gate.dim() == 2:
-                    gate = _gate_per_row(gate, x, site.time_major)
-                gated_heads = per_head * gate[..., None]
+                gated_heads = per_head * _site_gate(gates, site, x)[..., None]
             if capture is not None:
                 key = (site.attn_type, site.layer)
                 capture.head_outputs[key] = _batch_major(per_head.detach(), site.time_major)
@@ -307,9 +388,21 @@ def gated(model, gates: dict[str, torch.Tensor] | None = None, capture: HeadCapt
             return (gated_heads.flatten(-2), *rest)
         return hook
 
+    def make_query_hook(site: AttentionSite):
+        def hook(module, args, query):
+            # Before any scaling (FSMT scales the projection's output, BERT and M2M100 the scores):
+            # a zero query stays zero either way.
+            per_head = query.unflatten(-1, (site.num_heads, site.head_dim))
+            return (per_head * _site_gate(gates, site, query)[..., None]).flatten(-2)
+        return hook
+
     try:
-        for site in sites:
-            handles.append(site.output.register_forward_pre_hook(make_hook(site)))
+        if masking == ZERO:
+            for site in sites:
+                handles.append(site.output.register_forward_pre_hook(make_output_hook(site)))
+        elif gates is not None:
+            for site in sites:
+                handles.append(site.query.register_forward_hook(make_query_hook(site)))
         yield sites
     finally:
         for handle in handles:
