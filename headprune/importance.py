@@ -1,16 +1,39 @@
-"""Head importance (Michel et al., 2019), attention entropy and confidence in one pass.
+"""Head importance (Michel et al., 2019) and the other head criteria, all in one pass.
 
-For every batch: one forward and one backward pass through the gated model (gates
-are leaves at 1). For head h at token t, a_{t,h} = Att_h(x)_t . dL/dAtt_h(x)_t is
-that token's share of dL/dxi_h. The estimators differ only in where the absolute
-value is taken before summing over the data:
+For every batch: one forward and one backward pass through the gated model (gates are
+leaves, 1 unless given). Notation: xi_h is head h's gate, L the batch's summed loss
+(``adapter.loss_and_outputs``), L_x example x's term of it, N the non-pad tokens seen
+(``adapter.num_tokens``: target tokens for translation), A_h the head's attention
+probabilities (queries x keys). For head h at token t, a_{t,h} = Att_h(x)_t . dL/dAtt_h(x)_t
+is that token's share of dL/dxi_h. The importance estimators differ only in where the
+absolute value is taken before summing over the data:
 
 - ``token``   sum_t |a_t|        the authors' code (default)
 - ``example`` sum_x |sum_t a_t|  the paper's equation, E_x |dL(x)/dxi_h|
 - ``batch``   |sum_batch a_t|    Hugging Face bertology (|grad of the mask| per batch)
 
-each divided by the number of non-pad tokens seen. All three come out of the same
-pass; ``estimator`` picks the one called ``importance``.
+each divided by N. All three come out of the same pass; ``estimator`` picks the one called
+``importance``. The same pass gives:
+
+- ``fisher`` (Kwon et al., 2022), the empirical Fisher information of the head mask:
+  (1/#examples) sum_x (dL_x/dxi_h)^2. Examples do not interact in eval mode, so
+  dL_x/dxi_h = sum_{t in x} a_t, the per-example sum that ``example`` takes |.| of.
+- ``attention_gradient`` (seed 003, E|dL/dA_h|): sum over examples x, real queries q and the
+  keys k that q may attend to of |dL/dA_h[x, q, k]|, divided by N. Keys a query may not attend
+  to (padding, future positions) are left out: their weight is 0 in every model, yet their
+  gradient is not (dL/dA[q, k] = dL/dAtt_h(x)_q . v_k), and padding keys would make the score
+  depend on how the examples were batched. dL/dA is that product, the chain rule through
+  Att_h(x) = A_h V_h (no dropout in eval mode), from the captured gradient and the value
+  vectors: autograd cannot get it from the returned maps, as the first layer's depend on no
+  gate once the parameters are frozen, and a pruned FSMT layer returns a view of its
+  weights that the rest of the layer does not use.
+- ``entropy``, ``entropy_normalized``, ``confidence``: statistics of A_h, mean over real queries
+  (``attention_statistics``).
+
+``head_scores`` computes every column in the eager attention backend, the only one that returns
+attention weights. ``head_importance`` computes only the gate-gradient columns (importance*,
+fisher) in whatever backend the model has (sdpa is faster): I_h re-estimated after every pruning
+step. Both run the same loop.
 """
 from __future__ import annotations
 
@@ -23,6 +46,9 @@ from tqdm.auto import tqdm
 from .heads import HeadCapture, adapter_for, full_gates, gated, head_shape
 
 ESTIMATORS = ("token", "example", "batch")
+# Sums over the data, one (layers, heads) tensor per attention type each.
+GATE_SUMS = (*ESTIMATORS, "fisher")
+ATTENTION_SUMS = ("attention_gradient", "entropy", "entropy_normalized", "confidence")
 
 
 def _zeros(shape):
@@ -30,85 +56,164 @@ def _zeros(shape):
 
 
 def head_scores(model, batches: Iterable[dict], *, estimator: str = "token", normalize: bool = True,
-                device: str | torch.device | None = None, progress: bool = True) -> pd.DataFrame:
-    """Importance, attention entropy and confidence of every head, one row per head.
+                device: str | torch.device | None = None, gates: dict[str, torch.Tensor] | None = None,
+                progress: bool = True) -> pd.DataFrame:
+    """Every criterion of every head, one row per head (switches the model to eager attention).
 
     Columns: attn_type, layer, head, importance (the chosen estimator, l2-normalized
     per layer and attention type if ``normalize``), importance_token /
-    importance_example / importance_batch (raw, unnormalized), entropy (nats),
-    entropy_normalized (divided by log of the number of keys), confidence, estimator,
-    normalized.
+    importance_example / importance_batch (raw, unnormalized), fisher, attention_gradient,
+    entropy (nats), entropy_normalized (divided by log of the number of keys), confidence,
+    estimator, normalized. ``gates`` (attn_type -> (layers, heads), default all 1) is the point
+    the gradients are taken at. Heads physically pruned get 0 everywhere.
     """
+    _use_eager_attention(model)
+    return _score_heads(model, batches, attention=True, estimator=estimator, normalize=normalize, device=device,
+                        gates=gates, progress=progress)
+
+
+def head_importance(model, batches: Iterable[dict], *, estimator: str = "token", normalize: bool = True,
+                    device: str | torch.device | None = None, gates: dict[str, torch.Tensor] | None = None,
+                    progress: bool = True) -> pd.DataFrame:
+    """``head_scores``' importance columns and fisher only, without attention weights.
+
+    Keeps the model's attention backend (no eager switch, no output_attentions), so it is the
+    cheap call for re-estimating I_h after every pruning step; the numbers are head_scores'.
+    """
+    return _score_heads(model, batches, attention=False, estimator=estimator, normalize=normalize, device=device,
+                        gates=gates, progress=progress)
+
+
+def _score_heads(model, batches, *, attention, estimator, normalize, device, gates, progress) -> pd.DataFrame:
     if estimator not in ESTIMATORS:
         raise ValueError(f"importance estimator must be one of {ESTIMATORS}, got {estimator!r}")
     adapter = adapter_for(model)
     device = torch.device(device) if device is not None else next(model.parameters()).device
     shape = head_shape(model)
-    _use_eager_attention(model)
+    start = _start_gates(model, gates)
     model.eval()  # no dropout: the authors score the deterministic model
     params_required = [p.requires_grad for p in model.parameters()]
     for p in model.parameters():
         p.requires_grad_(False)  # only the gates need gradients
+    values = {}  # (attn_type, layer) -> this batch's value vectors, for dL/dA
+    value_hooks = [site.value.register_forward_hook(_keep_values(site, values))
+                   for site in adapter.sites(model)] if attention else []
 
-    sums = {name: _zeros(shape) for name in ("token", "example", "batch")}
-    entropy, entropy_norm, confidence = _zeros(shape), _zeros(shape), _zeros(shape)
+    sums = {name: _zeros(shape) for name in GATE_SUMS + (ATTENTION_SUMS if attention else ())}
     queries = {t: 0 for t in shape}
     queries_norm = {t: 0 for t in shape}
-    num_tokens = 0
+    num_tokens = num_examples = 0
     try:
         for batch in tqdm(batches, desc="head importance", disable=not progress):
             batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
-            gates = {t: g.to(device).requires_grad_(True) for t, g in full_gates(model).items()}
+            leaves = {t: g.to(device).clone().requires_grad_(True) for t, g in start.items()}
             capture = HeadCapture()
-            with gated(model, gates, capture) as sites:
-                loss, outputs = adapter.loss_and_outputs(model, batch, output_attentions=True)
+            with gated(model, leaves, capture) as sites:
+                loss, outputs = adapter.loss_and_outputs(model, batch, output_attentions=attention)
                 loss.backward()
+            maps = _attention_maps(adapter, outputs, sites) if attention else {}
             num_tokens += adapter.num_tokens(batch)
+            masks = {t: (adapter.query_mask(batch, t), adapter.key_mask(batch, t)) for t in shape}
+            num_examples += len(adapter.query_mask(batch, adapter.attention_types[0]))  # a row per example
+
             for site in sites:
+                if not site.num_heads:
+                    continue  # a layer with no heads left scores 0
                 key = (site.attn_type, site.layer)
-                heads = site.kept_heads
-                query_mask = adapter.query_mask(batch, site.attn_type)  # (B, T)
+                query_mask, key_mask = masks[site.attn_type]
+
+                def add(name, scores, site=site):  # scores of the kept heads, in their original columns
+                    sums[name][site.attn_type][site.layer, site.kept_heads] += scores.cpu()
+
                 # (B, T, H): each token's contribution to dL/dxi_h
                 per_token = (capture.head_outputs[key].double() * capture.gradients[key].double()).sum(-1)
                 per_token = per_token * query_mask[..., None]
-                sums["token"][site.attn_type][site.layer, heads] += per_token.abs().sum((0, 1)).cpu()
-                sums["example"][site.attn_type][site.layer, heads] += per_token.sum(1).abs().sum(0).cpu()
-                sums["batch"][site.attn_type][site.layer, heads] += per_token.sum((0, 1)).abs().cpu()
-
-            for attn_type in shape:
-                query_mask = adapter.query_mask(batch, attn_type)
-                key_mask = adapter.key_mask(batch, attn_type)
-                eos = adapter.eos_keys(model, batch, attn_type)
-                stats = attention_statistics(adapter.attention_weights(outputs, attn_type), query_mask, key_mask, eos)
-                for layer, (ent, ent_norm, conf) in enumerate(stats):
-                    heads = _kept(sites, attn_type, layer)
-                    entropy[attn_type][layer, heads] += ent.cpu()
-                    entropy_norm[attn_type][layer, heads] += ent_norm.cpu()
-                    confidence[attn_type][layer, heads] += conf.cpu()
-                queries[attn_type] += int(query_mask.sum())
-                queries_norm[attn_type] += int((query_mask & (key_mask.sum(-1) > 1)).sum())
+                per_example = per_token.sum(1)  # (B, H): dL_x/dxi_h
+                add("token", per_token.abs().sum((0, 1)))
+                add("example", per_example.abs().sum(0))
+                add("batch", per_token.sum((0, 1)).abs())
+                add("fisher", per_example.pow(2).sum(0))
+                if attention:
+                    # dL/dA_h[q, k] = dL/dAtt_h(x)_q . v_{h,k}, as the head output is A_h V_h (no dropout in
+                    # eval mode), and dL/dAtt_h = xi_h dL/d(gated output).
+                    gate = leaves[site.attn_type][site.layer, site.kept_heads].detach().double()
+                    grad_output = capture.gradients[key].double() * gate[:, None]  # (B, Q, H, d)
+                    grad_attention = torch.einsum("bqhd,bkhd->bhqk", grad_output, values[key].double())
+                    allowed = (query_mask[:, :, None] & key_mask)[:, None]  # (B, 1, Q, K)
+                    add("attention_gradient", (grad_attention.abs() * allowed).sum((0, 2, 3)))
+                    eos = adapter.eos_keys(model, batch, site.attn_type)
+                    ent, ent_norm, conf = attention_statistics([maps[key]], query_mask, key_mask, eos)[0]
+                    add("entropy", ent)
+                    add("entropy_normalized", ent_norm)
+                    add("confidence", conf)
+            for t, (query_mask, key_mask) in masks.items():
+                queries[t] += int(query_mask.sum())
+                queries_norm[t] += int((query_mask & (key_mask.sum(-1) > 1)).sum())
     finally:
+        for handle in value_hooks:
+            handle.remove()
         for p, required in zip(model.parameters(), params_required):
             p.requires_grad_(required)
 
     rows = []
     for attn_type, (layers, heads) in shape.items():
-        raw = {name: sums[name][attn_type] / max(num_tokens, 1) for name in sums}
+        raw = {name: sums[name][attn_type] / max(num_tokens, 1) for name in ESTIMATORS}
         chosen = raw[estimator].clone()
         if normalize:
             chosen = normalize_per_layer(chosen)
+        columns = {"importance": chosen, **{f"importance_{name}": raw[name] for name in ESTIMATORS},
+                   "fisher": sums["fisher"][attn_type] / max(num_examples, 1)}
+        if attention:
+            columns.update({
+                "attention_gradient": sums["attention_gradient"][attn_type] / max(num_tokens, 1),
+                "entropy": sums["entropy"][attn_type] / max(queries[attn_type], 1),
+                "entropy_normalized": sums["entropy_normalized"][attn_type] / max(queries_norm[attn_type], 1),
+                "confidence": sums["confidence"][attn_type] / max(queries[attn_type], 1),
+            })
         for layer in range(layers):
             for head in range(heads):
-                rows.append({
-                    "attn_type": attn_type, "layer": layer, "head": head,
-                    "importance": float(chosen[layer, head]),
-                    **{f"importance_{name}": float(raw[name][layer, head]) for name in ESTIMATORS},
-                    "entropy": float(entropy[attn_type][layer, head] / max(queries[attn_type], 1)),
-                    "entropy_normalized": float(entropy_norm[attn_type][layer, head] / max(queries_norm[attn_type], 1)),
-                    "confidence": float(confidence[attn_type][layer, head] / max(queries[attn_type], 1)),
-                    "estimator": estimator, "normalized": normalize,
-                })
+                rows.append({"attn_type": attn_type, "layer": layer, "head": head,
+                             **{name: float(values[layer, head]) for name, values in columns.items()},
+                             "estimator": estimator, "normalized": normalize})
     return pd.DataFrame(rows)
+
+
+def _start_gates(model, gates):
+    """The gates to differentiate at: copies (they become leaves), all 1 unless given."""
+    if gates is None:
+        return full_gates(model)
+    start = {}
+    for attn_type, (layers, heads) in head_shape(model).items():
+        gate = torch.as_tensor(gates[attn_type]).detach().float().clone()
+        if gate.shape != (layers, heads):
+            raise ValueError(f"{attn_type} gates must have shape ({layers}, {heads}) (one setting), "
+                             f"got {tuple(gate.shape)}")
+        start[attn_type] = gate
+    return start
+
+
+def _keep_values(site, values):
+    """A forward hook on a value projection: keeps its output as (batch, keys, heads, head_dim)."""
+    def hook(module, args, output):
+        per_head = output.detach().unflatten(-1, (site.num_heads, site.head_dim))
+        values[(site.attn_type, site.layer)] = per_head.transpose(0, 1) if site.time_major else per_head
+    return hook
+
+
+def _attention_maps(adapter, outputs, sites) -> dict[tuple[str, int], torch.Tensor]:
+    """(attn_type, layer) -> (batch, kept heads, queries, keys) attention probabilities.
+
+    A layer with no heads left has no weights: FSMT puts None in its place, transformers 5's BERT
+    and M2M100 leave it out of the tuple, so the maps go to the layers that have heads, in order.
+    """
+    maps = {}
+    for attn_type in adapter.attention_types:
+        weights = [w for w in adapter.attention_weights(outputs, attn_type) if w is not None]
+        layers = sorted(s.layer for s in sites if s.attn_type == attn_type and s.num_heads)
+        if len(weights) != len(layers):
+            raise RuntimeError(f"{attn_type}: {len(weights)} attention maps for {len(layers)} layers with heads")
+        maps.update({(attn_type, layer): w for layer, w in zip(layers, weights)})
+    return maps
 
 
 def normalize_per_layer(scores: torch.Tensor) -> torch.Tensor:
@@ -139,13 +244,6 @@ def attention_statistics(weights_per_layer, query_mask, key_mask, eos_keys):
         qn = norm_queries[:, None, :].double()
         results.append(((ent * q).sum((0, 2)), (ent_norm * qn).sum((0, 2)), (conf * q).sum((0, 2))))
     return results
-
-
-def _kept(sites, attn_type, layer):
-    for site in sites:
-        if site.attn_type == attn_type and site.layer == layer:
-            return site.kept_heads
-    raise KeyError((attn_type, layer))
 
 
 def _use_eager_attention(model):

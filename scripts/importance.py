@@ -1,4 +1,5 @@
-"""Score every head of a study's model: importance (three estimators), entropy, confidence."""
+"""Score every head of a study's model: importance (three estimators), Fisher information, attention
+gradient, entropy, confidence (headprune.importance.head_scores)."""
 from headprune.batching import classification_batches, translation_batches
 from headprune.data import read_glue_split, read_lines
 from headprune.importance import head_scores

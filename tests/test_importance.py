@@ -1,12 +1,20 @@
-"""Head importance against finite differences and a slow per-head reference; entropy and confidence."""
+"""Head importance against finite differences and a slow per-head reference; entropy, confidence,
+the Fisher information and the attention gradient against slow independent computations; the
+fast importance-only path against the full one; physically pruned heads."""
+import copy
 import math
+from unittest import mock
 
 import pytest
 import torch
 
 from conftest import FAMILIES, bert_batch, fsmt_batch
-from headprune.heads import adapter_for, full_gates, gated
-from headprune.importance import head_scores, normalize_per_layer
+from headprune.heads import adapter_for, full_gates, gated, head_shape
+from headprune.importance import head_importance, head_scores, normalize_per_layer
+from headprune.prune import prune_heads
+
+GATE_COLUMNS = ["importance", "importance_token", "importance_example", "importance_batch", "fisher"]
+ATTENTION_COLUMNS = ["attention_gradient", "entropy", "entropy_normalized", "confidence"]
 
 
 @pytest.fixture(autouse=True)
@@ -173,3 +181,177 @@ def test_entropy_and_confidence_by_loops(family):
         assert rows.entropy_normalized.to_numpy() == pytest.approx((ent_n / n_norm).flatten().numpy(), rel=1e-5)
         assert rows.confidence.to_numpy() == pytest.approx((conf / n_queries).flatten().numpy(), rel=1e-5)
         assert ((rows.entropy_normalized >= 0) & (rows.entropy_normalized <= 1 + 1e-9)).all()
+
+
+def tokens_by_hand(batch):
+    return int((batch["decoder_attention_mask"] if "decoder_attention_mask" in batch else batch["attention_mask"]).sum())
+
+
+def allowed_by_hand(batch, attn_type):
+    """(B, Q, K): real queries and the keys they may attend to (padding, causality)."""
+    source = batch["attention_mask"].bool()
+    target = batch.get("decoder_attention_mask", batch["attention_mask"]).bool()
+    queries, keys = (source, source) if attn_type == "enc_self" else (target, source) if attn_type == "enc_dec" \
+        else (target, target)
+    allowed = queries[:, :, None] & keys[:, None, :]
+    if attn_type == "dec_self":
+        allowed &= torch.ones(allowed.shape[1:], dtype=torch.bool).tril()
+    return allowed
+
+
+def softmax_order(model):
+    """(attn_type, layer) of each attention softmax in forward order: the encoder layers, then each
+    decoder layer's self-attention and cross-attention."""
+    shape = head_shape(model)
+    order = [("enc_self", layer) for layer in range(shape["enc_self"][0])]
+    if "dec_self" in shape:
+        order += [(t, layer) for layer in range(shape["dec_self"][0]) for t in ("dec_self", "enc_dec")]
+    return order
+
+
+def loss_with_perturbed_softmax(model, batch, shift=None):
+    """The loss with a leaf delta added to every attention softmax's output, and the deltas.
+
+    Each delta is 0, but for ``shift`` = (call, (b, h, q, k), eps). Patching torch's softmax reaches
+    the attention probabilities without output_attentions and without headprune's hooks.
+    """
+    original = torch.nn.functional.softmax
+    deltas = []
+
+    def softmax(x, *args, **kwargs):
+        p = original(x, *args, **kwargs)
+        delta = torch.zeros_like(p)
+        if shift is not None and shift[0] == len(deltas):  # FSMT's probabilities are (B * H, Q, K)
+            delta.view(len(batch["input_ids"]), -1, *p.shape[-2:])[shift[1]] = shift[2]
+        deltas.append(delta.requires_grad_(True))
+        return p + delta
+
+    with mock.patch.object(torch.nn.functional, "softmax", softmax):
+        loss, _ = adapter_for(model).loss_and_outputs(model, batch)
+    return loss, deltas
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_attention_gradient_matches_perturbed_softmax(family):
+    model, batches = batches_for(family)
+    model.double()
+    order = softmax_order(model)
+    expected = {key: torch.zeros(4, dtype=torch.float64) for key in order}
+    for i, batch in enumerate(batches):
+        loss, deltas = loss_with_perturbed_softmax(model, batch)
+        assert len(deltas) == len(order)  # one softmax per attention layer, nothing else
+        grads = [g.view(len(batch["input_ids"]), -1, *g.shape[-2:]) for g in torch.autograd.grad(loss, deltas)]
+        for key, grad in zip(order, grads):
+            expected[key] += (grad.abs() * allowed_by_hand(batch, key[0])[:, None]).sum((0, 2, 3))
+        if i == 0:  # the gradient itself, by finite differences on one entry per attention type
+            eps = 1e-6
+            for call, (attn_type, layer) in enumerate(order):
+                if layer != 1:
+                    continue
+                entry = (1, 2, 2, 1)
+                assert allowed_by_hand(batch, attn_type)[entry[0], entry[2], entry[3]]
+                plus = loss_with_perturbed_softmax(model, batch, (call, entry, eps))[0].item()
+                minus = loss_with_perturbed_softmax(model, batch, (call, entry, -eps))[0].item()
+                assert grads[call][entry].item() == pytest.approx((plus - minus) / (2 * eps), rel=1e-6, abs=1e-9)
+    tokens = sum(tokens_by_hand(b) for b in batches)
+    table = head_scores(model, batches, progress=False)
+    for (attn_type, layer), sums in expected.items():
+        rows = table[(table.attn_type == attn_type) & (table.layer == layer)].sort_values("head")
+        assert rows.attention_gradient.to_numpy() == pytest.approx((sums / tokens).numpy(), rel=1e-8)
+        assert (rows.attention_gradient > 0).all()
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_fisher_from_examples_one_at_a_time(family):
+    model, batches = batches_for(family)
+    model.double()
+    adapter = adapter_for(model)
+    squares = {t: torch.zeros(layers, heads, dtype=torch.float64) for t, (layers, heads) in head_shape(model).items()}
+    examples = 0
+    for batch in batches:
+        for b in range(len(batch["input_ids"])):
+            alone = {k: v[b:b + 1] for k, v in batch.items()}
+            gates = {t: g.double().requires_grad_(True) for t, g in full_gates(model).items()}
+            with gated(model, gates):
+                loss, _ = adapter.loss_and_outputs(model, alone)
+                loss.backward()
+            for t in squares:
+                squares[t] += gates[t].grad ** 2
+            examples += 1
+    table = head_scores(model, batches, progress=False)
+    for t, total in squares.items():
+        rows = table[table.attn_type == t].sort_values(["layer", "head"])
+        assert rows.fisher.to_numpy() == pytest.approx((total / examples).flatten().numpy(), rel=1e-8)
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_fast_path_matches_head_scores_in_the_model_backend(family):
+    model, batches = batches_for(family)
+    model.double()  # in float32, sdpa and eager round differently (1e-6 relative)
+    if family != "fsmt":  # FSMT has only its own eager attention
+        model.set_attn_implementation("sdpa")
+    backend = model.config._attn_implementation
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    with mock.patch.object(torch.nn.functional, "scaled_dot_product_attention", side_effect=sdpa) as calls:
+        fast = head_importance(model, batches, estimator="example", progress=False)
+    assert model.config._attn_implementation == backend
+    assert calls.called == (backend == "sdpa")
+    assert list(fast.columns) == ["attn_type", "layer", "head", *GATE_COLUMNS, "estimator", "normalized"]
+    full = head_scores(model, batches, estimator="example", progress=False)
+    assert model.config._attn_implementation == "eager"
+    assert set(GATE_COLUMNS + ATTENTION_COLUMNS) <= set(full.columns)
+    assert full[["attn_type", "layer", "head"]].equals(fast[["attn_type", "layer", "head"]])
+    for column in GATE_COLUMNS:
+        assert fast[column].to_numpy() == pytest.approx(full[column].to_numpy(), rel=1e-9, abs=1e-14)
+
+
+def test_fast_path_at_given_gates_is_their_gradient():
+    """I_h re-estimated with heads switched off (iterative pruning): |dL/dxi_h| at those gates."""
+    model, batches = batches_for("m2m100")
+    model.set_attn_implementation("sdpa")
+    gates = full_gates(model)
+    gates["enc_dec"][1, [0, 2]] = 0
+    gates["dec_self"][0, 3] = 0
+    given = {t: g.clone() for t, g in gates.items()}
+    table = head_importance(model, batches, estimator="batch", normalize=False, gates=gates, progress=False)
+    assert all(torch.equal(gates[t], given[t]) and not gates[t].requires_grad for t in gates)
+    expected = {t: torch.zeros_like(g) for t, g in gates.items()}
+    for batch in batches:
+        leaves = {t: g.clone().requires_grad_(True) for t, g in gates.items()}
+        with gated(model, leaves):
+            loss, _ = adapter_for(model).loss_and_outputs(model, batch)
+            loss.backward()
+        for t in expected:
+            expected[t] += leaves[t].grad.abs()
+    tokens = sum(tokens_by_hand(b) for b in batches)
+    for t, total in expected.items():
+        rows = table[table.attn_type == t].sort_values(["layer", "head"])
+        assert rows.importance.to_numpy() == pytest.approx((total / tokens).flatten().numpy(), rel=1e-4)
+    with pytest.raises(ValueError, match="one setting"):
+        head_importance(model, batches, gates={t: g[None] for t, g in gates.items()}, progress=False)
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_pruned_heads_score_as_switched_off(family):
+    """A physically pruned model scores its kept heads as the full model with the others gated off,
+    under their original indices; its removed heads (a whole layer among them) score 0."""
+    model, batches = batches_for(family)
+    model.double()
+    removal = {t: {0: [0, 1, 2, 3], 1: [1, 3]} for t in adapter_for(model).attention_types}
+    gates = full_gates(model)
+    for t, layers in removal.items():
+        for layer, heads in layers.items():
+            gates[t][layer, heads] = 0
+    switched_off = head_scores(model, batches, normalize=False, gates=gates, progress=False)
+    pruned = prune_heads(copy.deepcopy(model), removal)
+    table = head_scores(pruned, batches, normalize=False, progress=False)
+    removed = [bool(gates[r.attn_type][r.layer, r.head] == 0) for r in table.itertuples()]
+    kept = [not r for r in removed]
+    columns = GATE_COLUMNS + ATTENTION_COLUMNS
+    assert table.loc[kept, columns].to_numpy() == pytest.approx(switched_off.loc[kept, columns].to_numpy(),
+                                                              rel=1e-7, abs=1e-12)
+    assert (table.loc[kept, ["importance_token", "fisher", "attention_gradient", "entropy"]] > 0).all().all()
+    assert (table.loc[removed, columns] == 0).all().all()
+    assert (switched_off.loc[removed, "attention_gradient"] == 0).all()  # a head gated off cannot change L
+    fast = head_importance(pruned, batches, normalize=False, progress=False)
+    assert fast[GATE_COLUMNS].to_numpy() == pytest.approx(table[GATE_COLUMNS].to_numpy(), rel=1e-8, abs=1e-14)
