@@ -12,6 +12,7 @@ include: "rules/pruning.smk"
 include: "rules/figures.smk"
 include: "rules/dynamics.smk"
 include: "rules/speed.smk"
+include: "rules/report.smk"
 
 
 rule all:

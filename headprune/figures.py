@@ -424,14 +424,12 @@ def build_pruning_figure(pruning: pd.DataFrame, scopes, hue: str, hue_values, la
 
 
 def figure3_rows(pruning: pd.DataFrame) -> pd.DataFrame:
-    """The rows Figure 3 draws: global pruning (scope 'all')."""
+    """The rows Figure 3 draws: global pruning (scope 'all') in the paper's orders (the other criteria
+    are drawn by ``criteria_figure``)."""
     _check_pruning(pruning)
-    rows = pruning[pruning["scope"] == "all"]
+    rows = pruning[(pruning["scope"] == "all") & pruning["order"].isin(PRUNING_ORDERS)]
     if rows.empty:
-        raise ValueError("no rows with scope 'all' in the pruning table")
-    unknown = sorted(set(rows["order"]) - set(PRUNING_ORDERS))
-    if unknown:
-        raise ValueError(f"unknown pruning orders {unknown}; expected {PRUNING_ORDERS}")
+        raise ValueError(f"no rows with scope 'all' and an order in {PRUNING_ORDERS} in the pruning table")
     return rows
 
 
@@ -647,3 +645,44 @@ def one_head_table(one_head: pd.DataFrame, out_csv, out_md) -> list[str]:
     lines += ["", f"{n_sig} of {len(table)} layers change significantly with a single head."]
     Path(out_md).write_text("\n".join(lines) + "\n")
     return [str(out_csv), str(out_md)]
+
+
+# ------------------------------------------------------------------ head criteria (beyond the paper)
+
+CRITERIA_LINESTYLES = {"importance": "-", "oracle": "--", "random": ":"}
+
+
+def criteria_figure(curves: pd.DataFrame, out_png, out_pdf, style: dict | None = None) -> list[str]:
+    """Every criterion's pruning curve on one panel (criteria.csv): score vs % of heads pruned."""
+    _require_columns(curves, ["study", "criterion", "percent_pruned", "score", "metric"], "criteria table")
+    criteria = list(dict.fromkeys(curves["criterion"]))
+    figure = build_pruning_figure(curves.assign(scope="all"), ["all"], "criterion", criteria,
+                                  {**ORDER_LABELS, "importance": "$I_h$"}, CRITERIA_LINESTYLES, style,
+                                  "% of heads pruned")
+    return save_figure(figure, out_png, out_pdf, style)
+
+
+def criteria_table(summary: pd.DataFrame, out_md, test_at=(30, 50, 70)) -> str:
+    """The criteria summary as markdown: % prunable within the tolerance, area under the curve, and the
+    score at each tested % with * where it differs from I_h (paired bootstrap, p < alpha)."""
+    metric = _single_value(summary, "metric", "criteria summary")
+    display = metric_display(metric)
+    alpha = float(summary["alpha"].iloc[0]) if "alpha" in summary else 0.01
+    header = " | ".join(f"{display.label} at {p}%" for p in test_at)
+    lines = [f"**Head criteria** ({summary['study'].iloc[0]}): global pruning in the paper's steps. "
+             f"'Within' is the largest % pruned before the score first falls more than "
+             f"{summary['within_points'].iloc[0]:g} points below the full model "
+             f"({format_score(metric, summary['score_full'].iloc[0])}); AUC is the mean {display.label} over 0-100% "
+             f"pruned. * marks a significant difference from $I_h$ at that step (paired bootstrap, p < {alpha}).",
+             "", f"| Criterion | Within (%) | AUC | {header} |", "|---|---:|---:|" + "---:|" * len(test_at)]
+    for row in summary.itertuples():
+        cells = []
+        for p in test_at:
+            value = getattr(row, f"score_{p}") * display.scale
+            p_value = getattr(row, f"p_{p}")
+            cells.append(f"{value:.2f}" + ("*" if p_value == p_value and p_value < alpha else ""))
+        lines.append(f"| {row.criterion} | {row.largest_percent_within:.0f} | "
+                     f"{row.area_under_curve * display.scale:.2f} | " + " | ".join(cells) + " |")
+    Path(out_md).parent.mkdir(parents=True, exist_ok=True)
+    Path(out_md).write_text("\n".join(lines) + "\n")
+    return str(out_md)

@@ -69,6 +69,23 @@ def load_study_model(study: dict, device):
     return model, tokenizer
 
 
+def importance_batches(tokenizer, data: dict) -> list[dict]:
+    """The batches I_h is estimated on (rules/common.smk importance_spec): the translation importance
+    sets, or a seeded subset of a GLUE task's training split."""
+    from .batching import classification_batches, translation_batches
+
+    if data["kind"] == "translation":
+        sources, references = [], []
+        for testset in data["sets"]:
+            sources += read_lines(testset["source"])[:data["max_items"]]
+            references += read_lines(testset["reference"])[:data["max_items"]]
+        return translation_batches(tokenizer, sources, references, data["batch_size"])
+    pairs, labels = read_glue_split(data["tsv"])
+    keep = subset(list(range(len(pairs))), data["max_items"], data["seed"])
+    return classification_batches(tokenizer, [pairs[i] for i in keep], [labels[i] for i in keep],
+                                  data["batch_size"], data["max_length"])
+
+
 def subset(items: list, max_items: int | None, seed: int = 0) -> list:
     """A seeded random subset (in original order), or everything."""
     if max_items is None or max_items >= len(items):

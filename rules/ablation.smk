@@ -13,8 +13,8 @@ Under SLURM the ablation jobs of a study (ablate_head, one_head_layer) form the 
 
 wildcard_constraints:
     study="|".join(STUDIES),
-    head="[a-z_]+-[0-9]+-[0-9]+([+][a-z_]+-[0-9]+-[0-9]+)*",
-    layer="[a-z_]+-[0-9]+",
+    head="[a-z_]+-[0-9]+-[0-9]+([.][.][a-z_]+-[0-9]+-[0-9]+)?",
+    layer="[a-z_]+-[0-9]+([.][.][a-z_]+-[0-9]+)?",
     role="|".join(ROLES),
 
 

@@ -150,11 +150,15 @@ def evalset_spec(study, role="eval"):
             "seed": config["bert"]["finetune"]["seed"]}
 
 
-def eval_settings(study, bleu):
+def eval_settings(study, bleu, masking="zero"):
+    """How a study's model is evaluated (headprune.experiments.EvalSettings); ``masking`` is how a switched-off
+    head is replaced: a zero output (the paper) or uniform attention over its keys."""
     if family(study) == "fsmt":
         t = config["translation"]
-        return {"batch_size": t["batch_size"], "beam": t["beam"], "lenpen": t["lenpen"], "bleu": bleu}
-    return {"batch_size": config["bert"]["eval_batch_size"], "max_length": config["bert"]["finetune"]["max_length"]}
+        return {"batch_size": t["batch_size"], "beam": t["beam"], "lenpen": t["lenpen"], "bleu": bleu,
+                "masking": masking}
+    return {"batch_size": config["bert"]["eval_batch_size"], "max_length": config["bert"]["finetune"]["max_length"],
+            "masking": masking}
 
 
 def study_params(study):
@@ -252,12 +256,32 @@ def importance_spec(study):
             "max_items": config["bert"].get("importance_examples"), "seed": config["bert"]["finetune"]["seed"]}
 
 
+def chunk_name(items):
+    """A job's name for a run of consecutive items: the item itself, or 'first..last' (a file name
+    listing them all would pass the file system's 255 characters)."""
+    return items[0] if len(items) == 1 else f"{items[0]}..{items[-1]}"
+
+
+def chunk_items(items, name):
+    """The items a chunk_name stands for."""
+    first, _, last = name.partition("..")
+    if first not in items or (last and last not in items):
+        raise ValueError(f"'{name}' does not name a run of {items[:2]}...")
+    return items[items.index(first):items.index(last or first) + 1]
+
+
+def chunks(items, size):
+    return [chunk_name(items[i:i + size]) for i in range(0, len(items), size)]
+
+
 def ablation_jobs(study):
     """The single-head ablation jobs: one per head ('enc_self-0-3'), or with ablation.heads_per_job > 1
-    a few heads per job ('enc_self-0-0+enc_self-0-1'), each still evaluated with only that head off."""
-    heads = study_heads(study)
-    size = config["ablation"].get("heads_per_job", 1)
-    return ["+".join(heads[i:i + size]) for i in range(0, len(heads), size)]
+    a run of heads per job ('enc_self-0-0..enc_self-1-3'), each still evaluated with only that head off."""
+    return chunks(study_heads(study), config["ablation"].get("heads_per_job", 1))
+
+
+def ablation_job_heads(wildcards):
+    return chunk_items(study_heads(wildcards.study), wildcards.head)
 
 
 def ablation_outputs(wildcards):
@@ -266,9 +290,14 @@ def ablation_outputs(wildcards):
 
 
 def pruning_inputs(wildcards):
+    """What a prune job reads beyond the model and test set: importance.csv, the single-head ablation
+    for the oracle order, the importance data for the iterative criterion."""
+    orders = wildcards.order.split("+")
     inputs = {"importance": f"{RESULTS}/{wildcards.study}/importance.csv"}
-    if wildcards.order == "oracle":
+    if "oracle" in orders:
         inputs["ablation"] = f"{RESULTS}/{wildcards.study}/eval/ablation.csv"
+    if "iterative" in orders:
+        inputs["importance_data"] = study_importance_data(wildcards)
     return inputs
 
 
@@ -278,10 +307,28 @@ def study_layers(study):
     return [f"{t}-{layer}" for t in ATTENTION_TYPES[family(study)] for layer in range(arch["layers"])]
 
 
+def one_head_jobs(study):
+    """One head per layer jobs: one per layer ('enc_dec-1'), or ablation.layers_per_job layers each
+    ('enc_self-0..enc_dec-1'), each layer still handled alone."""
+    return chunks(study_layers(study), config["ablation"].get("layers_per_job", 1))
+
+
+def one_head_job_layers(wildcards):
+    return chunk_items(study_layers(wildcards.study), wildcards.layer)
+
+
 def one_head_outputs(wildcards):
     return {"layers": expand(f"{RESULTS}/{{study}}/one_head/{{layer}}.json", study=wildcards.study,
-                             layer=study_layers(wildcards.study)),
+                             layer=one_head_jobs(wildcards.study)),
             "full": f"{RESULTS}/{wildcards.study}/full.json"}
+
+
+def criteria_of(study):
+    """The head criteria compared on a study (experiments.criteria): criteria.per_study.<study>, else
+    criteria.compare."""
+    if study not in config["experiments"].get("criteria", []):
+        return []
+    return list(config["criteria"].get("per_study", {}).get(study, config["criteria"]["compare"]))
 
 
 def pruning_orders(study):
@@ -294,11 +341,21 @@ def pruning_orders(study):
 
 
 def pruning_scopes(study):
-    """'all' (global pruning, Figures 3 and 6) and, with experiments.attention_types, each type (Figure 4)."""
-    scopes = {"all": pruning_orders(study)}
+    """'all' (global pruning: Figures 3 and 6, and the criteria compared) and, with
+    experiments.attention_types, each type (Figure 4)."""
+    orders = pruning_orders(study)
+    orders += [criterion for criterion in criteria_of(study) if criterion not in orders]
+    scopes = {"all": orders} if orders else {}
     if study in config["experiments"].get("attention_types", []):
         scopes.update({t: ["importance"] for t in ATTENTION_TYPES[family(study)]})
     return scopes
+
+
+def pruning_jobs(study):
+    """(scope, orders) of every prune job: pruning.orders_per_job orders each, joined by '+'."""
+    size = config["pruning"].get("orders_per_job", 1)
+    return [(scope, "+".join(orders[i:i + size])) for scope, orders in pruning_scopes(study).items()
+            for i in range(0, len(orders), size)]
 
 
 def cross_domain_inputs(wildcards):
@@ -307,7 +364,9 @@ def cross_domain_inputs(wildcards):
 
 
 def glue_pruning_tables(wildcards):
-    return [f"{RESULTS}/{study}/pruning/all/importance.csv" for study in config["experiments"].get("glue_pruning", [])]
+    """Figure 6: the global pruning tables of each glue_pruning task (the figure draws the importance order)."""
+    return [f"{RESULTS}/{study}/pruning/all/{orders}.csv" for study in config["experiments"].get("glue_pruning", [])
+            for scope, orders in pruning_jobs(study) if scope == "all"]
 
 
 # --- Figure 5: training dynamics (rules/dynamics.smk) -----------------------------------------
@@ -442,11 +501,14 @@ def all_figures(wildcards):
         targets += [f"{FIGURES}/figure6.png", f"{FIGURES}/figure6.pdf"]
     for study in config["experiments"].get("cross_domain", []):
         targets += expand(f"{FIGURES}/{study}/figure2.{{ext}}", ext=["png", "pdf", "csv"])
+    for study in config["experiments"].get("criteria", []):
+        targets += expand(f"{FIGURES}/{study}/{{name}}", name=["criteria.png", "criteria.pdf", "criteria_summary.md"])
     for study in config["experiments"].get("one_head_per_layer", []):
         targets += expand(f"{FIGURES}/{study}/one_head_per_layer.{{ext}}", ext=["csv", "md"])
     for study in speed_studies():
         targets += expand(f"{FIGURES}/{study}/table4.{{ext}}", ext=["csv", "md"])
     targets += dynamics_figures()
+    targets += scorecard_targets()
     return targets
 
 
@@ -478,8 +540,9 @@ def full_eval_params(wildcards):
 
 
 def ablation_eval_params(wildcards):
-    return {"roles": {role: evalset_spec(wildcards.study, role) for role in ablation_roles(wildcards.study)},
-            "settings": eval_settings(wildcards.study, config["ablation"]["bleu"])}
+    return {"heads": ablation_job_heads(wildcards),
+            "roles": {role: evalset_spec(wildcards.study, role) for role in ablation_roles(wildcards.study)},
+            "settings": eval_settings(wildcards.study, config["ablation"]["bleu"], config["ablation"]["masking"])}
 
 
 def significance_params(wildcards):
@@ -487,8 +550,8 @@ def significance_params(wildcards):
 
 
 def one_head_params(wildcards):
-    return {"selection": evalset_spec(wildcards.study, "selection"), "test": evalset_spec(wildcards.study, "test"),
-            "settings": eval_settings(wildcards.study, config["ablation"]["bleu"])}
+    return {"layers": one_head_job_layers(wildcards), "selection": evalset_spec(wildcards.study, "selection"), "test": evalset_spec(wildcards.study, "test"),
+            "settings": eval_settings(wildcards.study, config["ablation"]["bleu"], config["ablation"]["masking"])}
 
 
 def one_head_significance_params(wildcards):
@@ -496,13 +559,29 @@ def one_head_significance_params(wildcards):
 
 
 def pruning_params(wildcards):
-    return {"eval": evalset_spec(wildcards.study), "settings": eval_settings(wildcards.study, config["pruning"]["bleu"]),
-            "step_percent": config["pruning"]["step_percent"], "random_seed": config["pruning"]["random_seed"]}
+    return {"eval": evalset_spec(wildcards.study), "settings": eval_settings(wildcards.study, config["pruning"]["bleu"],
+                                                                          config["pruning"]["masking"]),
+            "step_percent": config["pruning"]["step_percent"], "random_seed": config["pruning"]["random_seed"],
+            "importance": config["importance"], "criteria": config["criteria"]["combined"],
+            **({"importance_data": importance_spec(wildcards.study)} if "iterative" in wildcards.order.split("+") else {})}
 
 
 def pruning_order_tables(wildcards):
-    return [f"{RESULTS}/{wildcards.study}/pruning/{scope}/{order}.csv"
-            for scope, orders in pruning_scopes(wildcards.study).items() for order in orders]
+    return [f"{RESULTS}/{wildcards.study}/pruning/{scope}/{orders}.csv" for scope, orders in pruning_jobs(wildcards.study)]
+
+
+def criteria_inputs(wildcards):
+    """The prune jobs' scores and per-step outputs that hold a study's criteria (scope 'all')."""
+    jobs = [orders for scope, orders in pruning_jobs(wildcards.study) if scope == "all"
+            and set(orders.split("+")) & set(criteria_of(wildcards.study))]
+    return {"scores": [f"{RESULTS}/{wildcards.study}/pruning/all/{orders}.csv" for orders in jobs],
+            "outputs": [f"{RESULTS}/{wildcards.study}/pruning/all/{orders}.outputs.json" for orders in jobs]}
+
+
+def criteria_params(wildcards):
+    return {"criteria": criteria_of(wildcards.study), "eval": evalset_spec(wildcards.study),
+            "bleu": config["pruning"]["bleu"], "within": config["criteria"]["within"],
+            "test_at": config["criteria"]["test_at"], "significance": config["significance"]}
 
 
 def figure_style(wildcards):

@@ -105,7 +105,7 @@ if DYNAMICS:
             model=dynamics_model,
             data=dynamics_eval_data,
         output:
-            f"{RESULTS}/{DYN}/epoch{{epoch}}/pruning_{{order}}.csv",
+            scores=f"{RESULTS}/{DYN}/epoch{{epoch}}/pruning_{{order}}.csv",
         params:
             study=dynamics_study,
             pruning=dynamics_pruning_params,

@@ -131,3 +131,28 @@ rule plot_glue_pruning:
         ENV
     script:
         "../scripts/plot_pruning.py"
+
+
+rule plot_criteria:
+    input:
+        curves=f"{RESULTS}/{{study}}/pruning/criteria.csv",
+        summary=f"{RESULTS}/{{study}}/pruning/criteria_summary.csv",
+    output:
+        png=report(f"{FIGURES}/{{study}}/criteria.png", caption="../report/criteria.rst", category="Head criteria",
+                   subcategory="{study}"),
+        pdf=f"{FIGURES}/{{study}}/criteria.pdf",
+        md=report(f"{FIGURES}/{{study}}/criteria_summary.md", caption="../report/criteria.rst",
+                  category="Head criteria", subcategory="{study}"),
+    params:
+        style=figure_style,
+        test_at=config["criteria"]["test_at"],
+    log:
+        f"{RESULTS}/logs/plot_criteria/{{study}}.log",
+    resources:
+        gpu=resource("figures", "gpu"),
+        mem_mb=resource("figures", "mem_mb"),
+        runtime=resource("figures", "runtime"),
+    conda:
+        ENV
+    script:
+        "../scripts/plot_criteria.py"

@@ -1,12 +1,17 @@
-"""Iterative pruning: heads sorted once (importance, oracle or random order), 10% of the heads per step.
+"""Iterative pruning: heads sorted by a criterion, 10% of the heads per step.
 
-``scope`` "all" prunes across the whole model (Figures 3 and 6); an attention type prunes
-only within it (Figure 4).
+The paper's orders (importance, oracle, random) draw Figures 3, 4 and 6; with experiments.criteria
+every criterion of headprune.criteria prunes the same way and compare_criteria sets them side by
+side (criteria.csv, the summary and its paired bootstrap tests against I_h). ``scope`` "all" prunes
+across the whole model; an attention type prunes only within it (Figure 4). A prune job runs
+pruning.orders_per_job orders ('importance+fisher'), all their steps in one pass over the test set.
 """
+
+CRITERION = "importance(_token|_example|_batch)?|oracle|random|fisher|attention_gradient|confidence|entropy_low|entropy_high|combined|iterative"
 
 
 wildcard_constraints:
-    order="importance|oracle|random",
+    order=f"({CRITERION})([+]({CRITERION}))*",
     scope="all|enc_self|enc_dec|dec_self",
 
 
@@ -16,7 +21,8 @@ rule prune:
         model=study_model,
         data=study_eval_data,
     output:
-        f"{RESULTS}/{{study}}/pruning/{{scope}}/{{order}}.csv",
+        scores=f"{RESULTS}/{{study}}/pruning/{{scope}}/{{order}}.csv",
+        outputs=f"{RESULTS}/{{study}}/pruning/{{scope}}/{{order}}.outputs.json",
     params:
         study=study_of,
         pruning=pruning_params,
@@ -47,3 +53,25 @@ rule collect_pruning:
         ENV
     script:
         "../scripts/concat_tables.py"
+
+
+rule compare_criteria:
+    input:
+        unpack(criteria_inputs),
+        data=study_eval_data,
+    output:
+        curves=f"{RESULTS}/{{study}}/pruning/criteria.csv",
+        summary=f"{RESULTS}/{{study}}/pruning/criteria_summary.csv",
+    params:
+        study=study_of,
+        comparison=criteria_params,
+    log:
+        f"{RESULTS}/logs/compare_criteria/{{study}}.log",
+    resources:
+        gpu=resource("significance", "gpu"),
+        mem_mb=resource("significance", "mem_mb"),
+        runtime=resource("significance", "runtime"),
+    conda:
+        ENV
+    script:
+        "../scripts/compare_criteria.py"

@@ -1,7 +1,7 @@
 """Evaluate a study's model on each of its test sets: whole, or with one head switched off.
 
-The 'head' wildcard names the head (or, with ablation.heads_per_job > 1, several heads, each
-ablated ALONE; they share one pass over each test set). Writes, per head and test-set role, the
+The 'head' wildcard names the head (or, with ablation.heads_per_job > 1, a run of heads
+'first..last', listed in params: each is ablated ALONE, and they share one pass over each test set). Writes, per head and test-set role, the
 score and the per-item outputs (translations or predicted labels) that the significance tests
 compare. The model is loaded once.
 """
@@ -18,7 +18,7 @@ with logged(snakemake) as log:
     settings = EvalSettings(**evaluation["settings"])
     evalsets = {role: load_evalset(spec) for role, spec in evaluation["roles"].items()}
     job = snakemake.wildcards.get("head")
-    variants = job.split("+") if job else [None]  # None: the full model
+    variants = evaluation["heads"] if job else [None]  # None: the full model
     gates_list = [gates_without(model, [parse_head_name(head)]) if head else None for head in variants]
     results = {head or "full": {} for head in variants}
     for role, evalset in evalsets.items():

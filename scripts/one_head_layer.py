@@ -1,30 +1,40 @@
-"""Keep one head in one layer (each in turn) on the selection set; evaluate the best on the test set."""
+"""Keep one head in one layer (each in turn) on the selection set; evaluate the best on the test set.
+
+The 'layer' wildcard names one layer ('enc_self-0') or, with ablation.layers_per_job > 1, a run of
+layers ('enc_self-0..enc_dec-1', listed in params), each handled alone: every (layer, head) setting shares one pass over the
+selection set, and every layer's best head one pass over the test set.
+"""
 import time
 
-from headprune.experiments import EvalSettings, gates_keeping_one, run, run_variants, score
+from headprune.experiments import EvalSettings, gates_keeping_one, run_variants, score
 from headprune.models import pick_device
 from headprune.workflow import load_evalset, load_study_model, logged, threads_for_torch, write_json
 
 with logged(snakemake) as log:
     threads_for_torch(snakemake)
     study, evaluation = snakemake.params.study, snakemake.params.evaluation
-    attn_type, layer = snakemake.wildcards.layer.rsplit("-", 1)
-    layer = int(layer)
+    layers = [(attn_type, int(layer)) for attn_type, layer in
+              (name.rsplit("-", 1) for name in evaluation["layers"])]
     model, tokenizer = load_study_model(study, pick_device(study["device"]))
     selection, test = load_evalset(evaluation["selection"]), load_evalset(evaluation["test"])
     settings = EvalSettings(**evaluation["settings"])
-    keeping = [gates_keeping_one(model, attn_type, layer, head) for head in range(study["heads"])]
+    keeping = {(attn_type, layer): [gates_keeping_one(model, attn_type, layer, head) for head in range(study["heads"])]
+               for attn_type, layer in layers}
     started = time.perf_counter()
-    selection_scores = [score(selection, outputs, settings.bleu)
-                        for outputs in run_variants(model, tokenizer, selection, keeping, settings)]
-    log.info("eval time %.2f s: %d settings on the selection set", time.perf_counter() - started, len(keeping))
-    for head, value in enumerate(selection_scores):
-        log.info("%s %s layer %d, only head %d: %s = %.4f on the selection set", study["name"], attn_type, layer,
-                 head, selection.metric, value)
-    best = max(range(len(selection_scores)), key=selection_scores.__getitem__)
-    outputs = run(model, tokenizer, test, keeping[best], settings)
-    write_json(snakemake.output[0], {
-        "study": study["name"], "attn_type": attn_type, "layer": layer, "metric": test.metric,
-        "selection_scores": selection_scores, "best_head": best, "score": score(test, outputs, settings.bleu),
-        "outputs": outputs,
-    })
+    outputs = run_variants(model, tokenizer, selection, [g for gates in keeping.values() for g in gates], settings)
+    log.info("eval time %.2f s: %d settings on the selection set", time.perf_counter() - started, len(outputs))
+    selection_scores = {key: [score(selection, outputs.pop(0), settings.bleu) for _ in gates]
+                        for key, gates in keeping.items()}
+    best = {key: max(range(len(values)), key=values.__getitem__) for key, values in selection_scores.items()}
+    for (attn_type, layer), values in selection_scores.items():
+        for head, value in enumerate(values):
+            log.info("%s %s layer %d, only head %d: %s = %.4f on the selection set", study["name"], attn_type, layer,
+                     head, selection.metric, value)
+    started = time.perf_counter()
+    test_outputs = run_variants(model, tokenizer, test, [keeping[key][best[key]] for key in keeping], settings)
+    log.info("eval time %.2f s: %d best heads on the test set", time.perf_counter() - started, len(test_outputs))
+    write_json(snakemake.output[0], {"study": study["name"], "layers": [
+        {"attn_type": attn_type, "layer": layer, "metric": test.metric,
+         "selection_scores": selection_scores[attn_type, layer], "best_head": best[attn_type, layer],
+         "score": score(test, outputs_of_layer, settings.bleu), "outputs": outputs_of_layer}
+        for (attn_type, layer), outputs_of_layer in zip(keeping, test_outputs)]})

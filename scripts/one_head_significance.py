@@ -9,8 +9,7 @@ with logged(snakemake) as log:
     evalset = load_evalset(params["eval"])
     full = read_json(snakemake.input.full)["roles"]["test"]
     rows = []
-    for path in snakemake.input.layers:
-        kept = read_json(path)
+    for kept in (layer for path in snakemake.input.layers for layer in read_json(path)["layers"]):
         rows.append({"study": study["name"], "testset": full["testset"], "attn_type": kept["attn_type"], "layer": kept["layer"],
                      "best_head": kept["best_head"], "selection_score": max(kept["selection_scores"]),
                      **compare_to_full(evalset, full, kept, resamples=params["resamples"], seed=params["seed"],

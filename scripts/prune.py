@@ -1,41 +1,94 @@
-"""Prune a study's model step by step in one order (importance, oracle or random); score each step.
+"""Prune a study's model step by step in one or more orders; score every step of every order.
 
-With a scope other than "all", only heads of that attention type are pruned (Figure 4).
+The 'order' wildcard names a criterion (headprune.criteria: importance, oracle, random, fisher,
+entropy_low, iterative, ...) or, with pruning.orders_per_job > 1, several joined by '+'. Every
+step of every order is one gate setting, and all of them share one pass over the test set
+(identical settings are evaluated once). With a scope other than "all", only heads of that
+attention type are pruned (Figure 4). Writes the scores (one row per order and step) and the
+per-item outputs of every step (the criteria comparison tests them against I_h).
 """
 import time
 
 import pandas as pd
 
-from headprune.experiments import (EvalSettings, all_heads, gates_without, importance_order, oracle_order,
-                                   pruning_steps, random_order, run_variants, score)
+from headprune.criteria import criterion_order, importance_column, iterative_order
+from headprune.experiments import EvalSettings, all_heads, gates_without, pruning_steps, run_variants, score
 from headprune.models import pick_device
-from headprune.workflow import load_evalset, load_study_model, logged, threads_for_torch
+from headprune.workflow import (importance_batches, load_evalset, load_study_model, logged, threads_for_torch,
+                                write_json)
+
+
+def iterative(model, tokenizer, heads, params, log):
+    """I_h re-estimated on the pruned model before every step (bertology), on the importance data."""
+    from headprune.importance import head_importance
+
+    batches = importance_batches(tokenizer, params["importance_data"])
+    settings = params["importance"]
+
+    def estimate(removed):
+        started = time.perf_counter()
+        table = head_importance(model, batches, estimator=settings["estimator"], normalize=False,
+                                gates=gates_without(model, removed), progress=False)
+        removed = set(removed)
+        gone = [(r.attn_type, int(r.layer), int(r.head)) in removed for r in table.itertuples()]
+        table[f"importance_{settings['estimator']}"] = table[f"importance_{settings['estimator']}"].mask(gone, 0.0)
+        values = importance_column(table, settings["estimator"], settings["normalize"])
+        log.info("iterative: I_h re-estimated with %d heads off in %.2f s", len(removed), time.perf_counter() - started)
+        return {(r.attn_type, int(r.layer), int(r.head)): v for r, v in zip(table.itertuples(), values)}
+
+    return iterative_order(estimate, heads, params["step_percent"])
+
 
 with logged(snakemake) as log:
     threads_for_torch(snakemake)
-    study, params, order_name = snakemake.params.study, snakemake.params.pruning, snakemake.wildcards.order
+    study, params = snakemake.params.study, snakemake.params.pruning
+    orders = snakemake.wildcards.order.split("+")
     scope = snakemake.wildcards.get("scope", "all")
     attn_type = None if scope == "all" else scope
     model, tokenizer = load_study_model(study, pick_device(study["device"]))
     evalset = load_evalset(params["eval"])
     settings = EvalSettings(**params["settings"])
-    if order_name == "importance":
-        order = importance_order(pd.read_csv(snakemake.input.importance), attn_type)
-    elif order_name == "oracle":
-        order = oracle_order(pd.read_csv(snakemake.input.ablation), attn_type)
-    else:
-        heads = [h for h in all_heads(model) if attn_type in (None, h[0])]
-        order = random_order(heads, params["random_seed"])
-    steps = pruning_steps(order, params["step_percent"])
+    importance = pd.read_csv(snakemake.input.importance)
+    ablation = pd.read_csv(snakemake.input.ablation) if "ablation" in snakemake.input.keys() else None
+    criteria = params.get("criteria", {})
+    heads = [h for h in all_heads(model) if attn_type in (None, h[0])]
+    steps = {}
+    for name in orders:
+        if name == "iterative":
+            order = iterative(model, tokenizer, heads, params, log)
+        else:
+            order = criterion_order(name, importance, heads, attn_type=attn_type, ablation=ablation, seed=params["random_seed"],
+                                    estimator=params.get("importance", {}).get("estimator", "token"),
+                                    normalize=params.get("importance", {}).get("normalize", True),
+                                    entropy_weight=criteria.get("entropy_weight", 0.5),
+                                    keep_entropy=criteria.get("keep_entropy", "low"))
+        steps[name] = pruning_steps(order, params["step_percent"])
+    # One gate setting per distinct set of removed heads: every order starts from the full model.
+    settings_of = {}
+    for name, order_steps in steps.items():
+        for _, removed in order_steps:
+            settings_of.setdefault(frozenset(removed), len(settings_of))
     started = time.perf_counter()
-    outputs = run_variants(model, tokenizer, evalset, [gates_without(model, removed) for _, removed in steps], settings)
-    log.info("eval time %.2f s: %d pruning steps", time.perf_counter() - started, len(steps))
-    rows = []
-    for (percent, removed), step_outputs in zip(steps, outputs):
-        value = score(evalset, step_outputs, settings.bleu)
-        log.info("%s %s %s: %.0f%% pruned (%d heads): %s = %.4f", study["name"], scope, order_name, percent, len(removed),
-                 evalset.metric, value)
-        rows.append({"study": study["name"], "order": order_name, "scope": scope, "step": len(rows),
-                     "percent_pruned": percent, "heads_pruned": len(removed), "score": value,
-                     "metric": evalset.metric})
-    pd.DataFrame(rows).to_csv(snakemake.output[0], index=False)
+    outputs = run_variants(model, tokenizer, evalset, [gates_without(model, removed) for removed in settings_of],
+                           settings)
+    log.info("eval time %.2f s: %d distinct settings for %d orders x %d steps", time.perf_counter() - started,
+             len(settings_of), len(steps), len(next(iter(steps.values()))))
+    rows, step_outputs = [], {}
+    scores = {}
+    for name, order_steps in steps.items():
+        step_outputs[name] = []
+        for step, (percent, removed) in enumerate(order_steps):
+            index = settings_of[frozenset(removed)]
+            if index not in scores:
+                scores[index] = score(evalset, outputs[index], settings.bleu)
+            log.info("%s %s %s: %.0f%% pruned (%d heads): %s = %.4f", study["name"], scope, name, percent,
+                     len(removed), evalset.metric, scores[index])
+            rows.append({"study": study["name"], "order": name, "scope": scope, "step": step,
+                         "percent_pruned": percent, "heads_pruned": len(removed), "heads_left": len(heads) - len(removed),
+                         "score": scores[index], "metric": evalset.metric})
+            step_outputs[name].append({"percent_pruned": percent, "removed": ["-".join(map(str, h)) for h in removed],
+                                       "outputs": outputs[index]})
+    pd.DataFrame(rows).to_csv(snakemake.output.scores, index=False)
+    if "outputs" in snakemake.output.keys():
+        write_json(snakemake.output.outputs, {"study": study["name"], "scope": scope, "testset": params["eval"].get("name"),
+                                              "metric": evalset.metric, "orders": step_outputs})

@@ -41,8 +41,35 @@ def test_demo_produces_every_table_and_figure(demo_run):
     assert figure5.epoch.nunique() >= 2  # one curve per checkpoint epoch
     html = (results / "report.html").read_text(errors="replace")
     for name in ("figure1.png", "figure2.png", "figure3.png", "figure4.png", "figure5.png", "figure6.png",
-                 "table1.md", "one_head_per_layer.md", "table4.md"):
+                 "table1.md", "one_head_per_layer.md", "table4.md", "criteria.png", "criteria_summary.md",
+                 "scorecard.md"):
         assert name in html, name
+
+
+def test_demo_compares_every_head_criterion(demo_run):
+    """Every study that prunes compares the criteria of its config on the same steps, against I_h."""
+    import yaml
+
+    config = yaml.safe_load((ROOT / "demo" / "config.yaml").read_text())
+    schema = yaml.safe_load((ROOT / "rules" / "schemas" / "config.schema.yaml").read_text())
+    default = schema["properties"]["criteria"]["properties"]["compare"]["default"]
+    results = demo_run / "results" / "demo"
+    for study in config["experiments"]["criteria"]:
+        criteria = config["criteria"].get("per_study", {}).get(study, config["criteria"].get("compare", default))
+        curves = pd.read_csv(results / study / "pruning" / "criteria.csv")
+        assert list(dict.fromkeys(curves.criterion)) == criteria
+        assert "iterative" in set(curves.criterion) and "fisher" in set(curves.criterion)
+        assert curves.groupby("criterion").step.count().eq(11).all()  # 0, 10, ..., 100%
+        assert curves[curves.step == 0].score.nunique() == 1  # every curve starts at the full model
+        summary = pd.read_csv(results / study / "pruning" / "criteria_summary.csv").set_index("criterion")
+        assert summary.loc["importance", ["p_30", "p_50", "p_70"]].isna().all()
+        assert summary.drop(index="importance")[["p_30", "p_50", "p_70"]].apply(lambda p: p.between(0, 1)).all().all()
+        # the curve's own CSV rows are what the summary reports at 50%
+        at50 = curves[curves.percent_pruned == 50].set_index("criterion").score
+        assert (summary.score_50 == at50.loc[summary.index]).all()
+        assert (results / "figures" / study / "criteria.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    scorecard = pd.read_csv(results / "figures" / "scorecard.csv")
+    assert {"C1", "C2", "C3", "C4", "C5", "C6"} <= set(scorecard.claim)
 
 
 def test_demo_cross_domain_and_one_head_per_layer(demo_run):

@@ -77,14 +77,20 @@ def test_bad_config_stops_before_any_job(tmp_path, change, message):
 
 
 def test_demo_groups_heads_but_ablates_each_alone(tmp_path):
-    """ablation.heads_per_job: 4 makes 6 + 2 jobs that together cover every head exactly once."""
+    """ablation.heads_per_job: 32 gives each demo study one job (named by its first and last head) that
+    evaluates every head of the study exactly once, each ablated alone; layers_per_job and
+    orders_per_job do the same for one head per layer and the pruning orders."""
     result = snakemake("-n", "--configfile", str(ROOT / "demo" / "config.yaml"), "--directory", str(tmp_path))
     assert result.returncode == 0, result.stderr
+    assert job_stats(result.stdout)["scorecard"] == 1  # the claims scorecard (rules/report.smk)
     jobs = re.findall(r"output: results/demo/(\w+)/ablation/(\S+)\.json", result.stdout)
-    heads = collections.Counter((study, head) for study, job in jobs for head in job.split("+"))
-    assert len(jobs) == 6 + 2 and all(len(job.split("+")) == 4 for _, job in jobs)
-    assert sum(1 for study, _ in heads if study == "demo_en_fr") == 24 and max(heads.values()) == 1
-    assert sum(1 for study, _ in heads if study == "mnli") == 8
+    assert sorted(jobs) == [("demo_en_fr", "enc_self-0-0..dec_self-1-3"), ("mnli", "enc_self-0-0..enc_self-1-3")]
+    layers = re.findall(r"output: results/demo/(\w+)/one_head/(\S+)\.json", result.stdout)
+    assert sorted(layers) == [("demo_en_fr", "enc_self-0..dec_self-1"), ("mnli", "enc_self-0..enc_self-1")]
+    # (the finished demo's ablation.csv, one row per head, checks that the job evaluated every head)
+    orders = re.findall(r"output: results/demo/demo_en_fr/pruning/all/(\S+)\.csv", result.stdout)
+    assert orders == ["importance+oracle+random+fisher+attention_gradient+confidence+entropy_low+entropy_high"
+                      "+combined+iterative"]
 
 
 def test_jobs_without_a_model_do_not_import_torch():

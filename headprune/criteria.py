@@ -1,0 +1,186 @@
+"""Head criteria as pruning orders, and how their pruning curves compare.
+
+A criterion scores every head; pruning removes the lowest-scored heads first, globally, in the
+paper's steps (``experiments.pruning_steps``). The static criteria are columns of
+``importance.csv`` (one forward/backward pass, ``headprune.importance``) or of the single-head
+ablation (oracle); ``iterative`` re-estimates I_h after every step (Hugging Face bertology), so
+its order is built by ``iterative_order`` with the model at hand.
+
+- ``importance``           I_h with the configured estimator (normalized per layer if configured)
+- ``importance_token|example|batch``  I_h with that placement of the absolute value
+- ``fisher``               Kwon et al. (2022): mean over examples of (dL_x/dxi_h)^2
+- ``attention_gradient``   E|dL/dA_h| (seed 003)
+- ``confidence``           Voita et al.: mean largest non-EOS attention weight; least confident first
+- ``entropy_low``          lowest normalized attention entropy first (keeps the spread-out heads)
+- ``entropy_high``         highest normalized attention entropy first (keeps the focused heads)
+- ``combined``             I_h and entropy, seed 000: (1 - w) rank(I_h) + w rank(+-entropy)
+- ``iterative``            I_h re-estimated on the pruned model before every step
+- ``oracle``               the heads whose removal alone hurts least first
+- ``random``               a seeded shuffle
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .experiments import HeadId, importance_order, oracle_order, pruning_steps, random_order
+from .importance import ESTIMATORS
+
+# Columns of importance.csv a criterion sorts by, ascending (the first head is pruned first).
+COLUMN_CRITERIA = {"fisher": "fisher", "attention_gradient": "attention_gradient", "confidence": "confidence"}
+CRITERIA = ("importance", *(f"importance_{e}" for e in ESTIMATORS), "fisher", "attention_gradient", "confidence",
+            "entropy_low", "entropy_high", "combined", "iterative", "oracle", "random")
+# The paper's three orders (Figure 3); the others are criteria compared in criteria.csv.
+PAPER_ORDERS = ("importance", "oracle", "random")
+
+
+def _heads(table: pd.DataFrame) -> list[HeadId]:
+    return [(r.attn_type, int(r.layer), int(r.head)) for r in table.itertuples()]
+
+
+def _in_scope(table: pd.DataFrame, attn_type: str | None) -> pd.DataFrame:
+    return table if attn_type is None else table[table.attn_type == attn_type]
+
+
+def _ascending(table: pd.DataFrame, values) -> list[HeadId]:
+    """Heads sorted by ``values`` ascending; ties keep the table's order."""
+    return _heads(table.assign(_key=np.asarray(values, dtype=float)).sort_values("_key", kind="stable"))
+
+
+def importance_column(importance: pd.DataFrame, estimator: str, normalize: bool) -> np.ndarray:
+    """I_h with one placement of the absolute value, l2-normalized per layer and attention type if
+    ``normalize`` (as ``importance.normalize_per_layer`` does for the ``importance`` column)."""
+    values = importance[f"importance_{estimator}"].astype(float)
+    if normalize:
+        norms = values.groupby([importance["attn_type"], importance["layer"]]).transform(lambda v: np.sqrt((v ** 2).sum()))
+        values = values / norms.where(norms > 0, 1.0)
+    return values.to_numpy()
+
+
+def percentile_rank(values) -> np.ndarray:
+    """Each value's rank among ``values`` scaled to [0, 1] (ties share their mean rank)."""
+    ranks = pd.Series(np.asarray(values, dtype=float)).rank(method="average").to_numpy()
+    return (ranks - 1) / max(len(ranks) - 1, 1)
+
+
+def combined_scores(importance: np.ndarray, entropy: np.ndarray, weight: float, keep: str) -> np.ndarray:
+    """Seed 000's two-fold criterion: (1 - weight) * rank(I_h) + weight * rank(entropy), with the entropy
+    rank reversed when ``keep`` is "low" (focused heads kept). Ranks make the two scales comparable."""
+    if keep not in ("high", "low"):
+        raise ValueError(f"combined criterion: keep must be 'high' or 'low' (entropy heads kept), not {keep!r}")
+    entropy_rank = percentile_rank(entropy if keep == "high" else -np.asarray(entropy, dtype=float))
+    return (1 - weight) * percentile_rank(importance) + weight * entropy_rank
+
+
+def criterion_order(name: str, importance: pd.DataFrame, heads: list[HeadId], *, attn_type: str | None = None,
+                    ablation: pd.DataFrame | None = None, seed: int = 0, estimator: str = "token",
+                    normalize: bool = True, entropy_weight: float = 0.5, keep_entropy: str = "low") -> list[HeadId]:
+    """The heads of a scope (all, or one attention type) in the order ``name`` prunes them; ``heads`` are
+    the scope's heads in the model's order (the random order shuffles them)."""
+    if name not in CRITERIA or name == "iterative":
+        raise ValueError(f"unknown static criterion {name!r}; expected one of "
+                         f"{[c for c in CRITERIA if c != 'iterative']} (iterative: iterative_order)")
+    if name == "oracle":
+        if ablation is None:
+            raise ValueError("the oracle order needs the single-head ablation table")
+        return oracle_order(ablation, attn_type)
+    if name == "random":
+        return random_order(heads, seed)
+    if name == "importance":
+        return importance_order(importance, attn_type)
+    table = _in_scope(importance, attn_type).reset_index(drop=True)
+    if name.startswith("importance_"):
+        return _ascending(table, importance_column(table, name.removeprefix("importance_"), normalize))
+    if name in COLUMN_CRITERIA:
+        return _ascending(table, table[COLUMN_CRITERIA[name]])
+    entropy = table["entropy_normalized"].to_numpy(dtype=float)
+    if name == "entropy_low":
+        return _ascending(table, entropy)
+    if name == "entropy_high":
+        return _ascending(table, -entropy)
+    return _ascending(table, combined_scores(table["importance"], entropy, entropy_weight, keep_entropy))
+
+
+def iterative_order(estimate, heads: list[HeadId], step_percent: float) -> list[HeadId]:
+    """Bertology's iterative pruning: before every step, I_h of the heads left is estimated again on the
+    model with the heads removed so far switched off (``estimate(removed) -> {head: score}``), and the
+    step removes the lowest-scored. Steps remove as many heads as ``experiments.pruning_steps``."""
+    counts = [len(removed) for _, removed in pruning_steps(heads, step_percent)]
+    removed: list[HeadId] = []
+    for count in counts[1:]:
+        if count <= len(removed):
+            continue
+        scores = estimate(list(removed))
+        left = [h for h in heads if h not in set(removed)]
+        left.sort(key=lambda h: scores[h])  # stable: ties keep the model's order
+        removed += left[:count - len(removed)]
+    return removed
+
+
+# --- comparing the curves -------------------------------------------------------------------
+
+
+def largest_within(curve: pd.DataFrame, full_score: float, tolerance: float) -> float:
+    """The largest % pruned before the curve first falls more than ``tolerance`` below the full model."""
+    curve = curve.sort_values("percent_pruned")
+    within = 0.0
+    for row in curve.itertuples():
+        if row.score < full_score - tolerance:
+            break
+        within = float(row.percent_pruned)
+    return within
+
+
+def area_under_curve(curve: pd.DataFrame) -> float:
+    """Mean score over 0-100% pruned: the trapezoid area under score vs fraction of heads pruned."""
+    curve = curve.sort_values("percent_pruned")
+    x = curve["percent_pruned"].to_numpy(dtype=float) / 100.0
+    y = curve["score"].to_numpy(dtype=float)
+    return float(np.sum((x[1:] - x[:-1]) * (y[1:] + y[:-1]) / 2.0))
+
+
+def nearest_step(curve: pd.DataFrame, percent: float) -> int:
+    """The step whose % pruned is nearest ``percent``."""
+    return int(curve.loc[(curve["percent_pruned"] - percent).abs().idxmin(), "step"])
+
+
+def tolerance_points(metric: str, points: float) -> float:
+    """``points`` in the metric's units: BLEU points, or percentage points of a [0, 1] score."""
+    return points if metric == "bleu" else points / 100.0
+
+
+def summarize(curves: pd.DataFrame, step_outputs: dict, evalset, *, within: float = 1.0,
+              test_at=(30, 50, 70), reference: str = "importance", resamples: int = 1000, seed: int = 0,
+              alpha: float = 0.01) -> pd.DataFrame:
+    """One row per criterion: the largest % pruned within ``within`` points of the full model, the area
+    under the curve, and at each % of ``test_at`` the score and a paired bootstrap test against the
+    ``reference`` criterion (I_h) at the same step (p_<percent>; NaN for the reference itself).
+
+    ``curves``: criteria.csv rows (criterion, step, percent_pruned, score, metric); ``step_outputs``:
+    criterion -> per-step lists of per-item outputs (the prune jobs' outputs.json).
+    """
+    from .experiments import significance
+
+    rows = []
+    metric = curves["metric"].iloc[0]
+    full = curves.loc[curves["step"] == 0, "score"]
+    if full.nunique() != 1:
+        raise ValueError(f"the criteria's curves start from different full-model scores: {sorted(full.unique())}")
+    full_score = float(full.iloc[0])
+    for criterion, curve in curves.groupby("criterion", sort=False):
+        row = {"criterion": criterion, "metric": metric, "score_full": full_score, "alpha": alpha,
+               "within_points": within, "largest_percent_within": largest_within(curve, full_score,
+                                                                                 tolerance_points(metric, within)),
+               "area_under_curve": area_under_curve(curve)}
+        for percent in test_at:
+            step = nearest_step(curve, percent)
+            row[f"score_{percent}"] = float(curve.loc[curve["step"] == step, "score"].iloc[0])
+            p = float("nan")
+            if criterion != reference and reference in step_outputs:
+                test = significance(evalset, step_outputs[reference][step], step_outputs[criterion][step],
+                                    resamples=resamples, seed=seed)
+                p = test["p_bootstrap"]
+            row[f"p_{percent}"] = p
+            row[f"significant_{percent}"] = bool(p < alpha)
+        rows.append(row)
+    return pd.DataFrame(rows)

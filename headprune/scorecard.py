@@ -1,0 +1,352 @@
+"""The scorecard: the paper's six claims, each tested on this run's CSVs by a rule written down here.
+
+Michel, Levy and Neubig (2019) make six claims (C1-C6). For each, one function below takes the CSV
+the pipeline writes for that experiment (all its studies stacked, a ``study`` column telling them
+apart) and returns the scorecard rows: one per study, each with this run's numbers, the paper's
+numbers for the model the study stands for, the rule and its verdict:
+
+- "reproduced" / "not reproduced": what the rule (``RULES``, printed in the table) decides;
+- "not run": the config runs no experiment that tests the claim (an empty table), or the study
+  cannot test it (e.g. a model without encoder-decoder attention for C4).
+
+Thresholds are module constants, named in the rules. Scores are compared in *points*: BLEU points,
+or percentage points of accuracy, F1 and MCC (the CSVs hold those as fractions in [0, 1]).
+Only pandas is imported: the scorecard job starts in a second.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+REPRODUCED, NOT_REPRODUCED, NOT_RUN = "reproduced", "not reproduced", "not run"
+COLUMNS = ("claim", "study", "statement", "evidence", "this_run", "paper", "rule", "verdict")
+
+# --- the thresholds of the rules ---------------------------------------------------------------
+
+MOST_HEADS = 50.0  # C1: "most" heads = more than this % of a study's heads
+MANY_LAYERS = 50.0  # C2: "many" layers = at least this % of a study's layers (the paper's WMT figure)
+WITHIN_POINTS = 1.0  # C3: "no noticeable impact" = within this many points of the unpruned score
+MIN_PRUNABLE = 20.0  # C3: the low end of the paper's "20-60%"
+TYPE_PRUNED = 80.0  # C4: % of an attention type's heads pruned where the paper compares the types
+DYNAMICS_PRUNED = 40.0  # C5: % of the heads pruned where the paper reads its training dynamics
+DYNAMICS_KEPT = 85.0  # C5: % of the unpruned BLEU the paper's late checkpoints keep there (85-90%)
+
+# One point in the units of the CSVs' ``score``/``delta`` column, and how a point is written.
+POINT = {"bleu": 1.0, "accuracy": 0.01, "f1": 0.01, "mcc": 0.01}
+UNIT = {"bleu": " BLEU", "accuracy": "% accuracy", "f1": "% F1", "mcc": " MCC x100"}
+TYPE_LABELS = {"enc_self": "Enc-Enc", "enc_dec": "Enc-Dec", "dec_self": "Dec-Dec"}
+
+# --- the claims, their rules and the paper's numbers (as the paper reports them) -------------
+
+CLAIMS = {
+    "C1": ("Most single heads can be removed at test time without a significant change", "Table 1, Figure 1"),
+    "C2": ("Many layers can be reduced to one head without a significant loss", "Tables 2-3"),
+    "C3": ("20-60% of the heads can be pruned (importance order) before the score falls off", "Figures 3, 6"),
+    "C4": ("Enc-Dec attention is the most sensitive to pruning", "Figure 4"),
+    "C5": ("Two-phase training dynamics: the unimportant heads emerge early but not at once; only later "
+           "checkpoints keep most of their BLEU with 40% of the heads pruned", "Figure 5"),
+    "C6": ("Pruning 50% of the heads speeds inference up, more so at larger batch sizes", "Table 4"),
+}
+
+RULES = {
+    "C1": f"reproduced if more than {MOST_HEADS:.0f}% of the heads, each removed alone, change the score "
+          "not significantly (`significant` of eval/ablation.csv: p < alpha, paired bootstrap for BLEU, "
+          "t-test for accuracy)",
+    "C2": f"reproduced if at least {MANY_LAYERS:.0f}% of the layers, each reduced to its best head (chosen on "
+          "the selection set), show no significant loss on the test set (one_head_per_layer.csv: "
+          "`significant` and delta < 0 is a loss)",
+    "C3": f"prunable = the largest % of heads pruned (importance order, whole model) up to which every step "
+          f"stays within {WITHIN_POINTS:g} point of the unpruned score (a point: 1 BLEU, or 1 percentage "
+          f"point of accuracy, F1 or MCC); reproduced if prunable >= {MIN_PRUNABLE:.0f}%",
+    "C4": f"each attention type pruned alone (importance order): reproduced if, at {TYPE_PRUNED:.0f}% of the "
+          f"type's heads pruned (the last step at or below), Enc-Dec has the lowest score of the three types",
+    "C5": f"% of the unpruned BLEU kept at {DYNAMICS_PRUNED:.0f}% of the heads pruned (the last step at or "
+          f"below), per checkpoint: reproduced if the last checkpoint keeps >= {DYNAMICS_KEPT:.0f}% and more "
+          "than the first",
+    "C6": "reproduced if the speedup at the largest batch size timed is positive and larger than at the "
+          "smallest (a batch size above the number of items timed runs them all as one smaller batch: "
+          "left out)",
+}
+
+# The paper's numbers, by claim and by the paper's model a study stands for (rules/report.smk:
+# 'WMT' for the translation study, the GLUE task of a glue study, 'IWSLT' for Figure 5's).
+PAPER = {
+    "C1": {"WMT": "WMT Enc-Enc (Table 1): 88/96 heads (92%) no significant change; 8 significant, 4 of "
+                  "them gains",
+           "MNLI": "BERT MNLI (Figure 1b): most heads stay near the full 83.4% accuracy (no count given)"},
+    "C2": {"WMT": "WMT (Table 2): 14/18 layers (78%) no significant loss, worst Enc-Dec layer 6 -13.56 BLEU; "
+                  "newstest2014 (App. A): 50% of the layers no significant change",
+           "MNLI": "BERT MNLI (Table 3): 12/12 layers (100%) no significant change, worst layer 9 -0.96%"},
+    "C3": {"WMT": "WMT: ~20% (Figure 3a)", "MNLI": "BERT MNLI: ~40% (Figure 3b)",
+           "SST-2": "BERT SST-2: ~60% (Figure 6a)", "CoLA": "BERT CoLA: ~50% (Figure 6b)",
+           "MRPC": "BERT MRPC: ~50% (Figure 6c)"},
+    "C4": {"WMT": "WMT (Figure 4): with 20% of a type's heads left Enc-Enc and Dec-Dec keep ~30 BLEU (of 36); "
+                  "Enc-Dec degrades catastrophically beyond 60% pruned"},
+    "C5": {"IWSLT": "IWSLT de-en 6x8 heads (Figure 5): epochs 1-2 BLEU falls about linearly with % pruned; from "
+                    "epoch 10 85-90% of the unpruned BLEU kept at 40% pruned"},
+    "C6": {"MNLI": "BERT MNLI, GTX 1080Ti (Table 4): +1.9% (batch 1), +2.7% (4), +17.5% (16), +17.5% (64)"},
+}
+NO_PAPER_NUMBER = "no number in the paper for this model"
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+
+def paper_number(claim: str, model: str | None) -> str:
+    return PAPER[claim].get(model, NO_PAPER_NUMBER)
+
+
+def row(claim: str, study: str, this_run: str, paper: str, verdict: str) -> dict:
+    statement, evidence = CLAIMS[claim]
+    return {"claim": claim, "study": study, "statement": statement, "evidence": evidence, "this_run": this_run,
+            "paper": paper, "rule": RULES[claim], "verdict": verdict}
+
+
+def not_run(claim: str, study: str = "(none)", why: str = "not run by this config") -> dict:
+    """A claim no experiment of the config tests: the paper's numbers for every model, no verdict."""
+    return row(claim, study, why, "; ".join(PAPER[claim].values()), NOT_RUN)
+
+
+def verdict(passed: bool) -> str:
+    return REPRODUCED if passed else NOT_REPRODUCED
+
+
+def by_study(table: pd.DataFrame):
+    """(study, its rows), in the order the studies appear (the config's)."""
+    return table.groupby("study", sort=False)
+
+
+def flags(column: pd.Series) -> pd.Series:
+    """A True/False column as booleans, whether pandas read it as bool or as text."""
+    return column.astype(str).str.strip().str.lower() == "true"
+
+
+def point(metric: str) -> float:
+    if metric not in POINT:
+        raise ValueError(f"scorecard: no point defined for metric '{metric}' (headprune.scorecard.POINT)")
+    return POINT[metric]
+
+
+def in_points(value: float, metric: str) -> float:
+    """A score or a change in points; rounded so that 0.9775 - 0.9675 is 1 point, not 1.0000000000000009."""
+    return round(float(value) / point(metric), 6)
+
+
+def show(value: float, metric: str, sign: bool = False) -> str:
+    """A score or change as written: '99.12 BLEU', '-0.75% accuracy'."""
+    return f"{in_points(value, metric):{'+' if sign else ''}.2f}{UNIT[metric]}"
+
+
+def share(count: int, total: int) -> str:
+    return f"{count}/{total} ({100.0 * count / total:.0f}%)"
+
+
+def importance_curves(pruning: pd.DataFrame, scopes) -> pd.DataFrame:
+    """The pruning steps of the importance order (I_h) within ``scopes`` ('all': the whole model)."""
+    if pruning.empty:
+        return pruning
+    return pruning[(pruning["order"] == "importance") & pruning["scope"].isin(scopes)]
+
+
+def last_step_at_or_below(curve: pd.DataFrame, percent: float) -> pd.Series:
+    """The pruning step with the largest % pruned not above ``percent``."""
+    steps = curve[curve["percent_pruned"] <= percent + 1e-9]
+    return steps.loc[steps["percent_pruned"].idxmax()]
+
+
+# --- C1: single heads (Table 1, Figure 1) --------------------------------------------------------
+
+
+def c1_single_heads(ablation: pd.DataFrame, paper_models: dict) -> list[dict]:
+    """Per ablation study (eval/ablation.csv: one row per head, removed alone): the share of heads whose
+    removal changes the score not significantly; Enc-Enc alone too (the paper's Table 1) when the model
+    has other attention types."""
+    if ablation.empty:
+        return [not_run("C1")]
+    rows = []
+    for study, heads in by_study(ablation):
+        significant = flags(heads["significant"])
+        unchanged = int((~significant).sum())
+        gains = int((significant & (heads["delta"] > 0)).sum())
+        this_run = (f"{share(unchanged, len(heads))} heads no significant change; {int(significant.sum())} "
+                    f"significant, {gains} of them gains")
+        if heads["attn_type"].nunique() > 1 and "enc_self" in set(heads["attn_type"]):
+            enc_self = ~significant[heads["attn_type"] == "enc_self"]
+            this_run += f"; Enc-Enc (Table 1): {share(int(enc_self.sum()), len(enc_self))}"
+        passed = 100.0 * unchanged / len(heads) > MOST_HEADS
+        rows.append(row("C1", study, this_run, paper_number("C1", paper_models.get(study)), verdict(passed)))
+    return rows
+
+
+# --- C2: one head per layer (Tables 2-3) ---------------------------------------------------------
+
+
+def c2_one_head_per_layer(one_head: pd.DataFrame, paper_models: dict) -> list[dict]:
+    """Per study (one_head_per_layer.csv: one row per layer and attention type, the layer reduced to its
+    best head): the share of layers with no significant loss on the test set."""
+    if one_head.empty:
+        return [not_run("C2")]
+    rows = []
+    for study, layers in by_study(one_head):
+        loss = flags(layers["significant"]) & (layers["delta"] < 0)
+        kept = int((~loss).sum())
+        worst = layers.loc[layers["delta"].idxmin()]
+        metric = worst["metric"]
+        this_run = (f"{share(kept, len(layers))} layers no significant loss; worst "
+                    f"{TYPE_LABELS.get(worst['attn_type'], worst['attn_type'])} layer {int(worst['layer']) + 1} "
+                    f"{show(worst['delta'], metric, sign=True)}" + (" (significant)" if loss[worst.name] else ""))
+        passed = 100.0 * kept / len(layers) >= MANY_LAYERS
+        rows.append(row("C2", study, this_run, paper_number("C2", paper_models.get(study)), verdict(passed)))
+    return rows
+
+
+# --- C3: pruning curves (Figures 3 and 6) --------------------------------------------------------
+
+
+def prunable_percent(curve: pd.DataFrame) -> tuple[float, pd.Series | None]:
+    """(the largest % pruned up to which every step stays within WITHIN_POINTS of the unpruned score,
+    the first step that does not, or None): one study's curve, one order."""
+    curve = curve.sort_values("percent_pruned")
+    metric = curve["metric"].iloc[0]
+    unpruned = curve.loc[curve["percent_pruned"] == 0, "score"].iloc[0]
+    prunable = 0.0
+    for _, step in curve[curve["percent_pruned"] > 0].iterrows():
+        if in_points(unpruned - step["score"], metric) > WITHIN_POINTS:
+            return prunable, step
+        prunable = float(step["percent_pruned"])
+    return prunable, None
+
+
+def c3_pruning(pruning: pd.DataFrame, paper_models: dict) -> list[dict]:
+    """Per study pruned across the whole model in the importance order (pruning tables, scope 'all'):
+    the % of heads prunable before the score falls more than WITHIN_POINTS below the unpruned model."""
+    curves = importance_curves(pruning, ["all"])
+    if curves.empty:
+        return [not_run("C3")]
+    rows = []
+    for study, curve in by_study(curves):
+        metric = curve["metric"].iloc[0]
+        unpruned = curve.loc[curve["percent_pruned"] == 0, "score"].iloc[0]
+        prunable, falls = prunable_percent(curve)
+        this_run = f"{prunable:.0f}% prunable (unpruned {show(unpruned, metric)}"
+        this_run += (f"; {show(falls['score'], metric)} at {falls['percent_pruned']:.0f}%)" if falls is not None
+                     else f"; never more than {WITHIN_POINTS:g} point below)")
+        rows.append(row("C3", study, this_run, paper_number("C3", paper_models.get(study)),
+                        verdict(prunable >= MIN_PRUNABLE)))
+    return rows
+
+
+# --- C4: attention types (Figure 4) --------------------------------------------------------------
+
+
+def c4_attention_types(pruning: pd.DataFrame, paper_models: dict) -> list[dict]:
+    """Per study pruned within each attention type (pruning tables, scope = the type): the score of each
+    type at TYPE_PRUNED% of its heads pruned; Enc-Dec should be the lowest."""
+    curves = importance_curves(pruning, list(TYPE_LABELS))
+    if curves.empty:
+        return [not_run("C4")]
+    rows = []
+    for study, study_curves in by_study(curves):
+        types = [t for t in TYPE_LABELS if t in set(study_curves["scope"])]
+        if len(types) < len(TYPE_LABELS):
+            rows.append(not_run("C4", study, f"only {', '.join(TYPE_LABELS[t] for t in types)} attention: "
+                                             "no attention types to compare"))
+            continue
+        metric = study_curves["metric"].iloc[0]
+        scores = {t: last_step_at_or_below(study_curves[study_curves["scope"] == t], TYPE_PRUNED) for t in types}
+        lowest = min(types, key=lambda t: scores[t]["score"])
+        unpruned = study_curves.loc[study_curves["percent_pruned"] == 0, "score"].iloc[0]
+        this_run = (f"at {TYPE_PRUNED:.0f}% of a type's heads pruned: "
+                    + ", ".join(f"{TYPE_LABELS[t]} {in_points(scores[t]['score'], metric):.2f}" for t in types)
+                    + f"{UNIT[metric]} (unpruned {in_points(unpruned, metric):.2f}); lowest {TYPE_LABELS[lowest]}")
+        rows.append(row("C4", study, this_run, paper_number("C4", paper_models.get(study)),
+                        verdict(lowest == "enc_dec")))
+    return rows
+
+
+# --- C5: training dynamics (Figure 5) ------------------------------------------------------------
+
+
+def c5_training_dynamics(dynamics: pd.DataFrame, paper_models: dict) -> list[dict]:
+    """Figure 5's pruning curves, one per checkpoint epoch (the dynamics_prune tables with an ``epoch``
+    column): the % of that checkpoint's unpruned BLEU kept at DYNAMICS_PRUNED% pruned (as figure5.csv's
+    relative_percent), first checkpoint against last."""
+    if dynamics.empty:
+        return [not_run("C5")]
+    rows = []
+    for study, curves in by_study(dynamics):
+        unpruned, kept = {}, {}
+        for epoch, curve in sorted(curves.groupby("epoch"), key=lambda item: item[0]):
+            full = float(curve.loc[curve["percent_pruned"] == 0, "score"].iloc[0])
+            score = float(last_step_at_or_below(curve, DYNAMICS_PRUNED)["score"])
+            unpruned[int(epoch)], kept[int(epoch)] = full, 100.0 * score / full if full else float("nan")
+        epochs = list(kept)
+        this_run = (f"% of unpruned BLEU kept at {DYNAMICS_PRUNED:.0f}% pruned: "
+                    + ", ".join(f"epoch {e} {kept[e]:.1f}%" for e in epochs)
+                    + " (unpruned BLEU " + ", ".join(f"{unpruned[e]:.1f}" for e in epochs) + ")")
+        if len(epochs) < 2:
+            rows.append(not_run("C5", study, this_run + "; one checkpoint: no dynamics to compare"))
+            continue
+        first, last = kept[epochs[0]], kept[epochs[-1]]
+        rows.append(row("C5", study, this_run, paper_number("C5", paper_models.get(study)),
+                        verdict(last >= DYNAMICS_KEPT and last > first)))
+    return rows
+
+
+# --- C6: inference speed (Table 4) ---------------------------------------------------------------
+
+
+def c6_speed(speed: pd.DataFrame, paper_models: dict) -> list[dict]:
+    """Per study timed (table4.csv: one row per batch size, ``speedup_percent`` of the pruned model over
+    the full one): the speedup at the largest batch size actually run against the smallest."""
+    if speed.empty:
+        return [not_run("C6")]
+    rows = []
+    for study, table in by_study(speed):
+        table = table.sort_values("batch_size")
+        items = int(table["items"].iloc[0])
+        timed = table[table["batch_size"] <= items]
+        left_out = table[table["batch_size"] > items]
+        smallest, largest = timed.iloc[0], timed.iloc[-1]
+        this_run = ", ".join(f"{r.speedup_percent:+.1f}% (batch {r.batch_size})" for r in timed.itertuples())
+        if not left_out.empty:
+            this_run += (f"; left out: batch {', '.join(str(b) for b in left_out['batch_size'])} (one batch of "
+                         f"the {items} items timed)")
+        this_run += f"; {table['device'].iloc[0]}" if "device" in table else ""
+        if len(timed) < 2:
+            rows.append(not_run("C6", study, this_run + "; one batch size: nothing to compare"))
+            continue
+        passed = largest["speedup_percent"] > 0 and largest["speedup_percent"] > smallest["speedup_percent"]
+        rows.append(row("C6", study, this_run, paper_number("C6", paper_models.get(study)), verdict(passed)))
+    return rows
+
+
+# --- the scorecard -------------------------------------------------------------------------------
+
+
+def scorecard(ablation: pd.DataFrame, one_head: pd.DataFrame, pruning: pd.DataFrame,
+              attention_types: pd.DataFrame, dynamics: pd.DataFrame, speed: pd.DataFrame,
+              paper_models: dict) -> pd.DataFrame:
+    """Every claim's rows, C1 to C6. Each table is the stack of that experiment's CSVs (empty: not run);
+    ``paper_models`` maps a study to the paper's model it stands for ('WMT', 'MNLI', ..., or None)."""
+    rows = [*c1_single_heads(ablation, paper_models), *c2_one_head_per_layer(one_head, paper_models),
+            *c3_pruning(pruning, paper_models), *c4_attention_types(attention_types, paper_models),
+            *c5_training_dynamics(dynamics, paper_models), *c6_speed(speed, paper_models)]
+    return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def markdown(card: pd.DataFrame) -> str:
+    """The scorecard as a Markdown table, with a one-line count of the verdicts above it."""
+    counts = card["verdict"].value_counts()
+    summary = ", ".join(f"{counts.get(v, 0)} {v}" for v in (REPRODUCED, NOT_REPRODUCED, NOT_RUN))
+    headers = ["Claim", "Study", "Statement (evidence)", "This run", "Paper", "Rule", "Verdict"]
+
+    def cell(text) -> str:
+        return str(text).replace("|", "\\|").replace("\n", " ")
+
+    lines = [f"**Scorecard** of the claims of Michel, Levy and Neubig (2019), tested on this run: {summary} "
+             f"(rows: claim x study).", "", "| " + " | ".join(headers) + " |",
+             "|" + "---|" * len(headers)]
+    for r in card.itertuples():
+        cells = [r.claim, r.study, f"{r.statement} ({r.evidence})", r.this_run, r.paper, r.rule, f"**{r.verdict}**"]
+        lines.append("| " + " | ".join(cell(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,37 @@
+"""The scorecard of the paper's claims (headprune.scorecard): one row per claim and study, first in the
+HTML report.
+
+Its inputs are the CSVs of the experiments this config runs; a claim whose experiment the config does
+not run gets a row saying "not run". Snakemake's report lists the result categories in lexicographic
+order (its menu sorts them with JavaScript's localeCompare; snakemake PR #2449), so the category
+"Claims scorecard" comes before "Figure ..." and "Table ..." (tests/test_scorecard.py keeps it first).
+The workflow description (report/workflow.rst), the report's front page, points to it. The input
+functions are in report_inputs.smk (snakemake --lint wants rules and functions in separate files).
+"""
+
+
+include: "report_inputs.smk"
+
+
+report: "../report/workflow.rst"
+
+
+rule scorecard:
+    input:
+        unpack(scorecard_inputs),
+    output:
+        csv=f"{FIGURES}/scorecard.csv",
+        md=report(f"{FIGURES}/scorecard.md", caption="../report/scorecard.rst", category="Claims scorecard"),
+    params:
+        paper_models=scorecard_paper_models,
+        epochs=scorecard_epochs,
+    log:
+        f"{RESULTS}/logs/scorecard.log",
+    resources:
+        gpu=resource("figures", "gpu"),
+        mem_mb=resource("figures", "mem_mb"),
+        runtime=resource("figures", "runtime"),
+    conda:
+        ENV
+    script:
+        "../scripts/scorecard.py"

@@ -1,0 +1,33 @@
+"""The scorecard of the paper's claims (headprune.scorecard) from this run's CSVs.
+
+input: ablation, one_head, pruning, attention_types, dynamics, speed: the CSVs of each experiment the
+config runs (a list, empty when it runs none); params.epochs: the checkpoint epoch of each dynamics
+table; params.paper_models; output.csv, output.md."""
+import pandas as pd
+
+from headprune import scorecard
+from headprune.workflow import logged
+
+EXPERIMENTS = ("ablation", "one_head", "pruning", "attention_types", "dynamics", "speed")
+
+
+def stacked(paths, epochs=None):
+    """Every CSV of one experiment in one table (they share their columns), each with its checkpoint
+    epoch when ``epochs`` are given (Figure 5's curves); empty when there is none."""
+    if not paths:
+        return pd.DataFrame()
+    tables = [pd.read_csv(path) for path in paths]
+    if epochs is not None:
+        tables = [table.assign(epoch=epoch) for table, epoch in zip(tables, epochs, strict=True)]
+    return pd.concat(tables, ignore_index=True)
+
+
+with logged(snakemake) as log:
+    tables = {name: stacked(list(snakemake.input.get(name, [])), snakemake.params.epochs if name == "dynamics" else None)
+              for name in EXPERIMENTS}
+    card = scorecard.scorecard(**tables, paper_models=dict(snakemake.params.paper_models))
+    card.to_csv(snakemake.output.csv, index=False)
+    with open(snakemake.output.md, "w") as md:
+        md.write(scorecard.markdown(card))
+    for r in card.itertuples():
+        log.info("%s %s: %s (%s)", r.claim, r.study, r.verdict, r.this_run)

@@ -1,0 +1,268 @@
+"""The scorecard of the paper's claims (headprune.scorecard, rule scorecard) on small hand-built tables."""
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from dry_run import write_config
+from headprune import scorecard as sc
+from headprune.scorecard import NOT_REPRODUCED, NOT_RUN, REPRODUCED
+
+ROOT = Path(__file__).resolve().parents[1]
+EMPTY = pd.DataFrame()
+MODELS = {"wmt": "WMT", "mnli": "MNLI", "sst2": "SST-2", "iwslt": "IWSLT", "own": None}
+
+
+def verdicts(rows):
+    return {(r["study"], r["claim"]): r["verdict"] for r in rows}
+
+
+# --- C1: single heads --------------------------------------------------------------------------
+
+
+def ablation(study, significant, deltas=None, attn_types=None):
+    """One row per head removed alone; ``significant`` as the CSV holds it (read back as bool or text)."""
+    n = len(significant)
+    return pd.DataFrame({"study": study, "attn_type": attn_types or ["enc_self"] * n, "layer": 0,
+                         "head": range(n), "metric": "accuracy", "score_full": 0.8,
+                         "delta": deltas or [-0.01] * n, "significant": significant, "alpha": 0.01})
+
+
+def test_c1_most_heads_unchanged_is_reproduced_per_study():
+    table = pd.concat([ablation("mnli", [True, False, False, False]),
+                       ablation("own", [True, True, False, False])], ignore_index=True)
+    rows = sc.c1_single_heads(table, MODELS)
+    assert verdicts(rows) == {("mnli", "C1"): REPRODUCED, ("own", "C1"): NOT_REPRODUCED}  # 75% > 50%; 50% is not most
+    assert rows[0]["this_run"].startswith("3/4 (75%) heads no significant change; 1 significant, 0 of them gains")
+    assert rows[0]["paper"] == sc.PAPER["C1"]["MNLI"] and rows[1]["paper"] == sc.NO_PAPER_NUMBER
+
+
+def test_c1_reads_significant_as_text_and_counts_enc_self_apart():
+    table = ablation("wmt", ["True", "False", "False", "True"], deltas=[0.5, -0.1, 0.2, -3.0],
+                     attn_types=["enc_self", "enc_self", "enc_dec", "dec_self"])
+    (row,) = sc.c1_single_heads(table, MODELS)
+    assert row["verdict"] == NOT_REPRODUCED  # 2 of 4 unchanged
+    assert "2 significant, 1 of them gains" in row["this_run"] and "Enc-Enc (Table 1): 1/2 (50%)" in row["this_run"]
+
+
+def test_c1_not_run_without_ablation():
+    (row,) = sc.c1_single_heads(EMPTY, MODELS)
+    assert row["verdict"] == NOT_RUN and row["claim"] == "C1" and "WMT" in row["paper"] and "MNLI" in row["paper"]
+
+
+# --- C2: one head per layer ----------------------------------------------------------------------
+
+
+def one_head(study, deltas, significant, metric="bleu"):
+    return pd.DataFrame({"study": study, "attn_type": "enc_dec", "layer": range(len(deltas)), "metric": metric,
+                         "delta": deltas, "significant": significant})
+
+
+def test_c2_half_the_layers_without_a_significant_loss_is_reproduced():
+    # a significant gain is no loss; half of the layers is "many" (the paper's WMT figure)
+    rows = sc.c2_one_head_per_layer(one_head("wmt", [-13.56, -1.55, 0.24, 0.1], [True, True, True, False]), MODELS)
+    assert verdicts(rows) == {("wmt", "C2"): REPRODUCED}
+    assert rows[0]["this_run"] == "2/4 (50%) layers no significant loss; worst Enc-Dec layer 1 -13.56 BLEU (significant)"
+
+
+def test_c2_most_layers_losing_is_not_reproduced_and_empty_is_not_run():
+    rows = sc.c2_one_head_per_layer(one_head("mnli", [-0.02, -0.03, -0.01, 0.0], [True, True, True, False],
+                                            metric="accuracy"), MODELS)
+    assert verdicts(rows) == {("mnli", "C2"): NOT_REPRODUCED} and "-3.00% accuracy" in rows[0]["this_run"]
+    assert [r["verdict"] for r in sc.c2_one_head_per_layer(EMPTY, MODELS)] == [NOT_RUN]
+
+
+# --- C3: pruning curves --------------------------------------------------------------------------
+
+
+def curve(study, scores, metric="bleu", order="importance", scope="all", step=10):
+    return pd.DataFrame({"study": study, "order": order, "scope": scope, "step": range(len(scores)),
+                         "percent_pruned": [step * i for i in range(len(scores))], "score": scores,
+                         "metric": metric})
+
+
+def test_c3_prunable_is_the_last_step_within_one_point():
+    # drops 0.5, 1.0 (still within 1 point), then 5: prunable 20%
+    wmt = curve("wmt", [36.0, 35.5, 35.0, 31.0, 36.0, 0.0])
+    assert sc.prunable_percent(wmt)[0] == 20.0 and sc.prunable_percent(wmt)[1]["percent_pruned"] == 30.0
+    # a fraction metric: 1 point is 0.01; 0.9775 - 0.9675 is one point although not in floating point
+    sst2 = curve("sst2", [0.9775, 0.975, 0.9675, 0.95, 0.5], metric="accuracy")
+    assert sc.prunable_percent(sst2)[0] == 20.0
+    # never more than a point below: everything prunable
+    assert sc.prunable_percent(curve("own", [0.5, 0.51, 0.5], metric="f1"))[0] == 20.0
+    assert sc.prunable_percent(curve("own", [0.5, 0.51, 0.5], metric="f1"))[1] is None
+
+
+def test_c3_uses_the_importance_order_across_the_whole_model():
+    table = pd.concat([curve("wmt", [36.0, 35.5, 35.0, 31.0]),
+                       curve("wmt", [36.0, 20.0, 10.0, 0.0], order="random"),  # ignored: another order
+                       curve("wmt", [36.0, 10.0, 5.0, 0.0], scope="enc_dec"),  # ignored: Figure 4's
+                       curve("mnli", [0.83, 0.80, 0.79, 0.5], metric="accuracy")], ignore_index=True)
+    rows = sc.c3_pruning(table, MODELS)
+    assert verdicts(rows) == {("wmt", "C3"): REPRODUCED, ("mnli", "C3"): NOT_REPRODUCED}
+    assert rows[0]["this_run"] == "20% prunable (unpruned 36.00 BLEU; 31.00 BLEU at 30%)"
+    assert rows[1]["this_run"] == "0% prunable (unpruned 83.00% accuracy; 80.00% accuracy at 10%)"
+    assert rows[0]["paper"] == "WMT: ~20% (Figure 3a)"
+
+
+def test_c3_not_run_without_an_importance_curve():
+    assert [r["verdict"] for r in sc.c3_pruning(EMPTY, MODELS)] == [NOT_RUN]
+    assert [r["verdict"] for r in sc.c3_pruning(curve("wmt", [36.0, 35.0], order="random"), MODELS)] == [NOT_RUN]
+
+
+def test_unknown_metric_is_an_error_naming_it():
+    with pytest.raises(ValueError, match="'chrf'"):
+        sc.c3_pruning(curve("own", [50.0, 49.0], metric="chrf"), MODELS)
+
+
+# --- C4: attention types -------------------------------------------------------------------------
+
+
+def types(study, at_80, step=10):
+    """Each type pruned alone: the unpruned score, then its score at the steps (flat at ``at_80``)."""
+    steps = int(100 / step) + 1
+    return pd.concat([curve(study, [36.0] + [at_80[t]] * (steps - 1), scope=t, step=step) for t in at_80],
+                     ignore_index=True)
+
+
+def test_c4_enc_dec_lowest_at_80_percent_is_reproduced():
+    rows = sc.c4_attention_types(types("wmt", {"enc_self": 30.0, "enc_dec": 2.0, "dec_self": 29.0}), MODELS)
+    assert verdicts(rows) == {("wmt", "C4"): REPRODUCED}
+    assert rows[0]["this_run"] == ("at 80% of a type's heads pruned: Enc-Enc 30.00, Enc-Dec 2.00, Dec-Dec 29.00 BLEU "
+                                   "(unpruned 36.00); lowest Enc-Dec")
+
+
+def test_c4_reads_the_last_step_at_or_below_80_percent():
+    table = types("wmt", {"enc_self": 30.0, "enc_dec": 20.0, "dec_self": 29.0}, step=25)
+    # at 100% (above 80) Enc-Dec would not be the lowest; at 75%, the last step at or below 80, it is
+    table.loc[(table["percent_pruned"] == 100) & (table["scope"] == "enc_self"), "score"] = 0.0
+    assert verdicts(sc.c4_attention_types(table, MODELS)) == {("wmt", "C4"): REPRODUCED}
+    table.loc[(table["percent_pruned"] == 75) & (table["scope"] == "dec_self"), "score"] = 10.0
+    assert verdicts(sc.c4_attention_types(table, MODELS)) == {("wmt", "C4"): NOT_REPRODUCED}
+
+
+def test_c4_not_run_for_a_self_attention_model_or_without_the_experiment():
+    (row,) = sc.c4_attention_types(types("mnli", {"enc_self": 0.5}), MODELS)
+    assert row["verdict"] == NOT_RUN and row["study"] == "mnli" and "only Enc-Enc" in row["this_run"]
+    assert [r["verdict"] for r in sc.c4_attention_types(EMPTY, MODELS)] == [NOT_RUN]
+
+
+# --- C5: training dynamics -----------------------------------------------------------------------
+
+
+def dynamics(kept_at_40):
+    """Per checkpoint epoch, a pruning curve at 10 * epoch BLEU up to 30%, ``kept``% of it from 40% on."""
+    return pd.concat([curve("iwslt", [10.0 * epoch] * 4 + [0.1 * epoch * kept] * 7).assign(epoch=epoch)
+                      for epoch, kept in kept_at_40.items()], ignore_index=True)
+
+
+@pytest.mark.parametrize("kept, expected", [
+    ({1: 60.0, 2: 62.0, 10: 88.0}, REPRODUCED),      # the paper: linear early, 85-90% from epoch 10
+    ({1: 60.0, 10: 80.0}, NOT_REPRODUCED),           # more prunable later, but below 85%
+    ({1: 90.0, 10: 86.0}, NOT_REPRODUCED),           # above 85% but no more than at first
+])
+def test_c5_last_checkpoint_keeps_85_percent_and_more_than_the_first(kept, expected):
+    (row,) = sc.c5_training_dynamics(dynamics(kept), MODELS)
+    assert row["verdict"] == expected and row["paper"] == sc.PAPER["C5"]["IWSLT"]
+    assert f"epoch 1 {kept[1]:.1f}%" in row["this_run"]
+
+
+def test_c5_not_run_with_one_checkpoint_or_none():
+    (row,) = sc.c5_training_dynamics(dynamics({5: 90.0}), MODELS)
+    assert row["verdict"] == NOT_RUN and "one checkpoint" in row["this_run"]
+    assert [r["verdict"] for r in sc.c5_training_dynamics(EMPTY, MODELS)] == [NOT_RUN]
+
+
+# --- C6: speed -----------------------------------------------------------------------------------
+
+
+def table4(study, speedups, items=9815):
+    return pd.DataFrame({"study": study, "batch_size": [1, 4, 16, 64], "speedup_percent": speedups,
+                         "items": items, "device": "GTX 1080Ti"})
+
+
+def test_c6_speedup_growing_with_the_batch_size_is_reproduced():
+    rows = sc.c6_speed(pd.concat([table4("mnli", [1.9, 2.7, 17.5, 17.5]),  # the paper's Table 4
+                                  table4("wmt", [5.0, 3.0, 2.0, 1.0]),     # shrinks with the batch size
+                                  table4("own", [-3.0, -2.0, -1.0, -0.5])]), MODELS)  # grows, but a slowdown
+    assert verdicts(rows) == {("mnli", "C6"): REPRODUCED, ("wmt", "C6"): NOT_REPRODUCED,
+                              ("own", "C6"): NOT_REPRODUCED}
+    assert rows[0]["this_run"] == "+1.9% (batch 1), +2.7% (batch 4), +17.5% (batch 16), +17.5% (batch 64); GTX 1080Ti"
+
+
+def test_c6_leaves_out_batches_larger_than_the_items_timed():
+    # 16 items: batch 64 is one batch of 16 again, its +50% is not a larger batch's speedup
+    (row,) = sc.c6_speed(table4("mnli", [10.0, 12.0, 5.0, 50.0], items=16), MODELS)
+    assert row["verdict"] == NOT_REPRODUCED and "left out: batch 64 (one batch of the 16 items timed)" in row["this_run"]
+    (row,) = sc.c6_speed(table4("mnli", [1.0, 2.0, 3.0, 4.0], items=1), MODELS)
+    assert row["verdict"] == NOT_RUN and [r["verdict"] for r in sc.c6_speed(EMPTY, MODELS)] == [NOT_RUN]
+
+
+# --- the scorecard, the rule, the report -----------------------------------------------------------
+
+
+def test_scorecard_has_one_row_per_claim_and_study_in_claim_order():
+    card = sc.scorecard(ablation=ablation("mnli", [False, False, True]), one_head=EMPTY,
+                        pruning=curve("sst2", [0.9, 0.9, 0.5], metric="accuracy"), attention_types=EMPTY,
+                        dynamics=EMPTY, speed=EMPTY, paper_models=MODELS)
+    assert list(card.columns) == list(sc.COLUMNS)
+    assert list(zip(card["claim"], card["study"], card["verdict"])) == [
+        ("C1", "mnli", REPRODUCED), ("C2", "(none)", NOT_RUN), ("C3", "sst2", NOT_REPRODUCED), ("C4", "(none)", NOT_RUN),
+        ("C5", "(none)", NOT_RUN), ("C6", "(none)", NOT_RUN)]
+    assert all(card["rule"] == [sc.RULES[c] for c in card["claim"]])
+    text = sc.markdown(card)
+    assert text.startswith("**Scorecard**") and "1 reproduced, 1 not reproduced, 4 not run" in text
+    assert [line[:5] for line in text.splitlines() if line.startswith("| C")] == [
+        "| Cla", "| C1 ", "| C2 ", "| C3 ", "| C4 ", "| C5 ", "| C6 "]
+    assert "| **reproduced** |" in text
+
+
+def test_markdown_escapes_pipes():
+    card = sc.scorecard(EMPTY, EMPTY, EMPTY, EMPTY, EMPTY, EMPTY, {})
+    card.loc[0, "this_run"] = "a | b"
+    assert "a \\| b" in sc.markdown(card)
+
+
+def test_scorecard_category_comes_first_in_the_report():
+    """The report's menu sorts categories lexicographically (localeCompare): the scorecard's must sort
+    before every other category of the rule files."""
+    names = {name for path in (ROOT / "rules").glob("*.smk")
+             for name in re.findall(r'(?<!sub)category="([^"{]+)"', path.read_text())}
+    assert "Claims scorecard" in names and len(names) > 1
+    assert min(names, key=lambda name: (name.casefold(), name)) == "Claims scorecard"
+
+
+def test_rule_writes_the_scorecard_from_the_configured_experiments_only(tmp_path):
+    """A config running only MNLI's ablation, SST-2's pruning and the training dynamics: the scorecard job
+    reads exactly those CSVs (built here), each dynamics curve with its epoch; the other claims say 'not run'."""
+    def edit(config):
+        config["experiments"] = {"ablation": ["mnli"], "pruning": [], "glue_pruning": ["sst2"]}
+        config["speed"]["studies"] = []
+        config["dynamics"]["train"]["checkpoint_epochs"] = [1, 2, 5]
+    config = write_config(tmp_path / "config.yaml", edit)
+    results = tmp_path / "results" / "demo"
+    built = {"mnli/eval/ablation.csv": ablation("mnli", [False, False, True]),
+             "sst2/pruning/all/importance.csv": curve("sst2", [0.9, 0.9, 0.9, 0.5], metric="accuracy")}
+    for epoch, kept in {1: 60.0, 2: 62.0, 5: 90.0}.items():
+        built[f"demo_de_en/epoch{epoch}/pruning_importance.csv"] = \
+            dynamics({epoch: kept}).drop(columns="epoch").assign(study="demo_de_en")
+    for path, table in built.items():
+        (results / path).parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(results / path, index=False)
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(tmp_path),
+               "--configfile", str(config), "--cores", "1", "results/demo/figures/scorecard.md",
+               "--allowed-rules", "scorecard"]  # the target first: --allowed-rules takes every name after it
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    inputs = re.search(r"rule scorecard:\n\s+input: (.*)\n", result.stdout + result.stderr).group(1).split(", ")
+    assert inputs == [f"results/demo/{path}" for path in built]
+    card = pd.read_csv(results / "figures" / "scorecard.csv")
+    assert list(zip(card["claim"], card["study"], card["verdict"])) == [
+        ("C1", "mnli", REPRODUCED), ("C2", "(none)", NOT_RUN), ("C3", "sst2", REPRODUCED), ("C4", "(none)", NOT_RUN),
+        ("C5", "demo_de_en", REPRODUCED), ("C6", "(none)", NOT_RUN)]
+    assert card.loc[4, "this_run"].startswith("% of unpruned BLEU kept at 40% pruned: epoch 1 60.0%, epoch 2 62.0%, "
+                                              "epoch 5 90.0% (unpruned BLEU 10.0, 20.0, 50.0)")
+    assert (results / "figures" / "scorecard.md").read_text() == sc.markdown(card)
