@@ -150,7 +150,8 @@ def test_one_glue_entry_adds_the_whole_study(finished_demo, tmp_path):
     # Its data was published by the demo rule already: nothing upstream of the new task reruns.
     expected = {"prepare_glue": 1, "finetune": 1, "importance": 1, "evaluate_full": 1,
                 "ablate_head": ablation_jobs_per_bert_study(demo),
-                "prune": -(-len(demo["pruning"]["orders"]) // demo["pruning"].get("orders_per_job", 1)),
+                # orders_per_job orders a job; the oracle order, which waits for the ablation, alone
+                "prune": -(-(len(demo["pruning"]["orders"]) - 1) // demo["pruning"].get("orders_per_job", 1)) + 1,
                 "collect_pruning": 1, "plot_ablation": 1, "plot_pruning": 1}
     for rule, count in expected.items():
         assert stats.get(rule) == count, (rule, stats)
