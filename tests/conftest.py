@@ -1,7 +1,7 @@
 """Tiny random models and batches shared by the core tests."""
 import pytest
 import torch
-from transformers import BertConfig, BertForSequenceClassification, FSMTConfig, FSMTForConditionalGeneration
+from transformers import BatchEncoding, BertConfig, BertForSequenceClassification, FSMTConfig, FSMTForConditionalGeneration
 
 PAD, EOS = 1, 2
 
@@ -126,3 +126,16 @@ def demo_run(tmp_path_factory):
     report = run_demo_snakemake(workdir, "--report", "results/demo/report.html")
     assert report.returncode == 0, report.stderr[-3000:]
     return workdir
+
+
+class DigitTokenizer:
+    """Sentences are space-separated token ids: what translate() needs of a tokenizer, for a tiny model."""
+
+    def __call__(self, texts, **_):
+        ids = [[int(w) for w in text.split()] + [EOS] for text in texts]
+        width = max(map(len, ids))
+        return BatchEncoding({"input_ids": torch.tensor([x + [PAD] * (width - len(x)) for x in ids]),
+                              "attention_mask": torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x in ids])})
+
+    def batch_decode(self, generated, skip_special_tokens):
+        return [" ".join(str(i) for i in row.tolist() if i not in (0, PAD, EOS)) for row in generated]

@@ -2,9 +2,8 @@
 import numpy as np
 import pytest
 import torch
-from transformers import BatchEncoding
 
-from conftest import EOS, FAMILIES, PAD, TRANSLATION_FAMILIES, tiny_fsmt, tiny_model_and_batch
+from conftest import FAMILIES, PAD, TRANSLATION_FAMILIES, DigitTokenizer, tiny_fsmt, tiny_model_and_batch
 from headprune.evaluate import predict_classes, predict_classes_variants, stack_gates, translate, translate_variants
 from headprune.experiments import gates_keeping_one, gates_without
 from headprune.heads import adapter_for, gated
@@ -77,19 +76,6 @@ def test_predict_classes_variants_equals_one_by_one():
     batched = predict_classes_variants(model, batches, gates_list, variant_batch_size=8)
     alone = np.stack([predict_classes(model, batches, gates) for gates in gates_list])
     assert batched.shape == (4, 12) and np.array_equal(batched, alone)
-
-
-class DigitTokenizer:
-    """Sentences are space-separated token ids: what translate() needs of a tokenizer, for a tiny model."""
-
-    def __call__(self, texts, **_):
-        ids = [[int(w) for w in text.split()] + [EOS] for text in texts]
-        width = max(map(len, ids))
-        return BatchEncoding({"input_ids": torch.tensor([x + [PAD] * (width - len(x)) for x in ids]),
-                              "attention_mask": torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x in ids])})
-
-    def batch_decode(self, generated, skip_special_tokens):
-        return [" ".join(str(i) for i in row.tolist() if i not in (0, PAD, EOS)) for row in generated]
 
 
 def test_translate_variants_equals_one_by_one():
