@@ -104,6 +104,7 @@ def model_and_batch(request):
 # (test_demo_pipeline.py checks its numbers, test_daily_use.py dry-runs changes against it,
 # test_slurm.py compares a SLURM run with it.)
 
+import os  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -119,8 +120,16 @@ def run_demo_snakemake(workdir, *args, timeout=2400):
 
 @pytest.fixture(scope="session")
 def demo_run(tmp_path_factory):
-    """A finished demo run (the whole DAG and the report) in a temporary working directory."""
+    """A finished demo run (the whole DAG and the report) in a temporary working directory.
+
+    HEADPRUNE_DEMO_DIR=<a finished demo's working directory> starts from a copy of it (snakemake then
+    reruns only what the code changed since), to iterate on the workflow tests without the full demo."""
     workdir = tmp_path_factory.mktemp("demo")
+    if os.environ.get("HEADPRUNE_DEMO_DIR"):
+        import shutil
+
+        for name in ("data", "results", ".snakemake"):
+            shutil.copytree(Path(os.environ["HEADPRUNE_DEMO_DIR"]) / name, workdir / name, symlinks=True)
     result = run_demo_snakemake(workdir, "--cores", "2")
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]
     report = run_demo_snakemake(workdir, "--report", "results/demo/report.html")

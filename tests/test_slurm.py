@@ -236,7 +236,7 @@ def test_ablation_study_runs_through_sbatch_and_equals_the_local_run(slurm_clust
     demo = yaml.safe_load(DEMO_CONFIG.read_text())
     heads = demo["bert"]["layers"] * demo["bert"]["heads"]
     assert planned.count("ablate_head") == -(-heads // demo["ablation"].get("heads_per_job", 1))
-    assert planned.count("one_head_layer") == demo["bert"]["layers"]
+    assert planned.count("one_head_layer") == -(-demo["bert"]["layers"] // demo["ablation"].get("layers_per_job", 1))
     assert {"evaluate_full", "significance", "importance", "one_head_significance"} <= set(planned)
     assert not {"finetune", "demo_classification", "prepare_glue"} & set(planned), planned
     size = yaml.safe_load((slurm_profile / "config.yaml").read_text())["group-components"][GROUP]
