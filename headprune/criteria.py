@@ -24,8 +24,9 @@ import numpy as np
 import pandas as pd
 
 from .experiments import HeadId, importance_order, oracle_order, pruning_steps, random_order
-from .importance import ESTIMATORS
 
+# Where I_h takes the absolute value (headprune.importance): per token, per example, per batch.
+ESTIMATORS = ("token", "example", "batch")
 # Columns of importance.csv a criterion sorts by, ascending (the first head is pruned first).
 COLUMN_CRITERIA = {"fisher": "fisher", "attention_gradient": "attention_gradient", "confidence": "confidence"}
 CRITERIA = ("importance", *(f"importance_{e}" for e in ESTIMATORS), "fisher", "attention_gradient", "confidence",
@@ -99,6 +100,25 @@ def criterion_order(name: str, importance: pd.DataFrame, heads: list[HeadId], *,
     if name == "entropy_high":
         return _ascending(table, -entropy)
     return _ascending(table, combined_scores(table["importance"], entropy, entropy_weight, keep_entropy))
+
+
+def importance_on_pruned(model, batches, *, estimator: str = "token", normalize: bool = True):
+    """``estimate(removed) -> {head: I_h}`` for ``iterative_order``: I_h on the model with the heads
+    ``removed`` switched off, from the I_h-only pass in the model's own attention backend; the removed
+    heads count as 0 in the per-layer normalization."""
+    from .experiments import gates_without
+    from .importance import head_importance
+
+    column = f"importance_{estimator}"
+
+    def estimate(removed):
+        table = head_importance(model, batches, estimator=estimator, normalize=False,
+                                gates=gates_without(model, removed), progress=False)
+        gone = [head in set(removed) for head in _heads(table)]
+        table[column] = table[column].mask(gone, 0.0)
+        return dict(zip(_heads(table), importance_column(table, estimator, normalize)))
+
+    return estimate
 
 
 def iterative_order(estimate, heads: list[HeadId], step_percent: float) -> list[HeadId]:

@@ -43,9 +43,9 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from .criteria import ESTIMATORS
 from .heads import HeadCapture, adapter_for, full_gates, gated, head_shape
 
-ESTIMATORS = ("token", "example", "batch")
 # Sums over the data, one (layers, heads) tensor per attention type each.
 GATE_SUMS = (*ESTIMATORS, "fisher")
 ATTENTION_SUMS = ("attention_gradient", "entropy", "entropy_normalized", "confidence")

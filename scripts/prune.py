@@ -11,32 +11,11 @@ import time
 
 import pandas as pd
 
-from headprune.criteria import criterion_order, importance_column, iterative_order
+from headprune.criteria import criterion_order, importance_on_pruned, iterative_order
 from headprune.experiments import EvalSettings, all_heads, gates_without, pruning_steps, run_variants, score
 from headprune.models import pick_device
 from headprune.workflow import (importance_batches, load_evalset, load_study_model, logged, threads_for_torch,
                                 write_json)
-
-
-def iterative(model, tokenizer, heads, params, log):
-    """I_h re-estimated on the pruned model before every step (bertology), on the importance data."""
-    from headprune.importance import head_importance
-
-    batches = importance_batches(tokenizer, params["importance_data"])
-    settings = params["importance"]
-
-    def estimate(removed):
-        started = time.perf_counter()
-        table = head_importance(model, batches, estimator=settings["estimator"], normalize=False,
-                                gates=gates_without(model, removed), progress=False)
-        removed = set(removed)
-        gone = [(r.attn_type, int(r.layer), int(r.head)) in removed for r in table.itertuples()]
-        table[f"importance_{settings['estimator']}"] = table[f"importance_{settings['estimator']}"].mask(gone, 0.0)
-        values = importance_column(table, settings["estimator"], settings["normalize"])
-        log.info("iterative: I_h re-estimated with %d heads off in %.2f s", len(removed), time.perf_counter() - started)
-        return {(r.attn_type, int(r.layer), int(r.head)): v for r, v in zip(table.itertuples(), values)}
-
-    return iterative_order(estimate, heads, params["step_percent"])
 
 
 with logged(snakemake) as log:
@@ -54,8 +33,13 @@ with logged(snakemake) as log:
     heads = [h for h in all_heads(model) if attn_type in (None, h[0])]
     steps = {}
     for name in orders:
-        if name == "iterative":
-            order = iterative(model, tokenizer, heads, params, log)
+        if name == "iterative":  # I_h re-estimated on the pruned model before every step (bertology)
+            started = time.perf_counter()
+            estimate = importance_on_pruned(model, importance_batches(tokenizer, params["importance_data"]),
+                                            estimator=params["importance"]["estimator"],
+                                            normalize=params["importance"]["normalize"])
+            order = iterative_order(estimate, heads, params["step_percent"])
+            log.info("iterative order: I_h re-estimated before each step in %.2f s", time.perf_counter() - started)
         else:
             order = criterion_order(name, importance, heads, attn_type=attn_type, ablation=ablation, seed=params["random_seed"],
                                     estimator=params.get("importance", {}).get("estimator", "token"),

@@ -148,3 +148,19 @@ class DigitTokenizer:
 
     def batch_decode(self, generated, skip_special_tokens):
         return [" ".join(str(i) for i in row.tolist() if i not in (0, PAD, EOS)) for row in generated]
+
+
+def variants(model, attn_type):
+    """Three gate settings of one attention type (one head off, a whole layer off, one head kept) and the
+    full model: what the batched-variant tests evaluate together and one by one."""
+    from headprune.experiments import gates_keeping_one, gates_without
+
+    return [gates_without(model, [(attn_type, 0, 1)]),
+            gates_without(model, [(attn_type, 1, h) for h in range(4)]),
+            gates_keeping_one(model, attn_type, 0, 2),
+            None]
+
+
+def repeated(batch, times):
+    """A batch repeated once per gate variant, variant-major."""
+    return {k: v.repeat(times, *[1] * (v.dim() - 1)) for k, v in batch.items()}

@@ -3,24 +3,12 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import FAMILIES, PAD, TRANSLATION_FAMILIES, DigitTokenizer, tiny_fsmt, tiny_model_and_batch
+from conftest import FAMILIES, PAD, TRANSLATION_FAMILIES, DigitTokenizer, repeated, tiny_fsmt, tiny_model_and_batch, variants
 from headprune.evaluate import predict_classes, predict_classes_variants, stack_gates, translate, translate_variants
-from headprune.experiments import gates_keeping_one, gates_without
+from headprune.experiments import gates_without
 from headprune.heads import adapter_for, gated
 
 BEAM = dict(num_beams=4, max_new_tokens=8, max_length=None, do_sample=False, early_stopping=True)
-
-
-def variants(model, attn_type):
-    """Three settings of one attention type (one head off, a whole layer off, one head kept) and the full model."""
-    return [gates_without(model, [(attn_type, 0, 1)]),
-            gates_without(model, [(attn_type, 1, h) for h in range(4)]),
-            gates_keeping_one(model, attn_type, 0, 2),
-            None]
-
-
-def repeated(batch, times):
-    return {k: v.repeat(times, *[1] * (v.dim() - 1)) for k, v in batch.items()}
 
 
 def logits(model, batch, gates):

@@ -154,3 +154,22 @@ def test_every_criterion_is_a_config_choice():
 
     schema = yaml.safe_load((Path(__file__).resolve().parents[1] / "rules/schemas/config.schema.yaml").read_text())
     assert tuple(schema["definitions"]["criterion"]["enum"]) == CRITERIA
+
+
+def test_importance_on_pruned_scores_the_heads_left_on_the_gated_model():
+    """The iterative criterion's estimate: removed heads score 0 and drop out of the layer's l2 norm; the
+    others are I_h of the model with the removed heads switched off."""
+    from conftest import tiny_model_and_batch
+    from headprune.criteria import importance_on_pruned
+    from headprune.experiments import gates_without
+    from headprune.importance import head_importance
+
+    model, batch = tiny_model_and_batch("bert")
+    removed = [("enc_self", 0, 1), ("enc_self", 1, 0)]
+    scores = importance_on_pruned(model, [batch], estimator="token", normalize=True)(removed)
+    assert all(scores[head] == 0.0 for head in removed)
+    raw = head_importance(model, [batch], normalize=False, gates=gates_without(model, removed), progress=False)
+    layer0 = raw[(raw.layer == 0) & (raw["head"] != 1)]
+    by_hand = layer0.importance_token / np.sqrt((layer0.importance_token ** 2).sum())
+    for row, value in zip(layer0.itertuples(), by_hand):
+        assert math.isclose(scores[("enc_self", 0, int(row.head))], value, rel_tol=1e-9)

@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import EOS, FAMILIES, PAD, TRANSLATION_FAMILIES, DigitTokenizer, tiny_fsmt, tiny_model_and_batch
+from conftest import (EOS, FAMILIES, PAD, TRANSLATION_FAMILIES, DigitTokenizer, repeated, tiny_fsmt, tiny_model_and_batch,
+                      variants)
 from headprune.evaluate import predict_classes, predict_classes_variants, stack_gates, translate, translate_variants
-from headprune.experiments import EvalSet, EvalSettings, gates_keeping_one, gates_without, run_variants
+from headprune.experiments import EvalSet, EvalSettings, gates_without, run_variants
 from headprune.heads import HeadCapture, adapter_for, full_gates, gated
 from headprune.prune import prune_heads
 
@@ -131,18 +132,6 @@ def test_uniform_masking_of_a_pruned_model(family):
 
 
 # --- batched variants, generate() --------------------------------------------------------------
-
-
-def variants(model, attn_type):
-    """As in test_batched_gates: one head off, a whole layer off, one head kept, and the full model."""
-    return [gates_without(model, [(attn_type, 0, 1)]),
-            gates_without(model, [(attn_type, 1, h) for h in range(4)]),
-            gates_keeping_one(model, attn_type, 0, 2),
-            None]
-
-
-def repeated(batch, times):
-    return {k: v.repeat(times, *[1] * (v.dim() - 1)) for k, v in batch.items()}
 
 
 @pytest.mark.parametrize("family, attn_type", CASES)
