@@ -12,6 +12,8 @@ include: "rules/pruning.smk"
 include: "rules/figures.smk"
 include: "rules/dynamics.smk"
 include: "rules/speed.smk"
+include: "rules/concrete.smk"
+include: "rules/roles.smk"
 include: "rules/report.smk"
 
 

@@ -16,6 +16,7 @@ touched and no display is needed.
 """
 from __future__ import annotations
 
+import collections
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -686,3 +687,110 @@ def criteria_table(summary: pd.DataFrame, out_md, test_at=(30, 50, 70)) -> str:
     Path(out_md).parent.mkdir(parents=True, exist_ok=True)
     Path(out_md).write_text("\n".join(lines) + "\n")
     return str(out_md)
+
+
+# ----------------------------------------------------- beyond the paper: Hard Concrete gates and head roles
+
+ROLE_COLORS = {"positional": "#1f77b4", "syntactic": "#2ca02c", "rare-word": "#d62728", "other": "#d9d9d9",
+               "pruned": "#ffffff", "n/a": "#f7f7f7"}
+ROLES = ("positional", "syntactic", "rare-word", "other")
+
+
+def build_concrete_figure(concrete: pd.DataFrame, style: dict | None = None) -> Figure:
+    """Score vs heads kept: Hard Concrete (one point per penalty), and I_h / random pruning with as many
+    heads kept, from concrete.csv; the full model as a dotted line."""
+    _require_columns(concrete, ["study", "penalty", "heads_kept", "heads_total", "score_full", "score_concrete",
+                                "metric"], "concrete table")
+    style = _style(style)
+    metric = _single_value(concrete, "metric", "concrete table")
+    display = metric_display(metric)
+    table = concrete.sort_values(["heads_kept", "penalty"])
+    with _rc(style):
+        figure, (ax,) = _new_figure(style)
+        x = table["heads_kept"].to_numpy()
+        ax.axhline(table["score_full"].iloc[0] * display.scale, color="black", linestyle=":", linewidth=1,
+                   label="_full model")
+        lines = [("score_concrete", "Hard Concrete gates", "-", "o")]
+        lines += [(f"score_{name}", ORDER_LABELS.get(name, name), ORDER_LINESTYLES.get(name, "--"), marker)
+                  for name, marker in (("importance", "s"), ("random", "^")) if f"score_{name}" in table]
+        for column, label, linestyle, marker in lines:
+            ax.plot(x, table[column].to_numpy() * display.scale, linestyle=linestyle, marker=marker, label=label)
+        for row in table.itertuples():
+            ax.annotate(f"λ={row.penalty:g}", (row.heads_kept, row.score_concrete * display.scale),
+                        textcoords="offset points", xytext=(3, 4), fontsize=style["font_size"] * 0.7)
+        ax.set_xlabel(f"heads kept (of {int(table['heads_total'].iloc[0])})")
+        ax.set_ylabel(display.label + (f" ({display.unit})" if display.unit else ""))
+        ax.set_title(f"{table['study'].iloc[0]}: learned gates vs pruning")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.legend(loc="lower right")
+    return figure
+
+
+def concrete_figure(concrete: pd.DataFrame, out_png, out_pdf, style: dict | None = None) -> list[str]:
+    return save_figure(build_concrete_figure(concrete, style), out_png, out_pdf, style)
+
+
+def roles_by_step(roles: pd.DataFrame, step_percent: float = 10.0) -> pd.DataFrame:
+    """Which roles are left after each step of global I_h pruning (least important first): one row per
+    step, the number of heads of each role still in the model ('n/a': heads without a role measured)."""
+    from .experiments import importance_order, pruning_steps
+
+    _require_columns(roles, ["study", "attn_type", "layer", "head", "importance", "role"], "head roles table")
+    role_of = {(r.attn_type, int(r.layer), int(r.head)): r.role for r in roles.itertuples()}
+    rows = []
+    for step, (percent, removed) in enumerate(pruning_steps(importance_order(roles), step_percent)):
+        left = collections.Counter(role for head, role in role_of.items() if head not in set(removed))
+        rows.append({"study": roles["study"].iloc[0], "step": step, "percent_pruned": percent,
+                     "heads_left": len(role_of) - len(removed),
+                     **{role: left.get(role, 0) for role in (*ROLES, "n/a")}})
+    return pd.DataFrame(rows)
+
+
+def roles_by_step_markdown(steps: pd.DataFrame, out_md) -> str:
+    columns = [role for role in (*ROLES, "n/a") if steps[role].any()]
+    lines = [f"**Head roles left while pruning by $I_h$** ({steps['study'].iloc[0]}): heads of each role "
+             "still in the model after each step (Voita et al.: the specialised heads go last).", "",
+             "| % pruned | heads left | " + " | ".join(columns) + " |", "|---:|---:|" + "---:|" * len(columns)]
+    for row in steps.itertuples(index=False):
+        row = row._asdict()
+        lines.append(f"| {row['percent_pruned']:.0f} | {row['heads_left']} | "
+                     + " | ".join(str(steps.loc[row['step'], role]) for role in columns) + " |")
+    Path(out_md).parent.mkdir(parents=True, exist_ok=True)
+    Path(out_md).write_text("\n".join(lines) + "\n")
+    return str(out_md)
+
+
+def build_head_roles_figure(roles: pd.DataFrame, style: dict | None = None) -> Figure:
+    """A layer x head map per attention type with roles, each head coloured by its role and labelled with
+    its importance rank (1 = most important of all heads)."""
+    from matplotlib.colors import ListedColormap
+
+    _require_columns(roles, ["study", "attn_type", "layer", "head", "importance", "role"], "head roles table")
+    style = _style(style)
+    measured = roles[roles.role != "n/a"]
+    types = [t for t in ATTENTION_TYPES if t in set(measured.attn_type)] or list(dict.fromkeys(roles.attn_type))
+    names = list(ROLE_COLORS)
+    rank = roles["importance"].rank(ascending=False, method="first").astype(int)
+    with _rc(style):
+        figure, axes = _new_figure(style, len(types))
+        for ax, attn_type in zip(axes, types):
+            part = roles[roles.attn_type == attn_type]
+            grid = part.pivot(index="layer", columns="head", values="role").map(names.index)
+            ranks = rank[part.index].to_numpy()
+            ax.imshow(grid.to_numpy(), cmap=ListedColormap([ROLE_COLORS[n] for n in names]), vmin=0,
+                      vmax=len(names) - 1, aspect="auto")
+            for layer, head, r in zip(part["layer"], part["head"], ranks):
+                ax.text(head, layer, str(r), ha="center", va="center", fontsize=style["font_size"] * 0.7)
+            ax.set_xticks(range(grid.shape[1]))
+            ax.set_yticks(range(grid.shape[0]))
+            ax.set_xlabel("head")
+            ax.set_ylabel("layer")
+            ax.set_title(f"{roles['study'].iloc[0]} {TYPE_LABELS.get(attn_type, attn_type)}")
+        present = [n for n in names if n in set(roles.role)]
+        figure.legend(handles=[Patch(facecolor=ROLE_COLORS[n], edgecolor="black", label=n) for n in present],
+                      loc="outside right center")
+    return figure
+
+
+def head_roles_figure(roles: pd.DataFrame, out_png, out_pdf, style: dict | None = None) -> list[str]:
+    return save_figure(build_head_roles_figure(roles, style), out_png, out_pdf, style)

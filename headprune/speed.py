@@ -33,6 +33,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from .evaluate import SourceSharingCache
 from .experiments import HeadId, gates_without, importance_order
 from .heads import adapter_for, gated
 from .prune import count_heads, prune_heads
@@ -139,7 +140,8 @@ def translate_step(model, beam: int = 5, lenpen: float = 1.0, max_len_a: float =
     def step(inputs):
         max_new = int(max_len_a * inputs["input_ids"].shape[1] + max_len_b)
         return model.generate(**inputs, num_beams=beam, length_penalty=lenpen, early_stopping=True,
-                              max_new_tokens=max_new, max_length=None, do_sample=False)
+                              max_new_tokens=max_new, max_length=None, do_sample=False,
+                              past_key_values=SourceSharingCache.for_model(model))
     return step
 
 

@@ -48,6 +48,9 @@ def _check_config():
             if study not in STUDIES:
                 raise ValueError(f"config: experiments.{experiment} names '{study}', "
                                  f"which is neither translation.name nor a glue task ({STUDIES})")
+    for name in translation.get("train_sets", []):
+        if name not in translation["testsets"]:
+            raise ValueError(f"config: translation.train_sets names '{name}', which is not in translation.testsets")
     if TRANSLATION in config["experiments"].get("glue_pruning", []):
         raise ValueError(f"config: experiments.glue_pruning names '{TRANSLATION}', the translation study; "
                          "Figure 6 is for glue tasks (Figure 3 draws the translation model's pruning)")
@@ -512,6 +515,11 @@ def all_figures(wildcards):
         targets += expand(f"{FIGURES}/{study}/{{name}}", name=["criteria.png", "criteria.pdf", "criteria_summary.md"])
     for study in config["experiments"].get("one_head_per_layer", []):
         targets += expand(f"{FIGURES}/{study}/one_head_per_layer.{{ext}}", ext=["csv", "md"])
+    for study in config["experiments"].get("concrete", []):
+        targets += [f"{RESULTS}/{study}/concrete.csv", f"{FIGURES}/{study}/concrete.png", f"{FIGURES}/{study}/concrete.pdf"]
+    for study in config["experiments"].get("head_roles", []):
+        targets += expand(f"{FIGURES}/{study}/{{name}}", name=["head_roles.png", "head_roles.pdf", "roles_by_step.csv",
+                                                              "roles_by_step.md"])
     for study in speed_studies():
         targets += expand(f"{FIGURES}/{study}/table4.{{ext}}", ext=["csv", "md"])
     targets += dynamics_figures()
@@ -631,3 +639,68 @@ def speed_params(wildcards):
     else:
         settings.update(max_length=config["bert"]["finetune"]["max_length"], padding=speed.get("padding", "max_length"))
     return {"eval": evalset, "settings": settings}
+
+
+# --- beyond the paper: Hard Concrete gates and head roles (Voita et al., 2019) --------------
+
+
+def penalty_name(penalty):
+    """A penalty as its job's wildcard: 0.05 -> '0.05', 1e-3 -> '0.001' (read back with float())."""
+    return f"{penalty:g}"
+
+
+def translation_train_sets():
+    t = config["translation"]
+    return t.get("train_sets", t["importance_sets"])
+
+
+def concrete_train_data(wildcards):
+    """The training data files of a study: translation.train_sets, or the GLUE task's folder."""
+    if family(wildcards.study) == "fsmt":
+        return [f for name in translation_train_sets() for f in testset_files(name)]
+    return [glue_dir(wildcards.study)]
+
+
+def train_spec(study, batch_size):
+    """A study's training data as headprune.workflow.importance_batches reads it."""
+    concrete = config["concrete"]
+    if family(study) == "fsmt":
+        return {"kind": "translation", "sets": [dict(zip(("source", "reference"), testset_files(n)))
+                                                for n in translation_train_sets()],
+                "batch_size": batch_size, "max_items": concrete["max_items"], "seed": concrete["seed"]}
+    return {"kind": "classification", "tsv": f"{glue_dir(study)}/{GLUE[study].get('train_split', 'train')}.tsv",
+            "batch_size": batch_size, "max_length": config["bert"]["finetune"]["max_length"],
+            "max_items": concrete["max_items"], "seed": concrete["seed"]}
+
+
+def concrete_params(wildcards):
+    study, concrete = wildcards.study, config["concrete"]
+    return {"penalty": float(wildcards.penalty), "train": train_spec(study, concrete["batch_size"]),
+            **{key: concrete[key] for key in ("train_model", "steps", "lr", "model_lr", "temperature", "seed", "compare")},
+            "eval": evalset_spec(study), "settings": eval_settings(study, config["pruning"]["bleu"]),
+            "random_seed": config["pruning"]["random_seed"], "significance": config["significance"]}
+
+
+def concrete_rows(wildcards):
+    return [f"{RESULTS}/{wildcards.study}/concrete/{penalty_name(p)}.csv" for p in config["concrete"]["penalties"]]
+
+
+def parse_inputs(wildcards):
+    """The eval set's source text, and the parser's model when stanza parses it."""
+    study = wildcards.study
+    text = testset_files(evalset_name(study, "eval"))[:1] if family(study) == "fsmt" else [glue_dir(study)]
+    parser = [rules.fetch_parser.output[0]] if config["roles"]["parser"] == "stanza" else []
+    return {"text": text, "parser": parser}
+
+
+def parse_params(wildcards):
+    """Which sentences are parsed (the eval set's source side, or its first text field), and by what."""
+    evalset = evalset_spec(wildcards.study)
+    evalset["max_items"] = config["roles"]["max_sentences"]
+    return {"eval": evalset, "parser": config["roles"]["parser"], "stanza": config["roles"]["stanza"]}
+
+
+def roles_params(wildcards):
+    roles = config["roles"]
+    return {"train": train_spec(wildcards.study, roles["batch_size"]),
+            **{key: roles[key] for key in ("frequent_words", "positional_threshold", "syntactic_margin", "batch_size")}}

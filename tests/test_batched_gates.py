@@ -4,9 +4,10 @@ import pytest
 import torch
 
 from conftest import FAMILIES, PAD, TRANSLATION_FAMILIES, DigitTokenizer, repeated, tiny_fsmt, tiny_model_and_batch, variants
-from headprune.evaluate import predict_classes, predict_classes_variants, stack_gates, translate, translate_variants
+from headprune.evaluate import SourceSharingCache, predict_classes, predict_classes_variants, stack_gates, translate, translate_variants
 from headprune.experiments import gates_without
 from headprune.heads import adapter_for, gated
+from headprune.prune import prune_heads
 
 BEAM = dict(num_beams=4, max_new_tokens=8, max_length=None, do_sample=False, early_stopping=True)
 
@@ -77,3 +78,20 @@ def test_translate_variants_equals_one_by_one():
     alone = [translate(model, tokenizer, sources, gates, **options) for gates in gates_list]
     assert batched == alone
     assert len({tuple(t) for t in alone}) == len(alone)  # the variants translate differently
+
+
+@pytest.mark.parametrize("family", TRANSLATION_FAMILIES)
+@pytest.mark.parametrize("pruned", [False, True])
+def test_beam_search_without_cross_attention_reordering_is_unchanged(family, pruned):
+    """SourceSharingCache skips reordering the cross-attention cache; the beams must not notice,
+    with heads gated, heads removed, and a decoder layer left with no encoder-attention heads."""
+    model, batch = tiny_model_and_batch(family)
+    if pruned:
+        prune_heads(model, {"enc_dec": {0: [0, 1, 2, 3]}, "dec_self": {1: [2]}, "enc_self": {0: [1]}})
+    gates = gates_without(model, [("enc_dec", 1, 2), ("dec_self", 0, 1)])
+    with torch.no_grad(), gated(model, gates):
+        default = model.generate(batch["input_ids"], attention_mask=batch["attention_mask"], **BEAM)
+        shared = model.generate(batch["input_ids"], attention_mask=batch["attention_mask"],
+                                past_key_values=SourceSharingCache.for_model(model), **BEAM)
+    assert torch.equal(default, shared)
+    assert default.shape[1] > 3  # several decoding steps, so several reorderings

@@ -1,0 +1,74 @@
+"""Beyond the paper: Voita et al.'s learned head gates (Hard Concrete, L0 penalty), one job per penalty.
+
+Each job trains the gates on the study's training data (translation.train_sets, or the GLUE task's
+train split), removes the heads whose gate closed, and evaluates that model next to I_h pruning and
+random pruning with the same number of heads kept (paired bootstrap against each).
+"""
+
+
+wildcard_constraints:
+    penalty="[0-9][0-9.e+-]*",
+
+
+rule concrete_gates:
+    input:
+        model=study_model,
+        train=concrete_train_data,
+        data=study_eval_data,
+        importance=f"{RESULTS}/{{study}}/importance.csv",
+    output:
+        row=f"{RESULTS}/{{study}}/concrete/{{penalty}}.csv",
+        heads=f"{RESULTS}/{{study}}/concrete/{{penalty}}.heads.csv",
+        training=f"{RESULTS}/{{study}}/concrete/{{penalty}}.training.csv",
+    params:
+        study=study_of,
+        concrete=concrete_params,
+    log:
+        f"{RESULTS}/logs/concrete_gates/{{study}}/{{penalty}}.log",
+    threads: rule_threads("concrete_gates", 2)
+    resources:
+        gpu=resource("concrete_gates", "gpu"),
+        mem_mb=resource("concrete_gates", "mem_mb"),
+        runtime=resource("concrete_gates", "runtime"),
+    conda:
+        ENV
+    script:
+        "../scripts/concrete_gates.py"
+
+
+rule collect_concrete:
+    input:
+        concrete_rows,
+    output:
+        f"{RESULTS}/{{study}}/concrete.csv",
+    log:
+        f"{RESULTS}/logs/collect_concrete/{{study}}.log",
+    resources:
+        gpu=resource("collect", "gpu"),
+        mem_mb=resource("collect", "mem_mb"),
+        runtime=resource("collect", "runtime"),
+    conda:
+        ENV
+    script:
+        "../scripts/concat_tables.py"
+
+
+rule plot_concrete:
+    input:
+        f"{RESULTS}/{{study}}/concrete.csv",
+    output:
+        png=report(f"{FIGURES}/{{study}}/concrete.png", caption="../report/concrete.rst",
+                   category="Learned gates and head roles", subcategory="{study}"),
+        pdf=f"{FIGURES}/{{study}}/concrete.pdf",
+    params:
+        style=figure_style,
+    log:
+        f"{RESULTS}/logs/plot_concrete/{{study}}.log",
+    resources:
+        gpu=resource("figures", "gpu"),
+        mem_mb=resource("figures", "mem_mb"),
+        runtime=resource("figures", "runtime"),
+    conda:
+        ENV
+    script:
+        "../scripts/plot_concrete.py"

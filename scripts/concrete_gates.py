@@ -1,0 +1,74 @@
+"""Train Hard Concrete head gates under one L0 penalty (headprune.concrete), remove the heads whose gate
+closed, and evaluate that model next to I_h and random pruning with as many heads kept.
+
+Writes one row (concrete/<penalty>.csv: heads kept per attention type, scores, paired bootstrap of
+the gates against each order), the gates of every head (.heads.csv) and the training log
+(.training.csv). With concrete.train_model the compared orders prune the original model, not the
+one trained with the gates.
+"""
+import time
+
+import pandas as pd
+
+from headprune.concrete import closed_heads, kept_heads_table, train_gates
+from headprune.criteria import criterion_order
+from headprune.experiments import EvalSettings, all_heads, gates_without, run, run_variants, score, significance
+from headprune.models import pick_device
+from headprune.prune import prune_heads
+from headprune.workflow import importance_batches, load_evalset, load_study_model, logged, threads_for_torch
+
+with logged(snakemake) as log:
+    threads_for_torch(snakemake)
+    study, p = snakemake.params.study, snakemake.params.concrete
+    device = pick_device(study["device"])
+    model, tokenizer = load_study_model(study, device)
+    batches = importance_batches(tokenizer, p["train"])
+    started = time.perf_counter()
+    gates, training = train_gates(model, batches, penalty=p["penalty"], steps=p["steps"], lr=p["lr"],
+                                  train_model=p["train_model"], model_lr=p["model_lr"], seed=p["seed"],
+                                  temperature=p["temperature"], device=device)
+    log.info("train time %.2f s: %d steps on %d batches, penalty %g, %s", time.perf_counter() - started, p["steps"],
+             len(batches), p["penalty"], "gates and model" if p["train_model"] else "gates only")
+    heads = kept_heads_table(gates)
+    heads.insert(0, "penalty", p["penalty"])
+    heads.insert(0, "study", study["name"])
+    heads.to_csv(snakemake.output.heads, index=False)
+    training.insert(0, "penalty", p["penalty"])
+    training.to_csv(snakemake.output.training, index=False)
+
+    evalset, settings = load_evalset(p["eval"]), EvalSettings(**p["settings"])
+    if p["train_model"]:  # the orders prune the model as it was, not as the gates trained it
+        original, _ = load_study_model(study, device)
+    else:
+        original = model
+    every_head = all_heads(original)
+    kept = int(heads.kept.sum())
+    removed = len(every_head) - kept
+    importance = pd.read_csv(snakemake.input.importance)
+    orders = {name: criterion_order(name, importance, every_head, seed=p["random_seed"])[:removed]
+              for name in p["compare"]}
+    started = time.perf_counter()
+    full, *compared = run_variants(original, tokenizer, evalset,
+                                   [None] + [gates_without(original, order) for order in orders.values()], settings)
+    prune_heads(model, closed_heads(gates))  # the gates' model: closed heads physically removed
+    gated = run(model, tokenizer, evalset, None, settings)
+    log.info("eval time %.2f s: full model, Hard Concrete, %s", time.perf_counter() - started, ", ".join(orders))
+
+    test = p["significance"]
+    row = {"study": study["name"], "penalty": p["penalty"], "train_model": p["train_model"], "steps": p["steps"],
+           "heads_total": len(every_head), "heads_kept": kept, "metric": evalset.metric,
+           "testset": p["eval"].get("name"), "score_full": score(evalset, full, settings.bleu),
+           "score_concrete": score(evalset, gated, settings.bleu)}
+    for attn_type, group in heads.groupby("attn_type", sort=False):
+        row[f"kept_{attn_type}"] = int(group.kept.sum())
+        row[f"kept_{attn_type}_per_layer"] = " ".join(str(int(n)) for n in group.groupby("layer").kept.sum())
+    for name, outputs in zip(orders, compared):
+        row[f"score_{name}"] = score(evalset, outputs, settings.bleu)
+        # compare-mt's paired bootstrap: the share of resamples the better of the two does not win
+        result = significance(evalset, gated, outputs, resamples=test["resamples"], seed=test["seed"])
+        row[f"p_vs_{name}"] = result["p_bootstrap"]
+        row[f"significant_vs_{name}"] = bool(result["p_bootstrap"] < test["alpha"])
+    row["alpha"] = test["alpha"]
+    log.info("%s penalty %g: %d of %d heads kept; %s", study["name"], p["penalty"], kept, len(every_head),
+             ", ".join(f"{k} = {v:.4g}" for k, v in row.items() if k.startswith("score_")))
+    pd.DataFrame([row]).to_csv(snakemake.output.row, index=False)

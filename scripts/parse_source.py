@@ -1,0 +1,19 @@
+"""Parse the eval set's source sentences (translation) or first texts (GLUE) into CoNLL-U."""
+from pathlib import Path
+
+from headprune.workflow import load_evalset, logged
+
+with logged(snakemake) as log:
+    p = snakemake.params.parse
+    evalset = load_evalset(p["eval"])
+    sentences = [s if isinstance(s, str) else s[0] for s in evalset.sources]
+    if p["parser"] == "demo":
+        from headprune.demo import demo_conllu
+
+        conllu = demo_conllu(sentences)
+    else:
+        from headprune.parsing import parse_stanza
+
+        conllu = parse_stanza(sentences, snakemake.input.parser[0], p["stanza"]["lang"], p["stanza"]["package"])
+    Path(snakemake.output[0]).write_text(conllu, encoding="utf-8")
+    log.info("%d sentences of %s parsed by %s", len(sentences), p["eval"]["name"], p["parser"])

@@ -1,0 +1,12 @@
+"""The role of every head as a layer x head map, and the roles left after each I_h pruning step."""
+import pandas as pd
+
+from headprune import figures
+from headprune.workflow import logged
+
+with logged(snakemake) as log:
+    roles = pd.read_csv(snakemake.input.roles, keep_default_na=False, na_values=[""])
+    figures.head_roles_figure(roles, snakemake.output.png, snakemake.output.pdf, dict(snakemake.params.style))
+    steps = figures.roles_by_step(roles, snakemake.params.step_percent)
+    steps.to_csv(snakemake.output.steps, index=False)
+    log.info("wrote %s", figures.roles_by_step_markdown(steps, snakemake.output.md))
