@@ -68,6 +68,9 @@ def write_config(tmp_path, change):
     (lambda c: c["translation"].update(eval_set="newstest2099"), "translation.eval_set names 'newstest2099'"),
     (lambda c: c["glue"].update(rte={"task": "RTEE"}), "glue.rte.task is 'RTEE'"),
     (lambda c: c["experiments"].update(glue_pruning=["wmt14_en_fr"]), "experiments.glue_pruning names 'wmt14_en_fr'"),
+    (lambda c: c["translation"].update(train_sets=["europarl"]), "translation.train_sets names 'europarl'"),
+    (lambda c: c.update(concrete={"penalties": [0.1, -1]}), "-1 is less than or equal to the minimum of 0"),
+    (lambda c: c.update(roles={"parser": "spacy"}), "'spacy' is not one of"),
 ])
 def test_bad_config_stops_before_any_job(tmp_path, change, message):
     result = snakemake("-n", "--configfile", str(write_config(tmp_path, change)))
@@ -98,9 +101,33 @@ def test_demo_groups_heads_but_ablates_each_alone(tmp_path):
 def test_jobs_without_a_model_do_not_import_torch():
     """Plot, fetch, significance and table jobs start in about a second, not four: the package
     modules their scripts use import torch and transformers only inside the functions that run a model."""
-    modules = ["workflow", "experiments", "stats", "figures", "data", "download", "metrics"]
+    modules = ["workflow", "experiments", "stats", "figures", "data", "download", "metrics", "parsing", "criteria"]
     code = (f"import sys; import {', '.join('headprune.' + m for m in modules)}; "
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_learned_gates_and_head_roles_by_config(tmp_path):
+    """experiments.concrete: one concrete_gates job per penalty and study, each after the study's importance
+    (its I_h order is the comparison); experiments.head_roles: the parser's model fetched once (stanza),
+    each study's eval source parsed once. The paper's config runs neither."""
+    def change(config):
+        config["experiments"].update(concrete=["wmt14_en_fr", "mnli"], head_roles=["wmt14_en_fr", "mnli"])
+        config["concrete"] = {"penalties": [0.01, 0.05, 0.1]}
+    result = snakemake("-n", "--configfile", str(write_config(tmp_path, change)))
+    assert result.returncode == 0, result.stderr
+    counts = job_stats(result.stdout)
+    assert counts["concrete_gates"] == 6 and counts["collect_concrete"] == counts["plot_concrete"] == 2
+    assert counts["fetch_parser"] == 1 and counts["parse_source"] == counts["head_roles"] == 2
+    gates = set(re.findall(r"output: results/(\w+)/concrete/([0-9.e-]+)\.csv", result.stdout))
+    assert gates == {(s, p) for s in ("wmt14_en_fr", "mnli") for p in ("0.01", "0.05", "0.1")}
+    # the translation study trains on translation.train_sets (default: the importance sets)
+    blocks = [b for b in re.split(r"\n(?=rule )", result.stdout)
+              if b.startswith("rule concrete_gates:") and "study=wmt14_en_fr" in b]
+    inputs = re.search(r"input: (.*)", blocks[0]).group(1).split(", ")
+    assert {"data/testsets/newstest2009.en", "data/testsets/newstest2012.fr", "results/wmt14_en_fr/importance.csv",
+            "data/testsets/newstest2013.en"} <= set(inputs)
+    paper = job_stats(snakemake("-n").stdout)
+    assert not {"concrete_gates", "fetch_parser", "parse_source", "head_roles"} & set(paper)
