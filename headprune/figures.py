@@ -742,12 +742,12 @@ def roles_by_step(roles: pd.DataFrame, step_percent: float = 10.0) -> pd.DataFra
         left = collections.Counter(role for head, role in role_of.items() if head not in set(removed))
         rows.append({"study": roles["study"].iloc[0], "step": step, "percent_pruned": percent,
                      "heads_left": len(role_of) - len(removed),
-                     **{role: left.get(role, 0) for role in (*ROLES, "n/a")}})
+                     **{role: left.get(role, 0) for role in (*ROLES, "pruned", "n/a")}})
     return pd.DataFrame(rows)
 
 
 def roles_by_step_markdown(steps: pd.DataFrame, out_md) -> str:
-    columns = [role for role in (*ROLES, "n/a") if steps[role].any()]
+    columns = [role for role in (*ROLES, "pruned", "n/a") if steps[role].any()]
     lines = [f"**Head roles left while pruning by $I_h$** ({steps['study'].iloc[0]}): heads of each role "
              "still in the model after each step (Voita et al.: the specialised heads go last).", "",
              "| % pruned | heads left | " + " | ".join(columns) + " |", "|---:|---:|" + "---:|" * len(columns)]

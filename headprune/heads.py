@@ -263,6 +263,11 @@ def adapter_for(model) -> HeadAdapter:
         return FSMTAdapter()
     if model_type == "m2m_100":
         return M2M100Adapter()
+    from .adapters import adapter_for_model_type  # decoder-only families (they import this module)
+
+    adapter = adapter_for_model_type(model_type)
+    if adapter is not None:
+        return adapter
     if hasattr(model, "base_model") and hasattr(model.base_model, "encoder") \
             and hasattr(model.base_model.encoder, "layer"):
         return BertAdapter()

@@ -8,7 +8,8 @@ with the same shapes (``load_pruned_weights``).
 FSMT's attention reshapes with its full embedding size, so its attention modules
 are switched to ``PrunableFSMTAttention``, a subclass whose forward reshapes with
 the number of heads the layer still has. BERT's and M2M100's attention already infer
-the head count from the projection size, except when they have none left.
+the head count from the projection size, except when they have none left. Families whose
+adapter has a ``prune_site`` (GPT-2, the Llama layout: ``headprune.adapters``) slice themselves.
 """
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ def prune_heads(model, heads: dict[str, dict[int, list[int]]]):
     Returns the model.
     """
     adapter = adapter_for(model)
+    # Families with their own layout (GPT-2's fused projection, grouped-query attention) slice themselves.
+    slice_site = getattr(adapter, "prune_site", _slice_site)
     recorded = pruned_heads(model)
     for site in adapter.sites(model):
         remove = set(int(h) for h in heads.get(site.attn_type, {}).get(site.layer, []))
@@ -43,7 +46,7 @@ def prune_heads(model, heads: dict[str, dict[int, list[int]]]):
         if not remove & set(site.kept_heads):
             continue
         keep = [h for h in site.kept_heads if h not in remove]
-        _slice_site(site, keep)
+        slice_site(site, keep)
         already = set(recorded.setdefault(site.attn_type, {}).get(site.layer, []))
         recorded[site.attn_type][site.layer] = sorted(already | remove)
     # JSON keys are strings: store layers that way so a saved config reads back the same.

@@ -117,7 +117,9 @@ def test_pruning_setting_change_reruns_pruning_and_what_follows(finished_demo, t
     config = write_config(tmp_path / "config.yaml", lambda c: c["pruning"].update(step_percent=20))
     stats, _ = dry_run(finished_demo, configfile=config)
     # Every job of the pruning rules, and everything downstream of them:
-    pruning_rules = [rule for rule in list_rules(finished_demo) if "prune" in rule or "pruning" in rule]
+    # (roles_by_step follows the I_h pruning steps, so plot_head_roles takes pruning.step_percent too)
+    pruning_rules = [rule for rule in list_rules(finished_demo)
+                     if "prune" in rule or "pruning" in rule or rule == "plot_head_roles"]
     downstream, _ = dry_run(finished_demo, "--forcerun", *pruning_rules)
     assert stats["prune"] == downstream["prune"]
     assert not upstream_rules(stats), f"a pruning setting reran {upstream_rules(stats)}"

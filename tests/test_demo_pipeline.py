@@ -1,6 +1,6 @@
 """End to end: the embedded demo runs the whole DAG offline and produces every table, figure and the report.
 
-The demo run (about four minutes on 2 cores) happens once per test session, in a
+The demo run (about nine minutes on 2 cores) happens once per test session, in a
 temporary working directory, through the same Snakefile the paper's study uses.
 """
 import subprocess
@@ -42,8 +42,38 @@ def test_demo_produces_every_table_and_figure(demo_run):
     html = (results / "report.html").read_text(errors="replace")
     for name in ("figure1.png", "figure2.png", "figure3.png", "figure4.png", "figure5.png", "figure6.png",
                  "table1.md", "one_head_per_layer.md", "table4.md", "criteria.png", "criteria_summary.md",
-                 "scorecard.md"):
+                 "scorecard.md", "concrete.png", "head_roles.png", "roles_by_step.md"):
         assert name in html, name
+
+
+def test_demo_learns_hard_concrete_gates_and_reads_head_roles(demo_run):
+    """Voita's gates: one row per penalty, a larger penalty keeps no more heads, the kept counts per type and
+    layer add up, the compared orders keep as many heads; head roles: one row per head, a role for each."""
+    import yaml
+
+    config = yaml.safe_load((ROOT / "demo" / "config.yaml").read_text())
+    results = demo_run / "results" / "demo"
+    for study in config["experiments"]["concrete"]:
+        concrete = pd.read_csv(results / study / "concrete.csv").sort_values("penalty")
+        assert list(concrete.penalty) == sorted(config["concrete"]["penalties"])
+        assert concrete.heads_kept.is_monotonic_decreasing and concrete.heads_kept.iloc[-1] < concrete.heads_total.iloc[0]
+        kept_columns = [c for c in concrete if c.startswith("kept_") and not c.endswith("_per_layer")]
+        assert (concrete[kept_columns].sum(axis=1) == concrete.heads_kept).all()
+        for row in concrete.itertuples():
+            heads = pd.read_csv(results / study / "concrete" / f"{row.penalty:g}.heads.csv")
+            assert heads.kept.sum() == row.heads_kept and ((heads.gate > 0) == heads.kept).all()
+        for name in ("importance", "random"):
+            assert concrete[f"p_vs_{name}"].between(0, 1).all()
+        assert (results / "figures" / study / "concrete.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for study in config["experiments"]["head_roles"]:
+        roles = pd.read_csv(results / study / "head_roles.csv", keep_default_na=False, na_values=[""])
+        importance = pd.read_csv(results / study / "importance.csv")
+        assert len(roles) == len(importance)
+        assert set(roles.role) <= {"positional", "syntactic", "rare-word", "other", "n/a"}
+        measured = roles[roles.role != "n/a"]
+        assert set(measured.attn_type) == {"enc_self"} and measured.positional.between(0, 1).all()
+        steps = pd.read_csv(results / "figures" / study / "roles_by_step.csv")
+        assert steps.heads_left.iloc[0] == len(roles) and steps.heads_left.iloc[-1] == 0
 
 
 def test_demo_compares_every_head_criterion(demo_run):

@@ -1,0 +1,159 @@
+"""Head adapters for decoder-only causal language models, one file per family.
+
+``headprune.heads.adapter_for`` hands a model whose ``config.model_type`` is listed in
+``FAMILIES`` to the adapter named there: ``gpt2`` (GPT-2's fused query/key/value projection,
+``adapters/gpt2.py``) and ``llama`` (Llama, Mistral and Qwen2: separate projections, rotary
+positions, grouped-query attention; ``adapters/llama.py``). The family modules are imported only
+then, so this package loads no model code of its own.
+
+What the families share lives here: ``CausalLMAdapter`` (the batch, the loss and the masks of a
+causal LM: every attention is decoder self-attention, ``DEC_SELF``), ``ValueView`` (what an
+``AttentionSite.value`` is when no module puts out exactly one value vector per query head), and
+the parameter slicing the families' ``prune_site`` use.
+
+A causal-LM batch is a dict of (batch, time) tensors: ``input_ids``, ``attention_mask`` (1 on real
+tokens; left or right padding) and optionally ``labels``, aligned with ``input_ids`` as in
+Hugging Face (``labels[t]`` is token t; -100 marks tokens not to predict; missing: ``input_ids``).
+Position t's logits predict token t + 1, and a target counts when it is a real token, its label is
+not -100, and the position before it is a real token too (so the first real token of a
+left-padded row is never predicted). Positions are counted over real tokens only
+(``attention_mask.cumsum - 1``), as ``generate()`` does, so a row scores the same whichever side
+it is padded on.
+"""
+from __future__ import annotations
+
+import importlib
+
+import torch
+from torch import nn
+
+from ..heads import DEC_SELF, HeadAdapter, _causal
+
+# config.model_type -> (module in this package, adapter class name)
+FAMILIES = {
+    "gpt2": ("gpt2", "GPT2Adapter"),
+    "llama": ("llama", "LlamaAdapter"),
+    "mistral": ("llama", "LlamaAdapter"),
+    "qwen2": ("llama", "LlamaAdapter"),
+}
+
+
+def adapter_for_model_type(model_type: str | None) -> HeadAdapter | None:
+    """The adapter of a decoder-only family, or None if ``model_type`` is not one of ``FAMILIES``."""
+    if model_type not in FAMILIES:
+        return None
+    module, name = FAMILIES[model_type]
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)()
+
+
+class CausalLMAdapter(HeadAdapter):
+    """What every decoder-only family shares: the batch, the next-token loss and the masks.
+
+    Subclasses say where the heads are (``sites``) and how to slice them (``prune_site``).
+    """
+
+    attention_types = (DEC_SELF,)
+
+    def loss_and_outputs(self, model, batch, output_attentions=False):
+        """Summed next-token cross entropy over the predicted tokens (``num_tokens`` of them)."""
+        outputs = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                        position_ids=positions(batch["attention_mask"]), output_attentions=output_attentions,
+                        use_cache=False)
+        logits = outputs.logits[:, :-1]
+        if logits.dtype in (torch.float16, torch.bfloat16):
+            logits = logits.float()  # a sum over many tokens: do it in float32
+        targets = next_tokens(batch).masked_fill(~predicted(batch), -100)
+        loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                                           ignore_index=-100, reduction="sum")
+        return loss, outputs
+
+    def query_mask(self, batch, attn_type):
+        return batch["attention_mask"].bool()
+
+    def key_mask(self, batch, attn_type):
+        return _causal(batch["attention_mask"].bool())
+
+    def eos_keys(self, model, batch, attn_type):
+        """The BOS and EOS tokens (``model.config.bos_token_id`` / ``eos_token_id``, ints or lists).
+
+        Voita's confidence leaves out attention parked on a no-op token. In causal LMs that is the
+        sequence-start token (the attention sink) as much as the end one: GPT-2 has a single special
+        token, <|endoftext|>, that is its BOS, EOS and document separator; Llama starts every sequence
+        with <s> and ends it with </s>. The configs carry the tokenizer's ids; a model whose config
+        has neither excludes no key.
+        """
+        ids = batch["input_ids"]
+        special = [i for name in ("bos_token_id", "eos_token_id")
+                   for i in _as_list(getattr(model.config, name, None))]
+        if not special:
+            return torch.zeros_like(ids, dtype=torch.bool)
+        return torch.isin(ids, torch.tensor(special, device=ids.device))
+
+    def attention_weights(self, outputs, attn_type):
+        # Layers with no heads left return no weights, and transformers leaves them out of the tuple.
+        return list(outputs.attentions)
+
+    def num_tokens(self, batch):
+        """The predicted tokens (see the package docstring): the terms of the summed loss."""
+        return int(predicted(batch).sum())
+
+
+def _as_list(token_id) -> list[int]:
+    if token_id is None:
+        return []
+    return [int(i) for i in token_id] if isinstance(token_id, (list, tuple)) else [int(token_id)]
+
+
+def positions(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids counted over real tokens, as generate() makes them (padding gets 0)."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def next_tokens(batch) -> torch.Tensor:
+    """(batch, time - 1): the token each position predicts."""
+    return batch.get("labels", batch["input_ids"])[:, 1:]
+
+
+def predicted(batch) -> torch.Tensor:
+    """(batch, time - 1) bool: targets that count (a real token, predicted from a real one, label not -100)."""
+    mask = batch["attention_mask"].bool()
+    return mask[:, 1:] & mask[:, :-1] & (next_tokens(batch) != -100)
+
+
+class ValueView:
+    """Stands for a value projection inside a module that puts out more, or one value per key/value head.
+
+    ``AttentionSite.value`` is watched with forward hooks that expect (..., heads * head_dim): one
+    value vector per query head (``headprune.importance`` takes dL/dA from them). GPT-2's values are
+    the last third of the fused ``c_attn``'s output; under grouped-query attention a value vector
+    serves several query heads. A hook registered here sees ``select(output)`` instead; it may only
+    read it (returning a new output would have nothing to replace).
+    """
+
+    def __init__(self, module: nn.Module, select):
+        self.module = module
+        self.select = select
+
+    def register_forward_hook(self, hook):
+        def view_hook(module, args, output):
+            if hook(module, args, self.select(output)) is not None:
+                raise RuntimeError("a hook on a ValueView may only read the values, not replace them")
+        return self.module.register_forward_hook(view_hook)
+
+    def __repr__(self):
+        return f"ValueView({type(self.module).__name__})"
+
+
+def head_rows(positions_: list[int], head_dim: int, device) -> torch.Tensor:
+    """Indices of the features of the heads at ``positions_`` in a head-major (heads * head_dim) axis."""
+    return torch.tensor([p * head_dim + i for p in positions_ for i in range(head_dim)], dtype=torch.long,
+                        device=device)
+
+
+def keep_indices(module: nn.Module, name: str, dim: int, index: torch.Tensor):
+    """Replace parameter ``name`` of ``module`` by its slice along ``dim``, keeping dtype, device, requires_grad."""
+    old = getattr(module, name)
+    if old is None:
+        return
+    setattr(module, name, nn.Parameter(old.detach().index_select(dim, index.to(old.device)).clone(),
+                                       requires_grad=old.requires_grad))
