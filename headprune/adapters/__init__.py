@@ -111,7 +111,8 @@ def positions(attention_mask: torch.Tensor) -> torch.Tensor:
 
 def next_tokens(batch) -> torch.Tensor:
     """(batch, time - 1): the token each position predicts."""
-    return batch.get("labels", batch["input_ids"])[:, 1:]
+    labels = batch.get("labels")
+    return (batch["input_ids"] if labels is None else labels)[:, 1:]
 
 
 def predicted(batch) -> torch.Tensor:

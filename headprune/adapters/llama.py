@@ -30,6 +30,7 @@ default) is supported: a static cache is sized from the config's head counts.
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import ModuleType
 
 import torch
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
@@ -120,8 +121,7 @@ class _PrunableGroupedAttention:
     still finds it as that class (output_attentions records attention weights by class).
     """
 
-    _apply_rotary: Callable
-    _eager: Callable
+    _modeling: ModuleType  # the family's modeling module: its rotary embedding and eager attention
 
     def set_query_kv_index(self, index: list[int]):
         """Read kv heads by ``index`` (one entry per remaining query head, nondecreasing)."""
@@ -148,7 +148,7 @@ class _PrunableGroupedAttention:
         value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
 
         cos, sin = position_embeddings
-        query_states, key_states = self._apply_rotary(query_states, key_states, cos, sin)
+        query_states, key_states = self._modeling.apply_rotary_pos_emb(query_states, key_states, cos, sin)
 
         if past_key_values is not None:  # the cache holds the remaining kv heads
             key_states, value_states = past_key_values.update(key_states, value_states, self.layer_idx)
@@ -157,7 +157,7 @@ class _PrunableGroupedAttention:
             value_states = value_states.index_select(1, self.headprune_kv_index)
 
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
-            self.config._attn_implementation, type(self)._eager
+            self.config._attn_implementation, self._modeling.eager_attention_forward
         )
         attn_output, attn_weights = attention_interface(
             self, query_states, key_states, value_states, attention_mask,
@@ -169,21 +169,18 @@ class _PrunableGroupedAttention:
 
 
 class PrunableLlamaAttention(_PrunableGroupedAttention, modeling_llama.LlamaAttention):
-    _apply_rotary = staticmethod(modeling_llama.apply_rotary_pos_emb)
-    _eager = staticmethod(modeling_llama.eager_attention_forward)
+    _modeling = modeling_llama
 
 
 class PrunableMistralAttention(_PrunableGroupedAttention, modeling_mistral.MistralAttention):
-    _apply_rotary = staticmethod(modeling_mistral.apply_rotary_pos_emb)
-    _eager = staticmethod(modeling_mistral.eager_attention_forward)
+    _modeling = modeling_mistral
 
     def _attention_kwargs(self):
         return {"sliding_window": getattr(self.config, "sliding_window", None)}
 
 
 class PrunableQwen2Attention(_PrunableGroupedAttention, modeling_qwen2.Qwen2Attention):
-    _apply_rotary = staticmethod(modeling_qwen2.apply_rotary_pos_emb)
-    _eager = staticmethod(modeling_qwen2.eager_attention_forward)
+    _modeling = modeling_qwen2
 
     def _attention_kwargs(self):
         return {"sliding_window": self.sliding_window}
