@@ -4,7 +4,7 @@
     (b) the sweep over all N heads, one process per head (load the model, evaluate one head);
     (c) the sweep as the pipeline runs it: one process per job of ``--heads-per-job`` heads, each
         loading the model folder once and evaluating its heads in batched gate variants
-        (headprune.experiments.run_variants, as scripts/evaluate.py does);
+        (headprune.experiments.runs.run_variants, as scripts/evaluate.py does);
 
 and the ratios b / (N a) and c / (N a): how much the sweep costs beyond N evaluations. (b) and (c)
 time whole processes (start, imports, load, evaluation), as a job on a cluster pays them. With
@@ -73,8 +73,8 @@ def random_study(size: str, folder: Path, items: int, seed: int = 0) -> dict:
         tsv.write_text("text_a\ttext_b\tlabel\n" + "".join(f"{s}\t{s[::-1]}\t{i % 3}\n" for i, s in enumerate(sentences)))
         return {"name": size, "kind": "classification", "folder": folder / "model", "tsv": tsv}
     if size == "transformer-big":
-        from headprune.fairseq import write_fairseq_checkpoint_dir
-        from headprune.models import convert_translation_checkpoint
+        from headprune.models.fairseq import write_fairseq_checkpoint_dir
+        from headprune.models.loading import convert_translation_checkpoint
         from transformers import FSMTConfig, FSMTForConditionalGeneration
 
         tokens = words + [f"x{i}" for i in range(44512 - 4 - len(words))]
@@ -104,19 +104,19 @@ def worker(study: dict, heads: list[str], device: str, threads: int, batch_size:
     ``warm``: evaluate once untimed first (caches, lazy initialization), then time the second run."""
     import torch
 
-    from headprune.experiments import EvalSet, EvalSettings, gates_without, parse_head_name, run_variants
-    from headprune.models import load_classifier, load_translation
+    from headprune.experiments.runs import EvalSet, EvalSettings, gates_without, parse_head_name, run_variants
+    from headprune.models.loading import load_classifier, load_translation
 
     torch.set_num_threads(threads)
     loaded = time.perf_counter()
     if study["kind"] == "translation":
         model, tokenizer = load_translation(study["folder"], device=device)
-        from headprune.data import read_lines
+        from headprune.data.datasets import read_lines
 
         evalset = EvalSet("translation", read_lines(study["reference"]), read_lines(study["source"]), "bleu")
     else:
         model, tokenizer = load_classifier(study["folder"], device=device)
-        from headprune.data import read_glue_split
+        from headprune.data.datasets import read_glue_split
 
         pairs, labels = read_glue_split(study["tsv"])
         evalset = EvalSet("classification", labels, pairs, "accuracy")
@@ -151,8 +151,8 @@ def run_worker(study: dict, heads: list[str], args, warm: bool = False) -> tuple
 def sweep(study: dict, args) -> dict:
     import torch
 
-    from headprune.experiments import all_heads, head_name
-    from headprune.models import load_classifier, load_translation
+    from headprune.experiments.runs import all_heads, head_name
+    from headprune.models.loading import load_classifier, load_translation
 
     load = load_translation if study["kind"] == "translation" else load_classifier
     model, _ = load(study["folder"], device=args.device)

@@ -3,7 +3,7 @@ its heads physically removed against the full model, and print the measured rati
 
 Random weights and random token ids (nothing is downloaded); the heads removed are a seeded random
 half, as the speed does not depend on which heads go (only on how many per layer). The harness is
-the pipeline's own (headprune.speed), so the numbers are measured the same way as Table 4's.
+the pipeline's own (headprune.experiments.speed), so the numbers are measured the same way as Table 4's.
 
     python benchmarks/speed.py                       # BERT-base, seq 128, batch sizes 1 4 16 64, on the GPU if any
     python benchmarks/speed.py --model fsmt --items 64 --batch-sizes 1 16 64
@@ -19,9 +19,9 @@ import time
 import pandas as pd
 import torch
 
-from headprune import speed
-from headprune.experiments import all_heads
-from headprune.models import pick_device
+from headprune.experiments import speed
+from headprune.experiments.runs import all_heads
+from headprune.models.loading import pick_device
 
 SIZES = {
     # bert-base-uncased: 12 layers x 12 heads, hidden 768 (the paper's Table 4)

@@ -13,8 +13,8 @@ import random
 import time
 from pathlib import Path
 
-from .data import read_glue_split, read_lines
-from .experiments import EvalSet
+from headprune.data.datasets import read_glue_split, read_lines
+from headprune.experiments.runs import EvalSet
 
 
 @contextlib.contextmanager
@@ -51,8 +51,8 @@ def load_study_model(study: dict, device):
 
     Logs the load time (the model and tokenizer; the imports before it are not counted)."""
     started = time.perf_counter()
-    from .heads import head_shape
-    from .models import load_classifier, load_translation
+    from headprune.models.heads import head_shape
+    from headprune.models.loading import load_classifier, load_translation
 
     if study["family"] == "fsmt":
         model, tokenizer = load_translation(study["model"], study["src_lang"], study["tgt_lang"], device)
@@ -72,7 +72,7 @@ def load_study_model(study: dict, device):
 def importance_batches(tokenizer, data: dict) -> list[dict]:
     """The batches I_h is estimated on (rules/common.smk importance_spec): the translation importance
     sets, or a seeded subset of a GLUE task's training split."""
-    from .batching import classification_batches, translation_batches
+    from headprune.data.batching import classification_batches, translation_batches
 
     if data["kind"] == "translation":
         sources, references = [], []

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from snakemake.utils import validate
 
-from headprune.data import GLUE_TASKS
+from headprune.data.datasets import GLUE_TASKS
 
 
 # The paper's config, unless one is given (--configfile demo/config.yaml): snakemake would
@@ -154,7 +154,7 @@ def evalset_spec(study, role="eval"):
 
 
 def eval_settings(study, bleu, masking="zero"):
-    """How a study's model is evaluated (headprune.experiments.EvalSettings); ``masking`` is how a switched-off
+    """How a study's model is evaluated (headprune.experiments.runs.EvalSettings); ``masking`` is how a switched-off
     head is replaced: a zero output (the paper) or uniform attention over its keys."""
     if family(study) == "fsmt":
         t = config["translation"]

@@ -30,7 +30,7 @@ def scorecard_inputs(wildcards):
 
 
 def scorecard_paper_models(wildcards):
-    """The paper's model each study stands for (its numbers in headprune.scorecard.PAPER): WMT for the
+    """The paper's model each study stands for (its numbers in headprune.experiments.scorecard.PAPER): WMT for the
     translation study, a glue study's GLUE task (None for a task of its own), IWSLT for Figure 5's."""
     models = {TRANSLATION: "WMT", **{task: GLUE[task].get("task") for task in GLUE}}
     if DYNAMICS:

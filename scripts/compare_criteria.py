@@ -3,7 +3,7 @@ largest % pruned within criteria.within points of the full model, area under the
 paired bootstrap test against I_h at criteria.test_at % pruned (criteria_summary.csv)."""
 import pandas as pd
 
-from headprune.criteria import summarize
+from headprune.scoring.criteria import summarize
 from headprune.workflow import load_evalset, logged, read_json
 
 with logged(snakemake) as log:

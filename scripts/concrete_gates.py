@@ -1,4 +1,4 @@
-"""Train Hard Concrete head gates under one L0 penalty (headprune.concrete), remove the heads whose gate
+"""Train Hard Concrete head gates under one L0 penalty (headprune.scoring.concrete), remove the heads whose gate
 closed, and evaluate that model next to I_h and random pruning with as many heads kept.
 
 Writes one row (concrete/<penalty>.csv: heads kept per attention type, scores, paired bootstrap of
@@ -10,11 +10,11 @@ import time
 
 import pandas as pd
 
-from headprune.concrete import closed_heads, kept_heads_table, train_gates
-from headprune.criteria import criterion_order
-from headprune.experiments import EvalSettings, all_heads, gates_without, run, run_variants, score, significance
-from headprune.models import pick_device
-from headprune.prune import prune_heads
+from headprune.scoring.concrete import closed_heads, kept_heads_table, train_gates
+from headprune.scoring.criteria import criterion_order
+from headprune.experiments.runs import EvalSettings, all_heads, gates_without, run, run_variants, score, significance
+from headprune.models.loading import pick_device
+from headprune.models.prune import prune_heads
 from headprune.workflow import importance_batches, load_evalset, load_study_model, logged, threads_for_torch
 
 with logged(snakemake) as log:

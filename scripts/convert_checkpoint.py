@@ -1,7 +1,7 @@
 """Convert the fetched fairseq checkpoint once into a model folder (config.json, model.safetensors, tokenizer)."""
 import time
 
-from headprune.models import convert_translation_checkpoint
+from headprune.models.loading import convert_translation_checkpoint
 from headprune.workflow import logged
 
 with logged(snakemake) as log:

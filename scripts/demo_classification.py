@@ -4,7 +4,7 @@ import shutil
 import tarfile
 from pathlib import Path
 
-from headprune.demo import demo_vocabulary, make_classification_task, make_tiny_bert
+from headprune.data.demo import demo_vocabulary, make_classification_task, make_tiny_bert
 from headprune.workflow import logged
 
 with logged(snakemake) as log:

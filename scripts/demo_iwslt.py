@@ -2,9 +2,9 @@
 written where demo/config.yaml's dynamics.data.url points, so that the real preparation rule reads it."""
 import tempfile
 
-from headprune.data import read_lines
-from headprune.demo import make_translation_corpus
-from headprune.iwslt import write_iwslt_archive
+from headprune.data.datasets import read_lines
+from headprune.data.demo import make_translation_corpus
+from headprune.data.iwslt import write_iwslt_archive
 from headprune.workflow import logged
 
 with logged(snakemake) as log:

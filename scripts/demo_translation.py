@@ -2,7 +2,7 @@
 import shutil
 from pathlib import Path
 
-from headprune.demo import make_translation_corpus, train_tiny_translation_model
+from headprune.data.demo import make_translation_corpus, train_tiny_translation_model
 from headprune.workflow import logged
 
 with logged(snakemake) as log:

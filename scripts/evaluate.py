@@ -7,8 +7,8 @@ compare. The model is loaded once.
 """
 import time
 
-from headprune.experiments import EvalSettings, gates_without, parse_head_name, run_variants, score
-from headprune.models import pick_device
+from headprune.experiments.runs import EvalSettings, gates_without, parse_head_name, run_variants, score
+from headprune.models.loading import pick_device
 from headprune.workflow import load_evalset, load_study_model, logged, threads_for_torch, write_json
 
 with logged(snakemake) as log:

@@ -1,6 +1,6 @@
 """Download the fairseq translation tarball (resumable, checksum verified, atomic) and check it loads."""
-from headprune.download import fetch
-from headprune.fairseq import fairseq_model_folder
+from headprune.data.download import fetch
+from headprune.models.fairseq import fairseq_model_folder
 from headprune.workflow import logged
 
 with logged(snakemake) as log:

@@ -1,5 +1,5 @@
 """Download Stanza's dependency-parser model (roles.stanza) for the head-role analysis."""
-from headprune.parsing import fetch_stanza
+from headprune.data.parsing import fetch_stanza
 from headprune.workflow import logged
 
 with logged(snakemake) as log:

@@ -1,5 +1,5 @@
 """Fetch the pretrained encoder (bert-base-uncased from the hub, or a model-folder tarball); safetensors only."""
-from headprune.models import fetch_pretrained
+from headprune.models.loading import fetch_pretrained
 from headprune.workflow import logged
 
 with logged(snakemake) as log:

@@ -1,6 +1,6 @@
 """Write one test set as source/reference text files, from sacrebleu or from two URLs."""
-from headprune.data import fetch_sacrebleu_testset, read_lines
-from headprune.download import fetch
+from headprune.data.datasets import fetch_sacrebleu_testset, read_lines
+from headprune.data.download import fetch
 from headprune.workflow import logged
 
 with logged(snakemake) as log:

@@ -1,8 +1,8 @@
 """Fine-tune BERT on one GLUE task and save a Hugging Face model folder (safetensors)."""
 from pathlib import Path
 
-from headprune.finetune import finetune_bert_classifier
-from headprune.models import pick_device
+from headprune.models.finetune import finetune_bert_classifier
+from headprune.models.loading import pick_device
 from headprune.workflow import logged
 
 with logged(snakemake) as log:

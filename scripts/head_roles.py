@@ -1,13 +1,13 @@
-"""The role of every head (headprune.roles): positional, syntactic, rare-word or other, measured on the
+"""The role of every head (headprune.scoring.roles): positional, syntactic, rare-word or other, measured on the
 parsed eval-set sources, with word counts from the study's training data; joined with each head's
 importance, entropy and confidence (importance.csv). Heads without a role measured (decoder
 attention: its queries are target words) are 'n/a'."""
 import pandas as pd
 
-from headprune.data import read_glue_split, read_lines
-from headprune.models import pick_device
-from headprune.parsing import text_frequencies
-from headprune.roles import model_head_roles, read_conllu
+from headprune.data.datasets import read_glue_split, read_lines
+from headprune.models.loading import pick_device
+from headprune.data.parsing import text_frequencies
+from headprune.scoring.roles import model_head_roles, read_conllu
 from headprune.workflow import load_study_model, logged, threads_for_torch
 
 with logged(snakemake) as log:

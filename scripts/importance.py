@@ -1,7 +1,7 @@
 """Score every head of a study's model: importance (three estimators), Fisher information, attention
-gradient, entropy, confidence (headprune.importance.head_scores)."""
-from headprune.importance import head_scores
-from headprune.models import pick_device
+gradient, entropy, confidence (headprune.scoring.importance.head_scores)."""
+from headprune.scoring.importance import head_scores
+from headprune.models.loading import pick_device
 from headprune.workflow import importance_batches, load_study_model, logged, threads_for_torch
 
 with logged(snakemake) as log:

@@ -6,8 +6,8 @@ selection set, and every layer's best head one pass over the test set.
 """
 import time
 
-from headprune.experiments import EvalSettings, gates_keeping_one, run_variants, score
-from headprune.models import pick_device
+from headprune.experiments.runs import EvalSettings, gates_keeping_one, run_variants, score
+from headprune.models.loading import pick_device
 from headprune.workflow import load_evalset, load_study_model, logged, threads_for_torch, write_json
 
 with logged(snakemake) as log:

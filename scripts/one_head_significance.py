@@ -1,7 +1,7 @@
 """Tables 2-3: one row per layer and attention type: the best single head's change on the test set."""
 import pandas as pd
 
-from headprune.experiments import compare_to_full
+from headprune.experiments.runs import compare_to_full
 from headprune.workflow import load_evalset, logged, read_json
 
 with logged(snakemake) as log:

@@ -8,11 +8,11 @@ with logged(snakemake) as log:
     evalset = load_evalset(p["eval"])
     sentences = [s if isinstance(s, str) else s[0] for s in evalset.sources]
     if p["parser"] == "demo":
-        from headprune.demo import demo_conllu
+        from headprune.data.demo import demo_conllu
 
         conllu = demo_conllu(sentences)
     else:
-        from headprune.parsing import parse_stanza
+        from headprune.data.parsing import parse_stanza
 
         conllu = parse_stanza(sentences, snakemake.input.parser[0], p["stanza"]["lang"], p["stanza"]["package"])
     Path(snakemake.output[0]).write_text(conllu, encoding="utf-8")

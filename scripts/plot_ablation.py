@@ -1,7 +1,7 @@
 """Table 1 and Figure 1 from one study's in-domain ablation.csv."""
 import pandas as pd
 
-from headprune import figures
+from headprune.experiments import figures
 from headprune.workflow import logged
 
 with logged(snakemake) as log:

@@ -1,7 +1,7 @@
 """Hard Concrete gates against I_h and random pruning at the same number of heads kept (concrete.png/.pdf)."""
 import pandas as pd
 
-from headprune import figures
+from headprune.experiments import figures
 from headprune.workflow import logged
 
 with logged(snakemake) as log:

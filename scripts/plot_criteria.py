@@ -1,7 +1,7 @@
 """The head criteria side by side: every pruning curve (criteria.png/.pdf) and the summary table (markdown)."""
 import pandas as pd
 
-from headprune import figures
+from headprune.experiments import figures
 from headprune.workflow import logged
 
 with logged(snakemake) as log:

@@ -1,7 +1,7 @@
 """Figure 2: single-head ablation deltas out of domain against in domain, with Pearson's r."""
 import pandas as pd
 
-from headprune import figures
+from headprune.experiments import figures
 from headprune.workflow import logged
 
 with logged(snakemake) as log:

@@ -5,7 +5,7 @@ import sys
 
 import pandas as pd
 
-from headprune import figures
+from headprune.experiments import figures
 
 # Snakemake runs this file in its own Python process: send everything, tracebacks included, to the log.
 # (headprune.workflow.logged would import torch, which plotting does not need.)

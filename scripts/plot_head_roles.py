@@ -1,7 +1,7 @@
 """The role of every head as a layer x head map, and the roles left after each I_h pruning step."""
 import pandas as pd
 
-from headprune import figures
+from headprune.experiments import figures
 from headprune.workflow import logged
 
 with logged(snakemake) as log:

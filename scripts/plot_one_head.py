@@ -1,7 +1,7 @@
 """Tables 2-3: the change when each layer keeps only its best head."""
 import pandas as pd
 
-from headprune import figures
+from headprune.experiments import figures
 from headprune.workflow import logged
 
 with logged(snakemake) as log:

@@ -1,10 +1,10 @@
 """Pruning curves: Figure 3 (one study, three orders), Figure 4 (attention types) or Figure 6 (GLUE tasks).
 
-params.figure names the headprune.figures function; the inputs are stacked pruning.csv tables.
+params.figure names the headprune.experiments.figures function; the inputs are stacked pruning.csv tables.
 """
 import pandas as pd
 
-from headprune import figures
+from headprune.experiments import figures
 from headprune.workflow import logged
 
 with logged(snakemake) as log:

@@ -1,5 +1,5 @@
 """Download a GLUE(-style) task and write its splits as text_a/text_b/label TSVs."""
-from headprune.data import prepare_glue_task
+from headprune.data.datasets import prepare_glue_task
 from headprune.workflow import logged
 
 with logged(snakemake) as log:

@@ -4,7 +4,7 @@ import logging
 import sys
 from pathlib import Path
 
-from headprune.iwslt import CleanRules, fetch_iwslt_archive, prepare_iwslt
+from headprune.data.iwslt import CleanRules, fetch_iwslt_archive, prepare_iwslt
 
 # Everything, tracebacks included, to the rule's log (headprune.workflow.logged would import torch).
 sys.stderr = open(snakemake.log[0], "w")  # noqa: F821 (snakemake is injected)

@@ -1,11 +1,11 @@
-"""The scorecard of the paper's claims (headprune.scorecard) from this run's CSVs.
+"""The scorecard of the paper's claims (headprune.experiments.scorecard) from this run's CSVs.
 
 input: ablation, one_head, pruning, attention_types, dynamics, speed: the CSVs of each experiment the
 config runs (a list, empty when it runs none); params.epochs: the checkpoint epoch of each dynamics
 table; params.paper_models; output.csv, output.md."""
 import pandas as pd
 
-from headprune import scorecard
+from headprune.experiments import scorecard
 from headprune.workflow import logged
 
 EXPERIMENTS = ("ablation", "one_head", "pruning", "attention_types", "dynamics", "speed")

@@ -1,7 +1,7 @@
 """One row per head: ablated score, delta to the full model, bootstrap (and t-test) p-values, on one test set."""
 import pandas as pd
 
-from headprune.experiments import compare_to_full, parse_head_name
+from headprune.experiments.runs import compare_to_full, parse_head_name
 from headprune.workflow import load_evalset, logged, read_json
 
 with logged(snakemake) as log:

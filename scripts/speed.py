@@ -5,8 +5,8 @@ output.runs (tidy, one row per variant, batch size and run), output.table_csv, o
 """
 import pandas as pd
 
-from headprune.models import pick_device
-from headprune.speed import SpeedSettings, speed_study, table4
+from headprune.models.loading import pick_device
+from headprune.experiments.speed import SpeedSettings, speed_study, table4
 from headprune.workflow import load_evalset, load_study_model, logged, threads_for_torch
 
 with logged(snakemake) as log:  # noqa: F821 (snakemake is injected)

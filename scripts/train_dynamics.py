@@ -1,8 +1,8 @@
 """Train the training-dynamics model (Figure 5) and write a fairseq tarball at each checkpoint epoch."""
 from pathlib import Path
 
-from headprune.models import pick_device
-from headprune.train import train_translation_model, write_translation_tarball
+from headprune.models.loading import pick_device
+from headprune.models.train import train_translation_model, write_translation_tarball
 from headprune.workflow import logged
 
 with logged(snakemake) as log:

@@ -26,9 +26,9 @@ def tiny_fsmt(seed=0, layers=2, heads=4, d_model=16):
 
 
 def tiny_m2m100(seed=0, layers=2, heads=4, d_model=16, share_decoder_input_output_embed=True):
-    """fairseq's pre-norm transformer (headprune.prenorm): a source vocabulary larger than the
+    """fairseq's pre-norm transformer (headprune.models.prenorm): a source vocabulary larger than the
     target one, the output projection shared with the target embeddings."""
-    from headprune.prenorm import PreNormTransformer, prenorm_config
+    from headprune.models.prenorm import PreNormTransformer, prenorm_config
 
     torch.manual_seed(seed)
     config = prenorm_config(source_vocab_size=44, target_vocab_size=40, share_all_embeddings=False,
@@ -153,7 +153,7 @@ class DigitTokenizer:
 def variants(model, attn_type):
     """Three gate settings of one attention type (one head off, a whole layer off, one head kept) and the
     full model: what the batched-variant tests evaluate together and one by one."""
-    from headprune.experiments import gates_keeping_one, gates_without
+    from headprune.experiments.runs import gates_keeping_one, gates_without
 
     return [gates_without(model, [(attn_type, 0, 1)]),
             gates_without(model, [(attn_type, 1, h) for h in range(4)]),

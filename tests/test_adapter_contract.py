@@ -8,7 +8,7 @@ heads), and the Llama layout's Mistral and Qwen2 for the pruning checks. The con
 2. I_h is |dL/dxi_h| (finite differences of the loss in a gate), and the attention-gradient criterion
    is dL/dA (autograd through a perturbed softmax);
 3. gates inside generate() (greedy, beam search) equal generate() on the pruned model;
-4. a saved pruned model reloads (headprune.prune.load_pruned_weights) with the same logits;
+4. a saved pruned model reloads (headprune.models.prune.load_pruned_weights) with the same logits;
 5. several gate settings batched together equal them one by one (forward and generate()).
 
 The causal-LM builders live here for now (to move to conftest.py).
@@ -24,12 +24,12 @@ from transformers import (BertForSequenceClassification, FSMTForConditionalGener
 
 from conftest import (EOS, PAD, _spread_weights, bert_batch, fsmt_batch, repeated, tiny_bert, tiny_fsmt, tiny_m2m100,
                       variants)
-from headprune.adapters.llama import PrunableLlamaAttention, query_kv_index
-from headprune.evaluate import stack_gates
-from headprune.heads import adapter_for, full_gates, gated
-from headprune.importance import head_importance, head_scores
-from headprune.prenorm import PreNormTransformer
-from headprune.prune import count_heads, load_pruned_weights, prune_heads, pruned_heads
+from headprune.models.families.llama import PrunableLlamaAttention, query_kv_index
+from headprune.experiments.evaluate import stack_gates
+from headprune.models.heads import adapter_for, full_gates, gated
+from headprune.scoring.importance import head_importance, head_scores
+from headprune.models.prenorm import PreNormTransformer
+from headprune.models.prune import count_heads, load_pruned_weights, prune_heads, pruned_heads
 
 BOS, VOCAB = 0, 40
 

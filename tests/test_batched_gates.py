@@ -4,10 +4,10 @@ import pytest
 import torch
 
 from conftest import FAMILIES, PAD, TRANSLATION_FAMILIES, DigitTokenizer, repeated, tiny_fsmt, tiny_model_and_batch, variants
-from headprune.evaluate import SourceSharingCache, predict_classes, predict_classes_variants, stack_gates, translate, translate_variants
-from headprune.experiments import gates_without
-from headprune.heads import adapter_for, gated
-from headprune.prune import prune_heads
+from headprune.experiments.evaluate import SourceSharingCache, predict_classes, predict_classes_variants, stack_gates, translate, translate_variants
+from headprune.experiments.runs import gates_without
+from headprune.models.heads import adapter_for, gated
+from headprune.models.prune import prune_heads
 
 BEAM = dict(num_beams=4, max_new_tokens=8, max_length=None, do_sample=False, early_stopping=True)
 

@@ -1,4 +1,4 @@
-"""Hard Concrete head gates (headprune.concrete) against independent computations: samples against
+"""Hard Concrete head gates (headprune.scoring.concrete) against independent computations: samples against
 closed forms derived here, E[g] against a brute-force integral, the L0 term against Monte Carlo,
 test-time gates by hand; training on tiny models; closed heads pruned against gated heads."""
 import copy
@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from conftest import FAMILIES, bert_batch, tiny_bert
-from headprune.concrete import (
+from headprune.scoring.concrete import (
     loss_terms,
     HardConcreteGates, closed_heads, expected_gate, kept_heads_table, prob_nonzero, prob_one, prob_zero,
     train_gates,
 )
-from headprune.heads import adapter_for, gated, head_shape
-from headprune.prune import count_heads, prune_heads
+from headprune.models.heads import adapter_for, gated, head_shape
+from headprune.models.prune import count_heads, prune_heads
 
 T, LOW, HIGH = 0.33, -0.1, 1.1
 LOG_A = [-4.0, -2.0, -0.5, 0.0, 0.7, 2.0, 4.0]

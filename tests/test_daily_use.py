@@ -196,7 +196,7 @@ def test_readme_glue_entries_plan_their_jobs(tmp_path):
 
 CLAIM = textwrap.dedent("""
     import os, sys, time
-    from headprune.gpus import claim_gpus, NoFreeGPU
+    from headprune.models.gpus import claim_gpus, NoFreeGPU
     try:
         got = claim_gpus(count=int(sys.argv[1]), lock_dir=sys.argv[2], wait=float(sys.argv[3]), poll=0.1)
     except NoFreeGPU as error:
@@ -236,7 +236,7 @@ def test_parallel_jobs_get_different_gpus_and_a_third_is_refused(tmp_path):
 
 
 def test_claim_leaves_scheduler_choice_alone(monkeypatch, tmp_path):
-    from headprune import gpus
+    from headprune.models import gpus
 
     monkeypatch.setattr(gpus, "_held", {})
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
@@ -254,8 +254,8 @@ def test_claim_leaves_scheduler_choice_alone(monkeypatch, tmp_path):
 
 
 def test_pick_device_claims_before_cuda_starts(monkeypatch, tmp_path):
-    from headprune import gpus
-    from headprune.models import pick_device
+    from headprune.models import gpus
+    from headprune.models.loading import pick_device
 
     calls = []
     monkeypatch.setattr(gpus, "claim_gpus", lambda n=None, **kw: calls.append(n))
@@ -268,7 +268,7 @@ def test_snakemake_jobs_claim_as_many_gpus_as_their_gpu_resource(tmp_path):
     """In a real script: job, the claim reads the job's `gpu` resource; two GPU jobs get two devices."""
     (tmp_path / "claim.py").write_text(textwrap.dedent("""
         import os, pathlib, time
-        from headprune.gpus import claim_gpus, job_gpus
+        from headprune.models.gpus import claim_gpus, job_gpus
         claim_gpus(count=2, lock_dir=snakemake.params.locks)
         if job_gpus():  # hold the GPU until the other GPU job has claimed one too
             marks = pathlib.Path("marks")

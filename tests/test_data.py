@@ -1,4 +1,4 @@
-"""headprune.data: plain text files, sacrebleu test sets and GLUE tasks, all served from
+"""headprune.data.datasets: plain text files, sacrebleu test sets and GLUE tasks, all served from
 127.0.0.1 so that the real download code paths run without internet."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import zipfile
 import pytest
 from sacrebleu.dataset import DATASETS
 
-from headprune import data
-from headprune.data import (
+from headprune.data import datasets as data
+from headprune.data.datasets import (
     GLUE_TASKS,
     MTNT_TESTSET,
     DataFormatError,
@@ -27,7 +27,7 @@ from headprune.data import (
     read_lines,
     write_lines,
 )
-from headprune.download import ChecksumError, DownloadError
+from headprune.data.download import ChecksumError, DownloadError
 
 
 class LocalServer:

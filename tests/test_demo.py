@@ -1,4 +1,4 @@
-"""Tests for headprune.demo: the offline demo's synthetic data and tiny models.
+"""Tests for headprune.data.demo: the offline demo's synthetic data and tiny models.
 
 The models are trained for real here (small sizes: about 30 s on 2 CPU cores in all), because
 what matters is that they learn: the demo's ablation and pruning results are only meaningful
@@ -18,12 +18,12 @@ import sacrebleu
 import torch
 from transformers import AutoTokenizer, BertForSequenceClassification, BertTokenizer
 
-from headprune import demo
-from headprune.batching import classification_batches
-from headprune.data import GLUE_TASKS, prepare_glue_task, read_glue_split
-from headprune.evaluate import predict_classes, translate
-from headprune.finetune import finetune_bert_classifier
-from headprune.fairseq import build_fsmt_tokenizer, load_fairseq_translation_model
+from headprune.data import demo
+from headprune.data.batching import classification_batches
+from headprune.data.datasets import GLUE_TASKS, prepare_glue_task, read_glue_split
+from headprune.experiments.evaluate import predict_classes, translate
+from headprune.models.finetune import finetune_bert_classifier
+from headprune.models.fairseq import build_fsmt_tokenizer, load_fairseq_translation_model
 
 TEST_SETS = {"newstest2013": 100, "mtnt": 60}
 
@@ -198,7 +198,7 @@ def test_classification_task_files(tmp_path):
 
 def test_mnli_labels_follow_the_rule(tmp_path):
     paths = demo.make_classification_task(tmp_path, "mnli", 600, 10, 200, seed=2)
-    names = ["contradiction", "entailment", "neutral"]  # headprune.data.GLUE_TASKS["MNLI"]
+    names = ["contradiction", "entailment", "neutral"]  # headprune.data.datasets.GLUE_TASKS["MNLI"]
     for split in ("train", "dev_mismatched"):
         for (premise, hypothesis), label in zip(*read_glue_split(paths[split])):
             match = re.fullmatch(r"(ze|ak) (\w+) iz (nok )?(\w+)\.", hypothesis)

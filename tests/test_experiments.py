@@ -3,9 +3,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from headprune.experiments import (EvalSet, all_heads, gates_keeping_one, gates_without, head_name, importance_order,
+from headprune.experiments.runs import (EvalSet, all_heads, gates_keeping_one, gates_without, head_name, importance_order,
                                    oracle_order, parse_head_name, pruning_steps, random_order, score, significance)
-from headprune.stats import paired_t_test
+from headprune.experiments.stats import paired_t_test
 from conftest import tiny_fsmt
 
 

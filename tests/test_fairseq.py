@@ -1,4 +1,4 @@
-"""Tests for headprune.fairseq: reading/writing fairseq translation checkpoints via FSMT.
+"""Tests for headprune.models.fairseq: reading/writing fairseq translation checkpoints via FSMT.
 
 Tiny fairseq-format checkpoints are built from scratch (random weights in fairseq's own
 parameter names, tests/fairseq_reference.py), and FSMT's output is checked against an
@@ -20,7 +20,7 @@ from transformers import FSMTConfig, FSMTForConditionalGeneration
 from fairseq_reference import (BPECODES_TEXT, D_MODEL, EN_TOKENS, EOS, FFN, FR_TOKENS, HEADS, JOINED_TOKENS, LAYERS, UNK,
                                PAD, SPECIALS, assert_matches_reference, fairseq_args, padded_batch,
                                random_fairseq_state, reference_ids, write_fairseq_folder)
-from headprune import fairseq as fs
+from headprune.models import fairseq as fs
 
 
 @pytest.fixture(scope="module")
@@ -467,7 +467,7 @@ def test_bad_dictionary_lines_are_named(tmp_path):
 
 def test_translation_batches_build_fairseq_targets(new_style_folder):
     """labels = target ids + </s> as fairseq builds them; decoder input = </s> + target ids."""
-    from headprune.batching import translation_batches
+    from headprune.data.batching import translation_batches
 
     _, tokenizer = fs.load_fairseq_translation_model(new_style_folder)
     sources = ["the man is on the mat.", "hello"]

@@ -25,8 +25,8 @@ import torch
 from fairseq_reference import (BPECODES_TEXT, EN_TOKENS, EOS, JOINED_TOKENS, PAD, SPECIALS, assert_matches_reference,
                                fairseq_args, padded_batch, random_fairseq_state, reference_forward,
                                write_fairseq_folder)
-from headprune import fairseq as fs
-from headprune.heads import adapter_for
+from headprune.models import fairseq as fs
+from headprune.models.heads import adapter_for
 
 RAN = []  # what the stand-in meters' code did while being unpickled
 
@@ -296,7 +296,7 @@ def test_placeholders_never_reach_the_model(tmp_path, plain, where):
 
 
 # ----------------------------------------------------------------------------------------------
-# Pre-norm models: M2M100 (headprune.prenorm) against the reference forward
+# Pre-norm models: M2M100 (headprune.models.prenorm) against the reference forward
 
 
 PRE_NORM_LAYOUTS = {
@@ -400,8 +400,8 @@ def test_output_projection_that_contradicts_the_sharing_option_is_refused(tmp_pa
 
 @pytest.mark.parametrize("layout", ["post-norm", "pre-norm"])
 def test_converted_model_folder_loads_the_same_model_and_tokenizer(tmp_path, layout):
-    from headprune.evaluate import translate
-    from headprune.models import convert_translation_checkpoint, load_translation
+    from headprune.experiments.evaluate import translate
+    from headprune.models.loading import convert_translation_checkpoint, load_translation
 
     if layout == "pre-norm":
         folder, _, _ = pre_norm_folder(tmp_path, "share-decoder-io")

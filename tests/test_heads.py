@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from conftest import FAMILIES, TRANSLATION_FAMILIES, tiny_model_and_batch
-from headprune.heads import adapter_for, full_gates, gated, head_shape
-from headprune.prune import prune_heads
+from headprune.models.heads import adapter_for, full_gates, gated, head_shape
+from headprune.models.prune import prune_heads
 
 
 def logits(model, batch):

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from conftest import FAMILIES, bert_batch, fsmt_batch
-from headprune.heads import adapter_for, full_gates, gated, head_shape
-from headprune.importance import head_importance, head_scores, normalize_per_layer
-from headprune.prune import prune_heads
+from headprune.models.heads import adapter_for, full_gates, gated, head_shape
+from headprune.scoring.importance import head_importance, head_scores, normalize_per_layer
+from headprune.models.prune import prune_heads
 
 GATE_COLUMNS = ["importance", "importance_token", "importance_example", "importance_batch", "fisher"]
 ATTENTION_COLUMNS = ["attention_gradient", "entropy", "entropy_normalized", "confidence"]

@@ -9,10 +9,10 @@ import threading
 
 import pytest
 
-from headprune import iwslt
-from headprune.data import read_lines
-from headprune.download import ChecksumError
-from headprune.fairseq import build_fsmt_tokenizer, read_fairseq_dict
+from headprune.data import iwslt
+from headprune.data.datasets import read_lines
+from headprune.data.download import ChecksumError
+from headprune.models.fairseq import build_fsmt_tokenizer, read_fairseq_dict
 
 SETS = iwslt.IWSLT14_TEST_SETS
 

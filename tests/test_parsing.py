@@ -1,4 +1,4 @@
-"""headprune.parsing: word splitting and counts, Stanza documents as CoNLL-U, and fetch_stanza against a
+"""headprune.data.parsing: word splitting and counts, Stanza documents as CoNLL-U, and fetch_stanza against a
 local HTTP server that plays the part of Stanza's resources site (no network, no real models)."""
 import collections
 import functools
@@ -11,8 +11,8 @@ import zipfile
 
 import pytest
 
-from headprune import parsing
-from headprune.roles import read_conllu
+from headprune.data import parsing
+from headprune.scoring.roles import read_conllu
 
 # ------------------------------------------------------------------------ words and counts
 

@@ -6,9 +6,9 @@ import torch
 from transformers import BertForSequenceClassification, FSMTForConditionalGeneration
 
 from conftest import tiny_bert, tiny_model_and_batch
-from headprune.heads import adapter_for, full_gates, gated
-from headprune.prenorm import PreNormTransformer
-from headprune.prune import count_heads, load_pruned_weights, prune_heads, pruned_heads
+from headprune.models.heads import adapter_for, full_gates, gated
+from headprune.models.prenorm import PreNormTransformer
+from headprune.models.prune import count_heads, load_pruned_weights, prune_heads, pruned_heads
 
 
 def logits(model, batch):

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from conftest import tiny_bert
-from headprune import demo
-from headprune.roles import (
+from headprune.data import demo
+from headprune.scoring.roles import (
     SYNTACTIC_COLUMNS, Sentence, attention_argmax, attention_maps, head_roles, model_head_roles,
     positional_scores, rare_word_cases, rare_word_score, read_conllu, syntactic_baselines, syntactic_scores,
     token_word_map, word_attention, word_frequencies, write_conllu,
@@ -249,7 +249,7 @@ def test_token_word_map_bert(tmp_path):
 @pytest.fixture(scope="module")
 def demo_bpe(tmp_path_factory):
     """The demo's BPE on a small corpus (rare nouns and numbers split into subwords) and its FSMTTokenizer."""
-    from headprune.fairseq import build_fsmt_tokenizer
+    from headprune.models.fairseq import build_fsmt_tokenizer
 
     folder = tmp_path_factory.mktemp("corpus")
     demo.make_translation_corpus(folder, n_train=300, n_test_sets={}, num_merges=60, seed=0)
@@ -391,7 +391,7 @@ def test_head_roles_tiny_bert(tmp_path):
 def test_attention_maps_translation_encoder_and_pruned_heads(demo_bpe):
     from transformers import FSMTConfig, FSMTForConditionalGeneration
 
-    from headprune.prune import prune_heads
+    from headprune.models.prune import prune_heads
 
     folder, tokenizer = demo_bpe
     torch.manual_seed(0)

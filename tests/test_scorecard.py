@@ -1,4 +1,4 @@
-"""The scorecard of the paper's claims (headprune.scorecard, rule scorecard) on small hand-built tables."""
+"""The scorecard of the paper's claims (headprune.experiments.scorecard, rule scorecard) on small hand-built tables."""
 import re
 import subprocess
 import sys
@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from dry_run import write_config
-from headprune import scorecard as sc
-from headprune.scorecard import NOT_REPRODUCED, NOT_RUN, REPRODUCED
+from headprune.experiments import scorecard as sc
+from headprune.experiments.scorecard import NOT_REPRODUCED, NOT_RUN, REPRODUCED
 
 ROOT = Path(__file__).resolve().parents[1]
 EMPTY = pd.DataFrame()

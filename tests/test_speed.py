@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from conftest import EOS, PAD, bert_batch, tiny_bert, tiny_fsmt
-from headprune import speed
-from headprune.experiments import all_heads
-from headprune.heads import adapter_for, full_gates, gated
-from headprune.prune import count_heads, pruned_heads
+from headprune.experiments import speed
+from headprune.experiments.runs import all_heads
+from headprune.models.heads import adapter_for, full_gates, gated
+from headprune.models.prune import count_heads, pruned_heads
 
 
 def fake_importance(model, seed=0):

@@ -7,7 +7,7 @@ import pytest
 import sacrebleu
 from scipy import stats as scipy_stats
 
-from headprune import metrics, stats
+from headprune.experiments import metrics, stats
 
 
 # ---------------------------------------------------------------- paired t-test
@@ -468,7 +468,7 @@ def test_bleu_bootstrap_tokenizes_repeated_inputs_once(monkeypatch):
 def test_pearson_matches_scipy():
     import scipy.stats
 
-    from headprune.stats import pearson
+    from headprune.experiments.stats import pearson
 
     rng = np.random.default_rng(3)
     for n in (3, 10, 96):

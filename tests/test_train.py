@@ -1,4 +1,4 @@
-"""headprune.train (the translation training loop of the demo and of Figure 5) and headprune.bpe."""
+"""headprune.models.train (the translation training loop of the demo and of Figure 5) and headprune.data.bpe."""
 import collections
 import math
 import random
@@ -7,10 +7,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from headprune import bpe, demo
-from headprune.fairseq import PAD_ID
-from headprune.models import load_translation
-from headprune.train import (fit_translation_model, inverse_sqrt_schedule, token_batches, train_translation_model,
+from headprune.data import bpe, demo
+from headprune.models.fairseq import PAD_ID
+from headprune.models.loading import load_translation
+from headprune.models.train import (fit_translation_model, inverse_sqrt_schedule, token_batches, train_translation_model,
                              translation_loss, write_translation_tarball)
 
 TINY = dict(layers=1, heads=2, d_model=32, ffn=32, batch_size=32, progress=False)

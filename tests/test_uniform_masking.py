@@ -7,10 +7,10 @@ import torch
 
 from conftest import (EOS, FAMILIES, PAD, TRANSLATION_FAMILIES, DigitTokenizer, repeated, tiny_fsmt, tiny_model_and_batch,
                       variants)
-from headprune.evaluate import predict_classes, predict_classes_variants, stack_gates, translate, translate_variants
-from headprune.experiments import EvalSet, EvalSettings, gates_without, run_variants
-from headprune.heads import HeadCapture, adapter_for, full_gates, gated
-from headprune.prune import prune_heads
+from headprune.experiments.evaluate import predict_classes, predict_classes_variants, stack_gates, translate, translate_variants
+from headprune.experiments.runs import EvalSet, EvalSettings, gates_without, run_variants
+from headprune.models.heads import HeadCapture, adapter_for, full_gates, gated
+from headprune.models.prune import prune_heads
 
 ATTN_TYPES = ("enc_self", "enc_dec", "dec_self")
 CASES = [("bert", "enc_self")] + [(family, t) for family in TRANSLATION_FAMILIES for t in ATTN_TYPES]

@@ -101,7 +101,8 @@ def test_demo_groups_heads_but_ablates_each_alone(tmp_path):
 def test_jobs_without_a_model_do_not_import_torch():
     """Plot, fetch, significance and table jobs start in about a second, not four: the package
     modules their scripts use import torch and transformers only inside the functions that run a model."""
-    modules = ["workflow", "experiments", "stats", "figures", "data", "download", "metrics", "parsing", "criteria"]
+    modules = ["workflow", "experiments.runs", "experiments.stats", "experiments.figures", "experiments.metrics",
+               "experiments.scorecard", "data.datasets", "data.download", "data.parsing", "scoring.criteria"]
     code = (f"import sys; import {', '.join('headprune.' + m for m in modules)}; "
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)

@@ -2,7 +2,7 @@
 
 A criterion scores every head; pruning removes the lowest-scored heads first, globally, in the
 paper's steps (``experiments.pruning_steps``). The static criteria are columns of
-``importance.csv`` (one forward/backward pass, ``headprune.importance``) or of the single-head
+``importance.csv`` (one forward/backward pass, ``headprune.scoring.importance``) or of the single-head
 ablation (oracle); ``iterative`` re-estimates I_h after every step (Hugging Face bertology), so
 its order is built by ``iterative_order`` with the model at hand.
 
@@ -23,9 +23,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .experiments import HeadId, importance_order, oracle_order, pruning_steps, random_order
+from headprune.experiments.runs import HeadId, importance_order, oracle_order, pruning_steps, random_order
 
-# Where I_h takes the absolute value (headprune.importance): per token, per example, per batch.
+# Where I_h takes the absolute value (headprune.scoring.importance): per token, per example, per batch.
 ESTIMATORS = ("token", "example", "batch")
 # Columns of importance.csv a criterion sorts by, ascending (the first head is pruned first).
 COLUMN_CRITERIA = {"fisher": "fisher", "attention_gradient": "attention_gradient", "confidence": "confidence"}
@@ -106,8 +106,8 @@ def importance_on_pruned(model, batches, *, estimator: str = "token", normalize:
     """``estimate(removed) -> {head: I_h}`` for ``iterative_order``: I_h on the model with the heads
     ``removed`` switched off, from the I_h-only pass in the model's own attention backend; the removed
     heads count as 0 in the per-layer normalization."""
-    from .experiments import gates_without
-    from .importance import head_importance
+    from headprune.experiments.runs import gates_without
+    from headprune.scoring.importance import head_importance
 
     column = f"importance_{estimator}"
 
@@ -179,7 +179,7 @@ def summarize(curves: pd.DataFrame, step_outputs: dict, evalset, *, within: floa
     ``curves``: criteria.csv rows (criterion, step, percent_pruned, score, metric); ``step_outputs``:
     criterion -> per-step lists of per-item outputs (the prune jobs' outputs.json).
     """
-    from .experiments import significance
+    from headprune.experiments.runs import significance
 
     rows = []
     metric = curves["metric"].iloc[0]

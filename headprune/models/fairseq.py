@@ -2,7 +2,7 @@
 
 fairseq no longer imports on Python 3.11 (see NOTES.md), so this module reads its checkpoint
 format directly into transformers' FSMT, a port of fairseq's post-norm transformer, or, for
-the pre-norm transformer, into ``headprune.prenorm.PreNormTransformer`` (M2M100):
+the pre-norm transformer, into ``headprune.models.prenorm.PreNormTransformer`` (M2M100):
 
     wmt14.en-fr.joined-dict.transformer/      (the tarball's single top-level folder)
         model.pt       torch pickle: {"args": argparse.Namespace (fairseq <= 0.10) or None with
@@ -545,7 +545,7 @@ def _options_dict(options) -> dict:
 
 def config_from_fairseq_options(options, src_vocab_size: int, tgt_vocab_size: int, langs):
     """The transformers config of a fairseq translation transformer: FSMTConfig for the post-norm
-    architecture, ``headprune.prenorm``'s M2M100Config for the pre-norm one.
+    architecture, ``headprune.models.prenorm``'s M2M100Config for the pre-norm one.
 
     ``options`` are fairseq's (argparse Namespace or flat dict). An option neither class can
     represent is refused with an error naming it, so a checkpoint is never loaded into a model
@@ -625,7 +625,7 @@ def config_from_fairseq_options(options, src_vocab_size: int, tgt_vocab_size: in
         forced_eos_token_id=EOS_ID,  # and ends every hypothesis with it at the length limit
     )
     if pre_norm[0]:
-        from .prenorm import prenorm_config
+        from headprune.models.prenorm import prenorm_config
 
         return prenorm_config(source_vocab_size=src_vocab_size, target_vocab_size=tgt_vocab_size,
                               share_all_embeddings=share_all, share_decoder_input_output_embed=share_output,
@@ -648,7 +648,7 @@ def is_pre_norm(config) -> bool:
 def model_class_for(config):
     """The transformers class a converted fairseq model runs in."""
     if is_pre_norm(config):
-        from .prenorm import PreNormTransformer
+        from headprune.models.prenorm import PreNormTransformer
 
         return PreNormTransformer
     return FSMTForConditionalGeneration
@@ -982,7 +982,7 @@ def load_fairseq_translation_model(path, src_lang="en", tgt_lang="fr", dtype=tor
     """(model in eval mode, FSMTTokenizer) for a fairseq translation model.
 
     The model is transformers' FSMT for fairseq's post-norm transformer and
-    ``headprune.prenorm.PreNormTransformer`` (M2M100) for the pre-norm one. `path` is a fairseq
+    ``headprune.models.prenorm.PreNormTransformer`` (M2M100) for the pre-norm one. `path` is a fairseq
     tarball (extracted once, next to it or into `extract_dir`) or an extracted model folder with
     model.pt, dict.{src}.txt, dict.{tgt}.txt and bpecodes. The checkpoint may be fairseq 0.6-0.12's,
     training state included (see safe_load_checkpoint and fairseq_model_options).

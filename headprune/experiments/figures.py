@@ -31,7 +31,7 @@ from matplotlib.ticker import MaxNLocator
 
 log = logging.getLogger(__name__)
 
-# Same names as headprune.heads; repeated here so plotting does not import torch.
+# Same names as headprune.models.heads; repeated here so plotting does not import torch.
 ATTENTION_TYPES = ("enc_self", "enc_dec", "dec_self")
 TYPE_LABELS = {"enc_self": "Enc-Enc", "enc_dec": "Enc-Dec", "dec_self": "Dec-Dec"}
 
@@ -535,7 +535,7 @@ def figure5_table(pruning_by_epoch: dict) -> pd.DataFrame:
 
 
 def figure5_rows(dynamics: pd.DataFrame) -> pd.DataFrame:
-    """The rows Figure 5 draws: one pruning curve per checkpoint epoch (headprune.train.dynamics_table)."""
+    """The rows Figure 5 draws: one pruning curve per checkpoint epoch (headprune.models.train.dynamics_table)."""
     _require_columns(dynamics, FIGURE5_COLUMNS, "training dynamics table")
     if dynamics.empty:
         raise ValueError("training dynamics table is empty")
@@ -588,7 +588,7 @@ FIGURE2_COLUMNS = ["study", "attn_type", "layer", "head", "metric", "delta_in_do
 
 def figure2_table(in_domain: pd.DataFrame, out_of_domain: pd.DataFrame) -> pd.DataFrame:
     """One row per head: its ablation delta in domain and out of domain, with Pearson's r over all heads."""
-    from .stats import pearson
+    from headprune.experiments.stats import pearson
 
     keys = ["study", "attn_type", "layer", "head"]
     merged = in_domain[keys + ["metric", "delta"]].merge(
@@ -733,7 +733,7 @@ def concrete_figure(concrete: pd.DataFrame, out_png, out_pdf, style: dict | None
 def roles_by_step(roles: pd.DataFrame, step_percent: float = 10.0) -> pd.DataFrame:
     """Which roles are left after each step of global I_h pruning (least important first): one row per
     step, the number of heads of each role still in the model ('n/a': heads without a role measured)."""
-    from .experiments import importance_order, pruning_steps
+    from headprune.experiments.runs import importance_order, pruning_steps
 
     _require_columns(roles, ["study", "attn_type", "layer", "head", "importance", "role"], "head roles table")
     role_of = {(r.attn_type, int(r.layer), int(r.head)): r.role for r in roles.itertuples()}

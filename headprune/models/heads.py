@@ -17,8 +17,8 @@ attention backend and inside generate(): keys, values and their cache are untouc
 step's new queries are masked. It needs scores that are query . key plus the mask and nothing
 else (no relative-position terms), which ``HeadAdapter.uniform_masking_problem`` checks.
 
-One ``HeadAdapter`` per model family says where the heads are; gating, scoring
-and pruning only talk to ``AttentionSite`` objects.
+One ``HeadAdapter`` per model family says where the heads are (``headprune/models/families/``, one file
+each); gating, scoring and pruning only talk to ``AttentionSite`` objects.
 """
 from __future__ import annotations
 
@@ -124,154 +124,11 @@ def _causal(mask_2d: torch.Tensor) -> torch.Tensor:
     return mask_2d[:, None, :] & lower[None]
 
 
-class BertAdapter(HeadAdapter):
-    family = "bert"
-    attention_types = (ENC_SELF,)
-
-    def sites(self, model):
-        encoder = model.base_model.encoder
-        config = model.config
-        sites = []
-        for i, layer in enumerate(encoder.layer):
-            attn = layer.attention.self
-            sites.append(AttentionSite(
-                ENC_SELF, i, attn, attn.query, attn.key, attn.value, layer.attention.output.dense,
-                head_dim=attn.attention_head_size, original_num_heads=config.num_attention_heads,
-                time_major=False,
-            ))
-        return sites
-
-    def loss_and_outputs(self, model, batch, output_attentions=False):
-        outputs = model(
-            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-            token_type_ids=batch.get("token_type_ids"), output_attentions=output_attentions,
-        )
-        logits = outputs.logits
-        if logits.shape[-1] == 1:  # regression head (STS-B)
-            loss = nn.functional.mse_loss(logits.squeeze(-1), batch["labels"].float(), reduction="sum")
-        else:
-            loss = nn.functional.cross_entropy(logits, batch["labels"], reduction="sum")
-        return loss, outputs
-
-    def query_mask(self, batch, attn_type):
-        return batch["attention_mask"].bool()
-
-    def key_mask(self, batch, attn_type):
-        mask = batch["attention_mask"].bool()
-        return mask[:, None, :].expand(-1, mask.shape[1], -1)
-
-    def eos_keys(self, model, batch, attn_type):
-        sep = getattr(model.config, "sep_token_id", None)
-        if sep is None:  # transformers 5 configs do not carry it; models.load_classifier sets it
-            raise ValueError("model.config.sep_token_id is not set: take it from the tokenizer")
-        return batch["input_ids"] == sep
-
-    def attention_weights(self, outputs, attn_type):
-        return list(outputs.attentions)
-
-    def num_tokens(self, batch):
-        return int(batch["attention_mask"].sum())
-
-    def uniform_masking_problem(self, model, sites):
-        # Relative position embeddings (relative_key, relative_key_query) add query . position terms to
-        # BERT's scores. transformers 5's BERT no longer computes them and ignores the setting, so such
-        # a checkpoint would run without them anyway; refuse rather than mask a model it is not.
-        kind = getattr(model.config, "position_embedding_type", None)
-        if kind not in (None, "absolute"):
-            return (f"the model's config asks for position_embedding_type={kind!r}: relative positions add to "
-                    "the attention scores")
-        return super().uniform_masking_problem(model, sites)
-
-
-class FSMTAdapter(HeadAdapter):
-    """transformers' FSMT: fairseq's post-norm transformer, run on fairseq checkpoints.
-
-    Its layers hold ``self_attn`` and ``encoder_attn`` modules with q/k/v/out projections, as
-    fairseq's do; subclasses for other encoder-decoder classes with that layout change only
-    how the tensors are laid out.
-    """
-
-    family = "fsmt"
-    attention_types = ATTENTION_TYPES
-    time_major = True  # FSMT's attention works in (time, batch, dim)
-
-    def sites(self, model):
-        base = model.model if hasattr(model, "model") else model
-        config = model.config
-        sites = []
-        for i, layer in enumerate(base.encoder.layers):
-            sites.append(self._site(ENC_SELF, i, layer.self_attn, config.encoder_attention_heads))
-        for i, layer in enumerate(base.decoder.layers):
-            sites.append(self._site(ENC_DEC, i, layer.encoder_attn, config.decoder_attention_heads))
-        for i, layer in enumerate(base.decoder.layers):
-            sites.append(self._site(DEC_SELF, i, layer.self_attn, config.decoder_attention_heads))
-        return sites
-
-    def _site(self, attn_type, layer, attn, heads):
-        return AttentionSite(attn_type, layer, attn, attn.q_proj, attn.k_proj, attn.v_proj, attn.out_proj,
-                             head_dim=attn.head_dim, original_num_heads=heads, time_major=self.time_major)
-
-    def loss_and_outputs(self, model, batch, output_attentions=False):
-        outputs = model(
-            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-            decoder_input_ids=batch["decoder_input_ids"], decoder_attention_mask=batch["decoder_attention_mask"],
-            output_attentions=output_attentions, use_cache=False,
-        )
-        # Plain token cross entropy summed over target tokens: no label smoothing (the authors' choice).
-        logits = outputs.logits
-        loss = nn.functional.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), batch["labels"].reshape(-1),
-            ignore_index=model.config.pad_token_id, reduction="sum",
-        )
-        return loss, outputs
-
-    def query_mask(self, batch, attn_type):
-        return (batch["attention_mask"] if attn_type == ENC_SELF else batch["decoder_attention_mask"]).bool()
-
-    def key_mask(self, batch, attn_type):
-        source = batch["attention_mask"].bool()
-        target = batch["decoder_attention_mask"].bool()
-        if attn_type == ENC_SELF:
-            return source[:, None, :].expand(-1, source.shape[1], -1)
-        if attn_type == ENC_DEC:
-            return source[:, None, :].expand(-1, target.shape[1], -1)
-        return _causal(target)
-
-    def eos_keys(self, model, batch, attn_type):
-        keys = batch["decoder_input_ids"] if attn_type == DEC_SELF else batch["input_ids"]
-        return keys == model.config.eos_token_id
-
-    def attention_weights(self, outputs, attn_type):
-        return list({ENC_SELF: outputs.encoder_attentions, ENC_DEC: outputs.cross_attentions,
-                     DEC_SELF: outputs.decoder_attentions}[attn_type])
-
-    def num_tokens(self, batch):
-        # fairseq's ntokens: target tokens, EOS included.
-        return int(batch["decoder_attention_mask"].sum())
-
-
-class M2M100Adapter(FSMTAdapter):
-    """transformers' M2M100: fairseq's pre-norm transformer (``headprune.prenorm``)."""
-
-    family = "m2m100"
-    time_major = False
-
-
 def adapter_for(model) -> HeadAdapter:
-    model_type = getattr(model.config, "model_type", None)
-    if model_type == "fsmt":
-        return FSMTAdapter()
-    if model_type == "m2m_100":
-        return M2M100Adapter()
-    from .adapters import adapter_for_model_type  # decoder-only families (they import this module)
+    """The head adapter of the model's family (``headprune.models.families``: one file per family)."""
+    from headprune.models.families import adapter_for_model  # the families import this module
 
-    adapter = adapter_for_model_type(model_type)
-    if adapter is not None:
-        return adapter
-    if hasattr(model, "base_model") and hasattr(model.base_model, "encoder") \
-            and hasattr(model.base_model.encoder, "layer"):
-        return BertAdapter()
-    raise ValueError(f"no head adapter for model type {model_type!r} ({type(model).__name__})")
+    return adapter_for_model(model)
 
 
 def head_shape(model) -> dict[str, tuple[int, int]]:

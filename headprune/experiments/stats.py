@@ -11,7 +11,7 @@ from functools import lru_cache, partial
 import numpy as np
 from scipy import stats as scipy_stats
 
-from headprune import metrics
+from headprune.experiments import metrics
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,7 @@ class PreNormTransformer(M2M100ForConditionalGeneration):
     """M2M100 with fairseq's vocabularies and embedding sharing (see the module docstring)."""
 
     # transformers' from_pretrained knows only M2M100's own tying, drops the shared matrices
-    # save_pretrained leaves out, and reports them as newly initialized: headprune.prune's
+    # save_pretrained leaves out, and reports them as newly initialized: headprune.models.prune's
     # load_pruned_weights loads this class itself.
     loads_without_from_pretrained = True
 

@@ -24,7 +24,7 @@ import zipfile
 from pathlib import Path, PurePosixPath
 from typing import Iterable, Iterator, NamedTuple, TextIO
 
-from .download import DownloadError, fetch, file_digest
+from headprune.data.download import DownloadError, fetch, file_digest
 
 __all__ = [
     "DataFormatError",

@@ -4,7 +4,7 @@ Each block's ``attn`` computes queries, keys and values with one fused ``Conv1D`
 mixes the heads with another, ``c_proj``. A ``Conv1D`` is a linear layer whose weight is stored
 transposed, (in, out), and computes x @ weight + bias. ``c_attn``'s outputs are [queries | keys |
 values], each head-major; ``c_proj``'s inputs are the concatenated head outputs, head-major, so its
-forward pre-hook gates heads as in every family (``headprune.heads.gated``).
+forward pre-hook gates heads as in every family (``headprune.models.heads.gated``).
 
 The site's query and key are both ``c_attn``: uniform masking (a zero query) is refused, as it
 would zero keys and values too. Its value is a ``ValueView`` of ``c_attn``'s last third.
@@ -14,7 +14,7 @@ and their rows out of ``c_proj``'s weight, and switches the attention to
 ``PrunableGPT2Attention``: GPT-2's attention splits ``c_attn``'s output at ``split_size`` (set to
 the kept heads' width) and infers the head count from it, but cannot split an empty output. With
 no heads left the attention adds ``c_proj``'s bias alone and keeps the layer's cache as long as
-the others (``headprune.prune._cache_without_heads``). Cross-attention (``add_cross_attention``) is
+the others (``headprune.models.prune.cache_without_heads``). Cross-attention (``add_cross_attention``) is
 not supported.
 """
 from __future__ import annotations
@@ -22,9 +22,9 @@ from __future__ import annotations
 import torch
 from transformers.models.gpt2.modeling_gpt2 import GPT2Attention
 
-from ..heads import DEC_SELF, AttentionSite
-from ..prune import _cache_without_heads
-from . import CausalLMAdapter, ValueView, head_rows, keep_indices
+from headprune.models.heads import DEC_SELF, AttentionSite
+from headprune.models.prune import cache_without_heads
+from headprune.models.families.causal_lm import CausalLMAdapter, ValueView, head_rows, keep_indices
 
 
 class GPT2Adapter(CausalLMAdapter):
@@ -75,7 +75,11 @@ class PrunableGPT2Attention(GPT2Attention):
         if encoder_hidden_states is not None:
             raise ValueError("a pruned GPT-2 cross-attention is not supported")
         batch, length = hidden_states.shape[:2]
-        _cache_without_heads(past_key_values, False, self.layer_idx, batch, length, self.head_dim, hidden_states)
+        cache_without_heads(past_key_values, False, self.layer_idx, batch, length, self.head_dim, hidden_states)
         # c_proj of no inputs is its bias (Conv1D itself cannot reshape an empty input)
         bias = self.c_proj.bias.expand(*hidden_states.shape[:-1], -1).clone()
         return self.resid_dropout(bias), None
+
+
+MODEL_TYPES = ("gpt2",)
+ADAPTER = GPT2Adapter

@@ -2,7 +2,7 @@
 
 Beyond the paper: Michel et al. rank heads by I_h; Voita et al. let the data decide which heads to
 drop. Every head h gets a scalar gate g_h on its output, before the output projection (the same
-place as the paper's xi_h, ``headprune.heads.gated``), drawn from a Hard Concrete distribution
+place as the paper's xi_h, ``headprune.models.heads.gated``), drawn from a Hard Concrete distribution
 (Louizos et al., 2018) with one learned parameter log_a per head. Following Voita's code
 (lena-voita/the-story-of-heads, lib/layers/concrete_gate.py), with temperature T = 0.33 and
 stretch limits (l, r) = (-0.1, 1.1):
@@ -43,7 +43,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from .heads import adapter_for, gated, head_shape
+from headprune.models.heads import adapter_for, gated, head_shape
 
 TEMPERATURE = 0.33
 STRETCH = (-0.1, 1.1)
@@ -109,7 +109,7 @@ class HardConcreteGates(nn.Module):
     """One log_a per head, a (layers, heads) tensor per attention type, as ``full_gates`` shapes them.
 
     ``sample``, ``deterministic`` and ``kept`` return dicts attn_type -> (layers, heads) that
-    ``headprune.heads.gated`` takes.
+    ``headprune.models.heads.gated`` takes.
     """
 
     def __init__(self, shape: dict[str, tuple[int, int]], *, temperature: float = TEMPERATURE,
@@ -276,7 +276,7 @@ def kept_heads_table(gates: HardConcreteGates, threshold: float = KEEP_THRESHOLD
 
 
 def closed_heads(gates: HardConcreteGates, threshold: float = KEEP_THRESHOLD) -> dict[str, dict[int, list[int]]]:
-    """{attn_type: {layer: [heads]}} of the heads not kept, as ``headprune.prune.prune_heads`` takes them.
+    """{attn_type: {layer: [heads]}} of the heads not kept, as ``headprune.models.prune.prune_heads`` takes them.
 
     Only layers with a closed head are listed; every attention type is.
     """

@@ -2,11 +2,11 @@
 
 Section 6 of the paper (Figure 5) trains an IWSLT 2014 de-en transformer (6 layers, 8 heads)
 and prunes the checkpoints of several epochs, to see when the unimportant heads appear. The
-same loop trains the offline demo's tiny en->fr model (``headprune.demo``) with other settings.
+same loop trains the offline demo's tiny en->fr model (``headprune.data.demo``) with other settings.
 
 The model is fairseq's transformer (sinusoidal positions, scaled embeddings), post-norm in
 transformers' FSMT or, with ``normalize_before`` (the authors' IWSLT setting), pre-norm in
-``headprune.prenorm.PreNormTransformer``, with all embeddings shared over one joined dictionary. Training is fairseq's
+``headprune.models.prenorm.PreNormTransformer``, with all embeddings shared over one joined dictionary. Training is fairseq's
 teacher forcing: source = tokens + </s>, decoder input = </s> + target tokens, labels = target
 tokens + </s>. Options follow fairseq's names:
 
@@ -39,10 +39,10 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .data import read_lines
-from .fairseq import (EOS_ID, FAIRSEQ_SPECIAL_TOKENS, PAD_ID, build_fsmt_tokenizer, config_from_fairseq_options,
+from headprune.data.datasets import read_lines
+from headprune.models.fairseq import (EOS_ID, FAIRSEQ_SPECIAL_TOKENS, PAD_ID, build_fsmt_tokenizer, config_from_fairseq_options,
                       is_pre_norm, model_class_for, read_fairseq_dict, write_fairseq_tarball)
-from .finetune import restores_torch_threads, warmup_linear_decay
+from headprune.models.finetune import restores_torch_threads, warmup_linear_decay
 
 LR_SCHEDULES = ("linear", "inverse_sqrt")
 
@@ -55,8 +55,8 @@ LR_SCHEDULES = ("linear", "inverse_sqrt")
 def corpus_folder(corpus, src_lang: str, tgt_lang: str) -> Path:
     """The folder holding train.{src,tgt}, bpecodes and dict.{src,tgt}.txt.
 
-    ``corpus`` is that folder, or the dict of paths ``headprune.demo.make_translation_corpus``
-    returns; ``headprune.iwslt.prepare_iwslt`` writes the same layout.
+    ``corpus`` is that folder, or the dict of paths ``headprune.data.demo.make_translation_corpus``
+    returns; ``headprune.data.iwslt.prepare_iwslt`` writes the same layout.
     """
     folder = Path(corpus["bpecodes"]).parent if isinstance(corpus, Mapping) else Path(corpus)
     for name in (f"train.{src_lang}", f"train.{tgt_lang}", "bpecodes", f"dict.{src_lang}.txt", f"dict.{tgt_lang}.txt"):
@@ -399,7 +399,7 @@ def train_translation_model(
     bar.close()
     model.eval()
     if not is_pre_norm(config):
-        # As headprune.fairseq's loader leaves a model: FSMT builds its causal decoder mask only
+        # As headprune.models.fairseq's loader leaves a model: FSMT builds its causal decoder mask only
         # without the cache, so plain forward passes must not use it; generate() still does.
         model.config.use_cache = False
         model.generation_config.use_cache = True

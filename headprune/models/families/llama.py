@@ -5,7 +5,7 @@ positions applied to queries and keys, and grouped-query attention: ``num_key_va
 key/value heads, each read by ``num_attention_heads / num_key_value_heads`` consecutive query heads
 (query head h reads kv head h // groups). Gates, importance and pruning address QUERY heads: a
 head is what ``o_proj`` reads, head-major, so ``o_proj``'s forward pre-hook gates them as in every
-family (``headprune.heads.gated``). Uniform masking works: the rotary rotation of a zero query is
+family (``headprune.models.heads.gated``). Uniform masking works: the rotary rotation of a zero query is
 zero.
 
 Physical pruning (``LlamaAdapter.prune_site``) removes a query head's rows of ``q_proj`` and its
@@ -21,10 +21,10 @@ to 1 so that no backend (eager, sdpa, flash) repeats them again. When every rema
 read by the same number of query heads (nothing pruned, whole groups removed, no GQA) there is
 nothing to gather: ``num_key_value_groups`` is that number and transformers' own grouped paths run.
 With no head left the layer adds only ``o_proj``'s bias (none in Llama: zeros) and keeps a
-one-head zero cache entry as long as the others' (``headprune.prune._cache_without_heads``).
+one-head zero cache entry as long as the others' (``headprune.models.prune.cache_without_heads``).
 
 The index is a non-persistent buffer, rebuilt from ``config.headprune_pruned_heads`` when a saved
-pruned model is loaded (``headprune.prune.load_pruned_weights``). Only the dynamic cache (the
+pruned model is loaded (``headprune.models.prune.load_pruned_weights``). Only the dynamic cache (the
 default) is supported: a static cache is sized from the config's head counts.
 """
 from __future__ import annotations
@@ -38,9 +38,9 @@ from transformers.models.llama import modeling_llama
 from transformers.models.mistral import modeling_mistral
 from transformers.models.qwen2 import modeling_qwen2
 
-from ..heads import DEC_SELF, AttentionSite
-from ..prune import _cache_without_heads
-from . import CausalLMAdapter, ValueView, head_rows, keep_indices
+from headprune.models.heads import DEC_SELF, AttentionSite
+from headprune.models.prune import cache_without_heads
+from headprune.models.families.causal_lm import CausalLMAdapter, ValueView, head_rows, keep_indices
 
 
 class LlamaAdapter(CausalLMAdapter):
@@ -138,7 +138,7 @@ class _PrunableGroupedAttention:
     def forward(self, hidden_states, position_embeddings=None, attention_mask=None, past_key_values=None, **kwargs):
         input_shape = hidden_states.shape[:-1]
         if self.q_proj.out_features == 0:
-            _cache_without_heads(past_key_values, False, self.layer_idx, input_shape[0], input_shape[1],
+            cache_without_heads(past_key_values, False, self.layer_idx, input_shape[0], input_shape[1],
                                  self.head_dim, hidden_states)
             return self.o_proj(hidden_states.new_zeros(*input_shape, 0)), None
         hidden_shape = (*input_shape, -1, self.head_dim)
@@ -196,3 +196,7 @@ def _family_class(attn) -> type:
         if isinstance(attn, cls):
             return cls
     raise TypeError(f"do not know how to prune {type(attn).__name__}")
+
+
+MODEL_TYPES = ("llama", "mistral", "qwen2")
+ADAPTER = LlamaAdapter

@@ -43,8 +43,8 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from .criteria import ESTIMATORS
-from .heads import HeadCapture, adapter_for, full_gates, gated, head_shape
+from headprune.scoring.criteria import ESTIMATORS
+from headprune.models.heads import HeadCapture, adapter_for, full_gates, gated, head_shape
 
 # Sums over the data, one (layers, heads) tensor per attention type each.
 GATE_SUMS = (*ESTIMATORS, "fisher")

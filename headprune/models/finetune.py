@@ -18,9 +18,9 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .batching import classification_batches
-from .data import read_glue_split
-from .evaluate import predict_classes
+from headprune.data.batching import classification_batches
+from headprune.data.datasets import read_glue_split
+from headprune.experiments.evaluate import predict_classes
 
 
 def restores_torch_threads(function):
@@ -60,7 +60,7 @@ def finetune_bert_classifier(model_dir, train_tsv, dev_tsv, out_dir, num_labels:
                              num_threads: int | None = None, progress: bool = True) -> dict:
     """Fine-tune the BERT folder ``model_dir`` on ``train_tsv``; save to ``out_dir``; report dev accuracy.
 
-    TSVs are the normalized text_a/text_b/label files of headprune.data. Fractional
+    TSVs are the normalized text_a/text_b/label files of headprune.data.datasets. Fractional
     epochs are allowed. Attention is the "eager" implementation so that attention
     weights can be read later. Returns dev_accuracy, train_loss (mean of the last
     epoch), train_seconds, sizes, steps and device.

@@ -73,8 +73,8 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from .heads import ENC_SELF, adapter_for
-from .importance import _use_eager_attention
+from headprune.models.heads import ENC_SELF, adapter_for
+from headprune.scoring.importance import _use_eager_attention
 
 RELATIONS = ("nsubj", "obj", "amod", "advmod")
 DIRECTIONS = ("dep2head", "head2dep")
@@ -297,7 +297,7 @@ def attention_maps(model, tokenizer, sentences: Sequence[Sentence | Sequence[str
     physically pruned heads get NaN rows (argmax -1). BERT-like classifiers run their encoder
     on "[CLS] words [SEP]"; translation models (FSMT, M2M100) their encoder alone on
     "words </s>" (decoder attention gets no roles, so it is not computed). The model runs in eval
-    mode with eager attention (switched, as headprune.importance does), without gradients,
+    mode with eager attention (switched, as headprune.scoring.importance does), without gradients,
     in batches of ``batch_size`` sentences of similar length.
     """
     adapter = adapter_for(model)

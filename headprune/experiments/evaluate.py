@@ -13,7 +13,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
-from .heads import full_gates, gated
+from headprune.models.heads import full_gates, gated
 
 
 class SourceSharingCache(EncoderDecoderCache):

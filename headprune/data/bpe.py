@@ -1,7 +1,7 @@
 """Byte-pair encoding as subword-nmt learns it (codes format version 0.2), and fairseq dictionaries.
 
 The codes are what fairseq's tarballs ship as ``bpecodes``; transformers' FSMTTokenizer applies
-them (``headprune.fairseq.build_fsmt_tokenizer``). The demo learns a few hundred merges on a
+them (``headprune.models.fairseq.build_fsmt_tokenizer``). The demo learns a few hundred merges on a
 made-up language; IWSLT 2014 de-en learns fairseq's 10000 merges on ~320k sentences, which is
 why ``learn_bpe`` updates its pair counts incrementally instead of recounting every pair after
 each merge (the merges are the same: ``tests/test_train.py`` checks them against the plain

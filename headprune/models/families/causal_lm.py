@@ -1,15 +1,6 @@
-"""Head adapters for decoder-only causal language models, one file per family.
-
-``headprune.heads.adapter_for`` hands a model whose ``config.model_type`` is listed in
-``FAMILIES`` to the adapter named there: ``gpt2`` (GPT-2's fused query/key/value projection,
-``adapters/gpt2.py``) and ``llama`` (Llama, Mistral and Qwen2: separate projections, rotary
-positions, grouped-query attention; ``adapters/llama.py``). The family modules are imported only
-then, so this package loads no model code of its own.
-
-What the families share lives here: ``CausalLMAdapter`` (the batch, the loss and the masks of a
-causal LM: every attention is decoder self-attention, ``DEC_SELF``), ``ValueView`` (what an
-``AttentionSite.value`` is when no module puts out exactly one value vector per query head), and
-the parameter slicing the families' ``prune_site`` use.
+"""What the decoder-only families share (``gpt2``, ``llama``): the batch, the next-token loss and the masks
+of a causal LM (every attention is decoder self-attention, ``DEC_SELF``), ``ValueView``, and the
+parameter slicing their ``prune_site`` use.
 
 A causal-LM batch is a dict of (batch, time) tensors: ``input_ids``, ``attention_mask`` (1 on real
 tokens; left or right padding) and optionally ``labels``, aligned with ``input_ids`` as in
@@ -22,28 +13,10 @@ it is padded on.
 """
 from __future__ import annotations
 
-import importlib
-
 import torch
 from torch import nn
 
-from ..heads import DEC_SELF, HeadAdapter, _causal
-
-# config.model_type -> (module in this package, adapter class name)
-FAMILIES = {
-    "gpt2": ("gpt2", "GPT2Adapter"),
-    "llama": ("llama", "LlamaAdapter"),
-    "mistral": ("llama", "LlamaAdapter"),
-    "qwen2": ("llama", "LlamaAdapter"),
-}
-
-
-def adapter_for_model_type(model_type: str | None) -> HeadAdapter | None:
-    """The adapter of a decoder-only family, or None if ``model_type`` is not one of ``FAMILIES``."""
-    if model_type not in FAMILIES:
-        return None
-    module, name = FAMILIES[model_type]
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)()
+from headprune.models.heads import DEC_SELF, HeadAdapter, _causal
 
 
 class CausalLMAdapter(HeadAdapter):
@@ -125,7 +98,7 @@ class ValueView:
     """Stands for a value projection inside a module that puts out more, or one value per key/value head.
 
     ``AttentionSite.value`` is watched with forward hooks that expect (..., heads * head_dim): one
-    value vector per query head (``headprune.importance`` takes dL/dA from them). GPT-2's values are
+    value vector per query head (``headprune.scoring.importance`` takes dL/dA from them). GPT-2's values are
     the last third of the fused ``c_attn``'s output; under grouped-query attention a value vector
     serves several query heads. A hook registered here sees ``select(output)`` instead; it may only
     read it (returning a new output would have nothing to replace).

@@ -33,10 +33,10 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from .evaluate import SourceSharingCache
-from .experiments import HeadId, gates_without, importance_order
-from .heads import adapter_for, gated
-from .prune import count_heads, prune_heads
+from headprune.experiments.evaluate import SourceSharingCache
+from headprune.experiments.runs import HeadId, gates_without, importance_order
+from headprune.models.heads import adapter_for, gated
+from headprune.models.prune import count_heads, prune_heads
 
 ORIGINAL, PRUNED = "original", "pruned"
 VARIANTS = (ORIGINAL, PRUNED)

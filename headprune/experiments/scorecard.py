@@ -122,7 +122,7 @@ def flags(column: pd.Series) -> pd.Series:
 
 def point(metric: str) -> float:
     if metric not in POINT:
-        raise ValueError(f"scorecard: no point defined for metric '{metric}' (headprune.scorecard.POINT)")
+        raise ValueError(f"scorecard: no point defined for metric '{metric}' (headprune.experiments.scorecard.POINT)")
     return POINT[metric]
 
 

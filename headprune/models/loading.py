@@ -12,8 +12,8 @@ from pathlib import Path
 
 import torch
 
-from .fairseq import is_pre_norm, load_fairseq_translation_model, model_class_for, safe_extract
-from .prune import load_pruned_weights
+from headprune.models.fairseq import is_pre_norm, load_fairseq_translation_model, model_class_for, safe_extract
+from headprune.models.prune import load_pruned_weights
 
 # What a BERT download needs; never *.bin / *.pt / *.ckpt pickles.
 HUB_ALLOW_PATTERNS = ["config.json", "*.safetensors", "vocab.txt", "tokenizer.json", "tokenizer_config.json",
@@ -24,11 +24,11 @@ def pick_device(requested: str = "auto") -> torch.device:
     """"auto" is the job's GPU, else the CPU; "cuda" is the job's GPU; "cpu", "cuda:1" are taken as given.
 
     Which GPU is the job's: under SLURM (or with CUDA_VISIBLE_DEVICES set) the one visible;
-    on a workstation one free GPU that this process claims (headprune.gpus: a file lock per GPU,
+    on a workstation one free GPU that this process claims (headprune.models.gpus: a file lock per GPU,
     CUDA_VISIBLE_DEVICES set before CUDA starts), so parallel jobs never share a device.
     """
     if requested in ("auto", "cuda"):
-        from .gpus import claim_gpus, job_gpus
+        from headprune.models.gpus import claim_gpus, job_gpus
 
         claim_gpus(max(job_gpus(), 1) if requested == "cuda" else None)
     if requested == "auto":
@@ -38,7 +38,7 @@ def pick_device(requested: str = "auto") -> torch.device:
 
 def load_translation(path, src_lang: str = "en", tgt_lang: str = "fr", device="cpu"):
     """(model, tokenizer) from a fairseq tarball/folder or a saved Hugging Face folder of a converted one
-    (FSMT for fairseq's post-norm transformer, headprune.prenorm's M2M100 for the pre-norm one)."""
+    (FSMT for fairseq's post-norm transformer, headprune.models.prenorm's M2M100 for the pre-norm one)."""
     from transformers import AutoConfig, FSMTTokenizer
 
     path = Path(path)
@@ -92,7 +92,7 @@ def fetch_pretrained(source: dict, dest) -> Path:
     tokenizer files from the Hugging Face hub; ``{"url": ..., "sha256": ...}``
     fetches a .tar.gz of a model folder (the demo's tiny BERT) and extracts it safely.
     """
-    from .download import fetch
+    from headprune.data.download import fetch
 
     dest = Path(dest)
     if "hub" in source:

@@ -7,7 +7,7 @@ come in, so the same pipeline rules consume them:
 - a translation corpus "en" -> "fr" (plain text, one sentence per line, Moses-tokenizable),
   subword-nmt BPE codes learned on it and fairseq dictionaries;
 - a tiny fairseq-style transformer trained on it, written as a fairseq model tarball
-  (``headprune.fairseq.write_fairseq_tarball``), standing in for ``wmt14.en-fr.joined-dict``;
+  (``headprune.models.fairseq.write_fairseq_tarball``), standing in for ``wmt14.en-fr.joined-dict``;
 - GLUE-like classification tasks: MNLI, SST-2, CoLA and MRPC stand-ins (normalized TSVs, and
   GLUE's archives or, for MRPC, SentEval's files);
 - a tiny "pretrained" BERT folder in the Hugging Face format, standing in for
@@ -30,11 +30,11 @@ from typing import Mapping, NamedTuple
 import torch
 from tqdm.auto import tqdm
 
-from headprune.bpe import END_OF_WORD, bpe_segment, learn_bpe, write_bpe_codes
-from headprune.download import sha256sum
-from headprune.finetune import restores_torch_threads
-from headprune.fairseq import write_fairseq_dict
-from headprune.train import corpus_folder, fit_translation_model, write_translation_tarball
+from headprune.data.bpe import END_OF_WORD, bpe_segment, learn_bpe, write_bpe_codes
+from headprune.data.download import sha256sum
+from headprune.models.finetune import restores_torch_threads
+from headprune.models.fairseq import write_fairseq_dict
+from headprune.models.train import corpus_folder, fit_translation_model, write_translation_tarball
 
 # ---------------------------------------------------------------------------------------------
 # TRANSLATION TASK
@@ -179,7 +179,7 @@ def _write_lines(path: Path, lines: list[str]) -> Path:
 
 
 # ---------------------------------------------------------------------------------------------
-# BPE: subword-nmt's learner (codes format version 0.2) and segmenter, in headprune.bpe (shared
+# BPE: subword-nmt's learner (codes format version 0.2) and segmenter, in headprune.data.bpe (shared
 # with the IWSLT preparation). The codes are what fairseq's tarballs ship as "bpecodes";
 # FSMTTokenizer applies them.
 # ---------------------------------------------------------------------------------------------
@@ -259,7 +259,7 @@ def make_translation_corpus(
 
 
 # ---------------------------------------------------------------------------------------------
-# The tiny translation model: trained by headprune.train (the loop that also trains Figure 5's
+# The tiny translation model: trained by headprune.models.train (the loop that also trains Figure 5's
 # IWSLT model), written as a fairseq tarball.
 # ---------------------------------------------------------------------------------------------
 
@@ -288,7 +288,7 @@ def train_tiny_translation_model(
 
     corpus_paths is make_translation_corpus's output (its dict or its folder). The tarball
     (.tar.bz2) holds folder_name/ with model.pt, dict.{src,tgt}.txt and bpecodes, like the
-    real wmt14.en-fr.joined-dict.transformer. See headprune.train.fit_translation_model for the
+    real wmt14.en-fr.joined-dict.transformer. See headprune.models.train.fit_translation_model for the
     training.
     """
     folder = corpus_folder(corpus_paths, src_lang, tgt_lang)
@@ -338,7 +338,7 @@ def train_tiny_translation_model(
 #   a noun or an adjective (to one the sentence does not use) or a negation; half of them are
 #   also rewritten like a paraphrase, so that a rewritten sentence 2 does not by itself mean
 #   "paraphrase".
-# Label indices follow headprune.data.GLUE_TASKS (MNLI: contradiction, entailment, neutral).
+# Label indices follow headprune.data.datasets.GLUE_TASKS (MNLI: contradiction, entailment, neutral).
 # ---------------------------------------------------------------------------------------------
 
 COPULA = "iz"
@@ -623,13 +623,13 @@ def _classification_split(kind: str, n: int, rng: random.Random, shifted: bool) 
 
 
 def _glue_task(kind: str) -> dict:
-    from headprune.data import GLUE_TASKS
+    from headprune.data.datasets import GLUE_TASKS
 
     return GLUE_TASKS[CLASSIFICATION_KINDS[kind]]
 
 
 def _write_normalized_tsv(path: Path, rows) -> Path:
-    # The layout headprune.data.prepare_glue_task writes: text_a, text_b, label index.
+    # The layout headprune.data.datasets.prepare_glue_task writes: text_a, text_b, label index.
     return _write_lines(path, ["text_a\ttext_b\tlabel"] + [f"{a}\t{b}\t{label}" for a, b, label in rows])
 
 
@@ -720,7 +720,7 @@ def make_classification_task(
       msr_paraphrase_train, msr_paraphrase_test, mrpc_dev_ids
                             mrpc: the three files MRPC is downloaded as (see _mrpc_files),
                             named as in their real URLs
-      glue_task             glue_task.json: headprune.data's task dict for these files (file://
+      glue_task             glue_task.json: headprune.data.datasets's task dict for these files (file://
                             urls and their sha256), for prepare_glue_task
     The same arguments give byte-identical files.
     """
@@ -895,7 +895,7 @@ def demo_conllu(sentences: list[str]) -> str:
     ...) and text; UPOS is filled, LEMMA, XPOS, FEATS, DEPS and MISC are "_". A sentence outside
     the grammar raises ValueError naming it and the word where parsing failed.
     """
-    from headprune.roles import Sentence, write_conllu
+    from headprune.scoring.roles import Sentence, write_conllu
 
     classes = {
         **dict.fromkeys(DETERMINERS, "det"), **dict.fromkeys(ADJECTIVES, "adj"), **dict.fromkeys(NOUNS, "noun"),

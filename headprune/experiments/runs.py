@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from . import metrics, stats
+from headprune.experiments import metrics, stats
 
 # The model-side modules (torch, transformers: seconds to import) are imported inside the
 # functions that run a model, so that significance and plotting jobs start fast.
@@ -33,7 +33,7 @@ def parse_head_name(name: str) -> HeadId:
 
 
 def all_heads(model_or_shape) -> list[HeadId]:
-    from .heads import head_shape
+    from headprune.models.heads import head_shape
 
     shape = model_or_shape if isinstance(model_or_shape, dict) else head_shape(model_or_shape)
     return [(t, layer, h) for t, (layers, heads) in shape.items() for layer in range(layers) for h in range(heads)]
@@ -41,7 +41,7 @@ def all_heads(model_or_shape) -> list[HeadId]:
 
 def gates_without(model, heads: Iterable[HeadId]):
     """0/1 gates with the given heads switched off."""
-    from .heads import full_gates
+    from headprune.models.heads import full_gates
 
     gates = full_gates(model)
     for attn_type, layer, head in heads:
@@ -51,7 +51,7 @@ def gates_without(model, heads: Iterable[HeadId]):
 
 def gates_keeping_one(model, attn_type: str, layer: int, head: int):
     """Gates that switch off every head of one layer but ``head`` (the paper's Section 3.3)."""
-    from .heads import full_gates
+    from headprune.models.heads import full_gates
 
     gates = full_gates(model)
     gates[attn_type][layer, :] = 0.0
@@ -84,20 +84,20 @@ class EvalSettings:
     # Several gate settings share one forward or generate() up to this many (setting, item) rows;
     # batch_size alone decides which items share a batch, so the outputs do not depend on it.
     variant_batch_size: int = 256
-    # How a gate of 0 masks a head (headprune.heads.gated): "zero" zeroes its output (the paper's
+    # How a gate of 0 masks a head (headprune.models.heads.gated): "zero" zeroes its output (the paper's
     # xi_h = 0), "uniform" makes its attention uniform over the keys it may attend to.
     masking: str = "zero"
 
     def __post_init__(self):
-        if self.masking not in ("zero", "uniform"):  # headprune.heads.MASKINGS, without importing torch
+        if self.masking not in ("zero", "uniform"):  # headprune.models.heads.MASKINGS, without importing torch
             raise ValueError(f"masking must be 'zero' or 'uniform', got {self.masking!r}")
 
 
 def run_variants(model, tokenizer, evalset: EvalSet, gates_list: list,
                  settings: EvalSettings = EvalSettings()) -> list[list]:
     """Per-item outputs of the model under each gate setting (None: all heads on), in one pass over the set."""
-    from .batching import classification_batches
-    from .evaluate import predict_classes_variants, translate_variants
+    from headprune.data.batching import classification_batches
+    from headprune.experiments.evaluate import predict_classes_variants, translate_variants
 
     if evalset.kind == "translation":
         return translate_variants(model, tokenizer, evalset.sources, gates_list, beam=settings.beam,

@@ -1,0 +1,39 @@
+"""One head adapter per model family, one file each: a new family is a new file here and nothing else.
+
+A family module defines ``ADAPTER`` (its ``headprune.models.heads.HeadAdapter`` subclass: where the
+heads are, how a batch flows, how a site is physically pruned) and ``MODEL_TYPES`` (the
+``config.model_type`` values it serves); it may define ``matches(model)`` for models of another
+type laid out the same way. ``adapter_for_model`` imports the family modules the first time it
+is asked (they import transformers' model code) and picks by model type, then by ``matches``.
+
+Families: ``bert`` (encoder self-attention), ``fsmt`` (fairseq's post-norm transformer, all three
+attention types), ``m2m100`` (fairseq's pre-norm transformer), ``gpt2`` (fused, transposed Conv1D
+projections), ``llama`` (Llama, Mistral, Qwen2: rotary positions, grouped-query attention);
+``causal_lm`` holds what the decoder-only families share.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import pkgutil
+
+SHARED = {"causal_lm"}  # modules here that are not a family
+
+
+@functools.cache
+def families() -> dict[str, object]:
+    """Family module name -> module, every module of this package but the shared ones."""
+    return {info.name: importlib.import_module(f"{__name__}.{info.name}")
+            for info in pkgutil.iter_modules(__path__) if info.name not in SHARED}
+
+
+def adapter_for_model(model):
+    model_type = getattr(model.config, "model_type", None)
+    for module in families().values():
+        if model_type in module.MODEL_TYPES:
+            return module.ADAPTER()
+    for module in families().values():
+        if getattr(module, "matches", lambda m: False)(model):
+            return module.ADAPTER()
+    raise ValueError(f"no head adapter for model type {model_type!r} ({type(model).__name__}): add a file to "
+                     "headprune/models/families/")

@@ -1,0 +1,151 @@
+"""transformers' FSMT: fairseq's post-norm transformer, run on fairseq checkpoints (all three attention
+types, time-major tensors)."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers.cache_utils import EncoderDecoderCache
+from transformers.models.fsmt.modeling_fsmt import Attention as FSMTAttention
+
+from headprune.models.heads import ATTENTION_TYPES, DEC_SELF, ENC_DEC, ENC_SELF, AttentionSite, HeadAdapter, _causal
+from headprune.models.prune import cache_without_heads, slice_projections
+
+MODEL_TYPES = ("fsmt",)
+
+
+class FSMTAdapter(HeadAdapter):
+    """transformers' FSMT: fairseq's post-norm transformer, run on fairseq checkpoints.
+
+    Its layers hold ``self_attn`` and ``encoder_attn`` modules with q/k/v/out projections, as
+    fairseq's do; subclasses for other encoder-decoder classes with that layout change only
+    how the tensors are laid out.
+    """
+
+    family = "fsmt"
+    attention_types = ATTENTION_TYPES
+    time_major = True  # FSMT's attention works in (time, batch, dim)
+
+    def sites(self, model):
+        base = model.model if hasattr(model, "model") else model
+        config = model.config
+        sites = []
+        for i, layer in enumerate(base.encoder.layers):
+            sites.append(self._site(ENC_SELF, i, layer.self_attn, config.encoder_attention_heads))
+        for i, layer in enumerate(base.decoder.layers):
+            sites.append(self._site(ENC_DEC, i, layer.encoder_attn, config.decoder_attention_heads))
+        for i, layer in enumerate(base.decoder.layers):
+            sites.append(self._site(DEC_SELF, i, layer.self_attn, config.decoder_attention_heads))
+        return sites
+
+    def _site(self, attn_type, layer, attn, heads):
+        return AttentionSite(attn_type, layer, attn, attn.q_proj, attn.k_proj, attn.v_proj, attn.out_proj,
+                             head_dim=attn.head_dim, original_num_heads=heads, time_major=self.time_major)
+
+    def loss_and_outputs(self, model, batch, output_attentions=False):
+        outputs = model(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+            decoder_input_ids=batch["decoder_input_ids"], decoder_attention_mask=batch["decoder_attention_mask"],
+            output_attentions=output_attentions, use_cache=False,
+        )
+        # Plain token cross entropy summed over target tokens: no label smoothing (the authors' choice).
+        logits = outputs.logits
+        loss = nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), batch["labels"].reshape(-1),
+            ignore_index=model.config.pad_token_id, reduction="sum",
+        )
+        return loss, outputs
+
+    def query_mask(self, batch, attn_type):
+        return (batch["attention_mask"] if attn_type == ENC_SELF else batch["decoder_attention_mask"]).bool()
+
+    def key_mask(self, batch, attn_type):
+        source = batch["attention_mask"].bool()
+        target = batch["decoder_attention_mask"].bool()
+        if attn_type == ENC_SELF:
+            return source[:, None, :].expand(-1, source.shape[1], -1)
+        if attn_type == ENC_DEC:
+            return source[:, None, :].expand(-1, target.shape[1], -1)
+        return _causal(target)
+
+    def eos_keys(self, model, batch, attn_type):
+        keys = batch["decoder_input_ids"] if attn_type == DEC_SELF else batch["input_ids"]
+        return keys == model.config.eos_token_id
+
+    def attention_weights(self, outputs, attn_type):
+        return list({ENC_SELF: outputs.encoder_attentions, ENC_DEC: outputs.cross_attentions,
+                     DEC_SELF: outputs.decoder_attentions}[attn_type])
+
+    def num_tokens(self, batch):
+        # fairseq's ntokens: target tokens, EOS included.
+        return int(batch["decoder_attention_mask"].sum())
+
+    def prune_site(self, site, keep):
+        slice_projections(site, keep)
+        site.attention.__class__ = PrunableFSMTAttention
+        site.attention.num_heads = len(keep)
+
+
+class PrunableFSMTAttention(FSMTAttention):
+    """FSMT attention whose shapes come from the heads it has, not from the embedding size.
+
+    Follows transformers' FSMT ``Attention.forward`` (fairseq's multi-head
+    attention) step by step; only the reshapes differ. With no heads left its output is the
+    output projection's bias, and its cache entry keeps the decoded length (cache_without_heads).
+    """
+
+    def forward(self, query, key, key_padding_mask=None, layer_state=None, attn_mask=None,
+                output_attentions=False, **kwargs):
+        tgt_len, bsz, _ = query.size()
+        heads, head_dim = self.num_heads, self.head_dim
+        if heads == 0:
+            source = key if self.encoder_decoder_attention else query  # (time, batch, dim)
+            cache_without_heads(layer_state, self.encoder_decoder_attention, self.layer_idx, bsz, source.shape[0],
+                                 head_dim, source)
+            return self.out_proj(query.new_zeros(tgt_len, bsz, 0)), None
+
+        is_updated = False
+        if layer_state is not None:
+            if isinstance(layer_state, EncoderDecoderCache):
+                is_updated = layer_state.is_updated.get(self.layer_idx)
+                cache = layer_state.cross_attention_cache if self.encoder_decoder_attention \
+                    else layer_state.self_attention_cache
+            else:
+                cache = layer_state
+
+        current_states = key if self.encoder_decoder_attention else query
+        if self.encoder_decoder_attention and layer_state is not None and is_updated:
+            key_states = cache.layers[self.layer_idx].keys
+            value_states = cache.layers[self.layer_idx].values
+        else:
+            src_len = current_states.shape[0]
+            key_states = self.k_proj(current_states).view(src_len, bsz, heads, head_dim).permute(1, 2, 0, 3)
+            value_states = self.v_proj(current_states).view(src_len, bsz, heads, head_dim).permute(1, 2, 0, 3)
+            if layer_state is not None:
+                key_states, value_states = cache.update(key_states, value_states, self.layer_idx)
+                if self.encoder_decoder_attention:
+                    layer_state.is_updated[self.layer_idx] = True
+
+        src_len = key_states.shape[2]
+        query_states = (self.q_proj(query) * self.scaling).view(tgt_len, bsz * heads, head_dim).transpose(0, 1)
+        key_states = key_states.reshape(bsz * heads, src_len, head_dim)
+        value_states = value_states.reshape(bsz * heads, src_len, head_dim)
+
+        attn_weights = torch.bmm(query_states, key_states.transpose(1, 2))
+        if attn_mask is not None:
+            attn_weights = (attn_weights.view(bsz, heads, tgt_len, src_len) + attn_mask).view(bsz * heads, tgt_len, src_len)
+        if key_padding_mask is not None and key_padding_mask.dim() == 0:
+            key_padding_mask = None
+        if key_padding_mask is not None:
+            attn_weights = attn_weights.view(bsz, heads, tgt_len, src_len).masked_fill(
+                key_padding_mask[:, None, None, :], torch.finfo(attn_weights.dtype).min
+            ).view(bsz * heads, tgt_len, src_len)
+        attn_weights = nn.functional.softmax(attn_weights, dim=-1)
+        attn_weights_reshaped = attn_weights.view(bsz, heads, tgt_len, src_len) if output_attentions else None
+        attn_probs = nn.functional.dropout(attn_weights, p=self.dropout, training=self.training)
+
+        attn_output = torch.bmm(attn_probs, value_states)
+        attn_output = attn_output.transpose(0, 1).contiguous().view(tgt_len, bsz, heads * head_dim)
+        return self.out_proj(attn_output), attn_weights_reshaped
+
+
+ADAPTER = FSMTAdapter

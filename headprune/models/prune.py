@@ -1,0 +1,154 @@
+"""Physically remove attention heads: slice q/k/v rows and output-projection columns.
+
+Works for any set of heads, including every head of a layer (the layer then adds
+only the output projection's bias), keeps dtype and device, and records the
+removed heads in ``config.headprune_pruned_heads`` so that a saved model reloads
+with the same shapes (``load_pruned_weights``).
+
+Each family's adapter (``headprune.models.families``) slices a site in its ``prune_site``: those with
+separate q/k/v/output projections through ``slice_projections``, then switching the attention
+module to a subclass that runs with the heads it has (FSMT reshapes with its full embedding size
+otherwise; every family must run with no heads left); GPT-2's fused projection and grouped-query
+attention slice their own way. ``cache_without_heads`` keeps the decoding cache of a layer with
+no heads as long as the others'.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers.cache_utils import EncoderDecoderCache
+
+from headprune.models.heads import AttentionSite, adapter_for
+
+PRUNED_HEADS_KEY = "headprune_pruned_heads"
+
+
+def prune_heads(model, heads: dict[str, dict[int, list[int]]]):
+    """Remove ``heads[attn_type][layer]`` (original head indices) from ``model`` in place.
+
+    Heads already removed are ignored, so pruning can be applied step by step.
+    Returns the model.
+    """
+    adapter = adapter_for(model)
+    recorded = pruned_heads(model)
+    for site in adapter.sites(model):
+        remove = set(int(h) for h in heads.get(site.attn_type, {}).get(site.layer, []))
+        for h in remove:
+            if not 0 <= h < site.original_num_heads:
+                raise ValueError(f"{site.attn_type} layer {site.layer} has no head {h} "
+                                 f"(it has {site.original_num_heads})")
+        if not remove & set(site.kept_heads):
+            continue
+        keep = [h for h in site.kept_heads if h not in remove]
+        adapter.prune_site(site, keep)
+        already = set(recorded.setdefault(site.attn_type, {}).get(site.layer, []))
+        recorded[site.attn_type][site.layer] = sorted(already | remove)
+    # JSON keys are strings: store layers that way so a saved config reads back the same.
+    setattr(model.config, PRUNED_HEADS_KEY,
+            {t: {str(layer): hs for layer, hs in sorted(layers.items())} for t, layers in recorded.items()})
+    return model
+
+
+def pruned_heads(model) -> dict[str, dict[int, list[int]]]:
+    """The heads removed so far, as {attn_type: {layer: [original head indices]}}."""
+    stored = getattr(model.config, PRUNED_HEADS_KEY, None) or {}
+    return {t: {int(layer): list(hs) for layer, hs in layers.items()} for t, layers in stored.items()}
+
+
+def count_heads(model) -> int:
+    return sum(site.num_heads for site in adapter_for(model).sites(model))
+
+
+def slice_projections(site: AttentionSite, keep: list[int]):
+    """Keep only the heads ``keep`` (original indices) of a site whose query, key, value and output are
+    separate linear projections, head-major: rows of q/k/v, input columns of the output projection.
+    The family's ``prune_site`` then makes its attention module run with that many heads."""
+    positions = [site.kept_heads.index(h) for h in keep]  # where the kept heads sit now
+    device = site.output.weight.device
+    rows = torch.tensor(
+        [p * site.head_dim + i for p in positions for i in range(site.head_dim)], dtype=torch.long, device=device
+    )
+    for linear in (site.query, site.key, site.value):
+        _keep_rows(linear, rows)
+    _keep_input_columns(site.output, rows)
+    site.attention.headprune_kept_heads = list(keep)
+
+
+def _keep_rows(linear: nn.Linear, rows: torch.Tensor):
+    linear.weight = nn.Parameter(linear.weight.detach().index_select(0, rows).clone(),
+                                 requires_grad=linear.weight.requires_grad)
+    if linear.bias is not None:
+        linear.bias = nn.Parameter(linear.bias.detach().index_select(0, rows).clone(),
+                                   requires_grad=linear.bias.requires_grad)
+    linear.out_features = len(rows)
+
+
+def _keep_input_columns(linear: nn.Linear, columns: torch.Tensor):
+    linear.weight = nn.Parameter(linear.weight.detach().index_select(1, columns).clone(),
+                                 requires_grad=linear.weight.requires_grad)
+    linear.in_features = len(columns)
+
+
+def cache_without_heads(cache, is_cross: bool, layer_idx: int, batch: int, length: int, head_dim: int, like):
+    """Give a layer with no heads left its key/value cache entry: one all-zero head, never attended.
+
+    Its cache must grow as the other layers' do: decoders read the generated length from the
+    cache (FSMT's positions from layer 0), and an empty tensor counts as length 0.
+    """
+    if cache is None:
+        return
+    layers = cache
+    if isinstance(cache, EncoderDecoderCache):
+        if is_cross and cache.is_updated.get(layer_idx):
+            return
+        layers = cache.cross_attention_cache if is_cross else cache.self_attention_cache
+    zeros = like.new_zeros(batch, 1, length, head_dim)
+    layers.update(zeros, zeros, layer_idx)
+    if is_cross and isinstance(cache, EncoderDecoderCache):
+        cache.is_updated[layer_idx] = True
+
+
+def apply_recorded_pruning(model):
+    """Give a freshly built model the shapes recorded in its config (before loading weights)."""
+    recorded = pruned_heads(model)
+    setattr(model.config, PRUNED_HEADS_KEY, {})
+    return prune_heads(model, recorded) if recorded else model
+
+
+def load_pruned_weights(model_class, folder: str | Path, **kwargs):
+    """Load a model folder saved by save_pretrained, pruned or not.
+
+    A pruned model is built from its config, pruned to the recorded shapes, then given its
+    weights; so is a class that says ``loads_without_from_pretrained``. Other classes go
+    through from_pretrained. Matrices that save_pretrained stored once for several tied names
+    are restored under all of them.
+    """
+    from safetensors.torch import load_file
+    from transformers import AutoConfig
+    from transformers.initialization import no_init_weights
+
+    folder = Path(folder)
+    config = AutoConfig.from_pretrained(folder)
+    if not getattr(config, PRUNED_HEADS_KEY, None) and not getattr(model_class, "loads_without_from_pretrained", False):
+        return model_class.from_pretrained(folder, **kwargs)
+    kwargs.pop("use_safetensors", None)  # only safetensors are read below anyway
+    build = getattr(model_class, "from_config", None) or model_class._from_config  # Auto* or concrete class
+    with no_init_weights():  # every weight is loaded below: random init would only cost time
+        model = build(config, **kwargs)
+    apply_recorded_pruning(model)
+    weights = folder / "model.safetensors"
+    if not weights.exists():
+        raise FileNotFoundError(f"{weights}: a model folder loaded here must hold model.safetensors")
+    state = load_file(str(weights))
+    model.tie_weights()
+    _, unexpected = model.load_state_dict(state, strict=False)
+    # A name is missing only if no name sharing its tensor was loaded.
+    names_of = {}
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        names_of.setdefault(id(tensor), []).append(name)
+    missing = [name for names in names_of.values() if not any(n in state for n in names) for name in names]
+    if missing or unexpected:
+        raise ValueError(f"{weights}: missing keys {missing[:5]}, unexpected keys {unexpected[:5]}")
+    return model.eval()
