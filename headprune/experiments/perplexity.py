@@ -1,0 +1,83 @@
+"""Perplexity of a causal LM, gated or pruned, by the usual protocol (e.g. GPTQ's and Hugging Face's
+fixed-length evaluation without overlap):
+
+the evaluation text is tokenized ONCE (the tokenizer's defaults, so a BOS token when the tokenizer
+adds one, once at the start), cut into consecutive non-overlapping windows of ``window`` tokens
+(the last, shorter remainder is dropped, so every window has the same context length), and each
+window is scored alone: every token but its first is predicted from the tokens before it in the
+window. PPL = exp(total NLL / number of predicted tokens) over all windows. Every table that
+reports it states the window.
+
+A window is one item: its outputs are (summed NLL, predicted tokens), so the paired bootstrap
+resamples windows and recomputes the corpus perplexity of each resample.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from headprune.experiments.stats import paired_bootstrap
+
+
+def windows(tokenizer, text: str, window: int, max_windows: int | None = None) -> list[list[int]]:
+    """Token ids of the text, tokenized once, in consecutive windows of ``window`` tokens."""
+    if window < 2:
+        raise ValueError(f"a perplexity window needs at least 2 tokens, got {window}")
+    ids = tokenizer(text, return_attention_mask=False)["input_ids"]
+    chunks = [ids[start:start + window] for start in range(0, len(ids) - window + 1, window)]
+    if not chunks:
+        raise ValueError(f"the text has {len(ids)} tokens, fewer than one window of {window}")
+    return chunks[:max_windows]
+
+
+def window_batches(chunks: list[list[int]], batch_size: int) -> list[dict]:
+    """Batches of equal-length windows (no padding): input_ids, attention_mask, labels."""
+    batches = []
+    for start in range(0, len(chunks), batch_size):
+        ids = torch.tensor(chunks[start:start + batch_size], dtype=torch.long)
+        batches.append({"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids})
+    return batches
+
+
+@torch.no_grad()
+def window_nll_variants(model, batches: list[dict], gates_list: list, *, variant_batch_size: int = 64,
+                        device=None, progress: bool = False) -> list[list[tuple[float, int]]]:
+    """Per gate setting (None: all heads), per window: (summed next-token NLL, predicted tokens).
+
+    Several settings share a forward pass (batched gate variants, ``headprune.models.heads.gated``)."""
+    from headprune.experiments.evaluate import stack_gates, variant_groups
+    from headprune.models.heads import gated
+
+    device = device or next(model.parameters()).device
+    model.eval()
+    out: list[list] = [[] for _ in gates_list]
+    for batch in tqdm(batches, desc="perplexity", disable=not progress):
+        rows, length = batch["input_ids"].shape
+        first = 0
+        for group in variant_groups(gates_list, rows, variant_batch_size):
+            ids = batch["input_ids"].to(device).repeat(len(group), 1)
+            with gated(model, stack_gates(model, group)):
+                logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[:, :-1].float()
+            nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1),
+                                                    reduction="none").view(len(group) * rows, length - 1).sum(-1)
+            for k in range(len(group)):
+                out[first + k] += [(float(v), length - 1) for v in nll[k * rows:(k + 1) * rows].tolist()]
+            first += len(group)
+    return out
+
+
+def perplexity(outputs) -> float:
+    """Corpus perplexity from per-window (summed NLL, tokens)."""
+    nll = np.asarray(outputs, dtype=np.float64).reshape(-1, 2)
+    return math.exp(nll[:, 0].sum() / nll[:, 1].sum())
+
+
+def paired_bootstrap_perplexity(outputs_a, outputs_b, n_resamples: int = 1000, seed: int = 0):
+    """Paired bootstrap over windows. Lower perplexity is better, so a 'win' is the lower one:
+    the score compared is the negative perplexity (score_a/score_b are -PPL)."""
+    a, b = np.asarray(outputs_a, dtype=np.float64), np.asarray(outputs_b, dtype=np.float64)
+    return paired_bootstrap(lambda outputs, _: -perplexity(outputs), a, b, np.zeros(len(a)),
+                            n_resamples=n_resamples, seed=seed)

@@ -1,0 +1,122 @@
+"""Perplexity by the usual protocol (tokenize once, non-overlapping windows), gated and pruned, with its
+bootstrap; WikiText-2 read from the files its hosts publish and fetched from a local server."""
+import io
+import math
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+
+from test_adapter_contract import tiny_gpt2, tiny_llama_gqa
+from test_data import server  # noqa: F401  (the local HTTP server fixture)
+from headprune.data.download import ChecksumError
+from headprune.data.wikitext import fetch_wikitext, read_wikitext
+from headprune.experiments.perplexity import (
+    paired_bootstrap_perplexity, perplexity, window_batches, window_nll_variants, windows)
+from headprune.experiments.runs import gates_without
+from headprune.models.prune import prune_heads
+
+
+class WordTokenizer:
+    """One id per whitespace word (ids 3..), a BOS (1) first, as a Llama tokenizer adds it."""
+
+    def __call__(self, text, return_attention_mask=False):
+        return {"input_ids": [1] + [3 + (sum(map(ord, word)) % 40) for word in text.split()]}
+
+
+TEXT = " ".join(f"w{i % 17} x{i % 5}" for i in range(60))  # 120 words, 121 tokens with the BOS
+
+
+def test_windows_are_consecutive_and_drop_the_short_remainder():
+    chunks = windows(WordTokenizer(), TEXT, window=16)
+    ids = WordTokenizer()(TEXT)["input_ids"]
+    assert len(chunks) == 121 // 16 == 7 and all(len(c) == 16 for c in chunks)
+    assert sum(chunks, []) == ids[:7 * 16]  # tokenized once: the BOS only at the start of the first window
+    assert windows(WordTokenizer(), TEXT, window=16, max_windows=3) == chunks[:3]
+    with pytest.raises(ValueError, match="fewer than one window"):
+        windows(WordTokenizer(), "a b c", window=16)
+
+
+def reference_perplexity(model, chunks):
+    """Independent: transformers' own mean loss per window (labels = inputs), weighted by its predicted tokens."""
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for chunk in chunks:
+            ids = torch.tensor([chunk])
+            total += float(model(input_ids=ids, labels=ids).loss) * (len(chunk) - 1)
+            count += len(chunk) - 1
+    return math.exp(total / count)
+
+
+@pytest.mark.parametrize("make_model", [tiny_llama_gqa, tiny_gpt2])
+def test_perplexity_equals_the_models_own_loss_and_gates_equal_pruning(make_model):
+    model = make_model()
+    chunks = windows(WordTokenizer(), TEXT, window=12)
+    batches = window_batches(chunks, batch_size=4)
+    removed = [("dec_self", 0, 1), ("dec_self", 1, 0), ("dec_self", 1, 1)]
+    variants = [None, gates_without(model, removed), gates_without(model, [("dec_self", 0, 3)])]
+    # 4 windows per batch and 8 rows per forward: the three settings run in two groups
+    full, gated_out, other = window_nll_variants(model, batches, variants, variant_batch_size=8)
+    assert len(full) == len(chunks) and all(n == 11 for _, n in full)
+    assert perplexity(full) == pytest.approx(reference_perplexity(model, chunks), rel=1e-5)
+    alone = window_nll_variants(model, batches, [variants[1]])[0]
+    assert np.allclose(gated_out, alone, rtol=1e-5)
+    prune_heads(model, {"dec_self": {0: [1], 1: [0, 1]}})
+    assert perplexity(gated_out) == pytest.approx(reference_perplexity(model, chunks), rel=1e-5)
+    assert perplexity(gated_out) != pytest.approx(perplexity(full), rel=1e-3)  # the heads mattered
+
+
+def test_bootstrap_prefers_the_lower_perplexity():
+    rng = np.random.default_rng(0)
+    better = [(float(v), 100) for v in rng.normal(200, 5, 40)]
+    worse = [(nll + 30.0, n) for nll, n in better]
+    result = paired_bootstrap_perplexity(worse, better, n_resamples=200)
+    assert result.score_a == pytest.approx(-perplexity(worse)) and result.wins_b == 200 and result.p_value == 0.0
+    same = paired_bootstrap_perplexity(better, better, n_resamples=50)
+    assert same.wins_a == same.wins_b == 0 and same.p_value == 1.0
+    # by hand: two windows of 10 tokens with NLL 10 and 30 -> exp(40 / 20)
+    assert perplexity([(10.0, 10), (30.0, 10)]) == pytest.approx(math.exp(2.0))
+
+
+RAW = " = Valkyria Chronicles = \n\n Senjō no Valkyria 3 is a game . \n\n"
+
+
+def wikitext_zip(member="wikitext-2-raw/wiki.test.raw", text=RAW) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr(member, text)
+        archive.writestr("wikitext-2-raw/wiki.train.raw", "train text")
+    return buffer.getvalue()
+
+
+def test_wikitext_from_the_zip_or_a_raw_file(tmp_path):
+    (tmp_path / "w.zip").write_bytes(wikitext_zip())
+    assert read_wikitext(tmp_path / "w.zip") == RAW
+    assert read_wikitext(tmp_path / "w.zip", "train") == "train text"
+    (tmp_path / "wiki.test.raw").write_text(RAW, encoding="utf-8")
+    assert read_wikitext(tmp_path / "wiki.test.raw") == RAW
+    (tmp_path / "bad.zip").write_bytes(wikitext_zip(member="other.txt"))
+    with pytest.raises(ValueError, match="bad.zip: no wiki.test.raw"):
+        read_wikitext(tmp_path / "bad.zip")
+
+
+def test_wikitext_from_hugging_faces_parquet(tmp_path):
+    pytest.importorskip("pyarrow")
+    import pandas as pd
+
+    rows = [" = Valkyria Chronicles = \n", "", " Senjō no Valkyria 3 is a game . \n"]
+    pd.DataFrame({"text": rows}).to_parquet(tmp_path / "test-00000-of-00001.parquet")
+    assert read_wikitext(tmp_path / "test-00000-of-00001.parquet") == "\n\n".join(rows)
+
+
+def test_wikitext_is_fetched_over_http_with_its_checksum(tmp_path, server):  # noqa: F811
+    import hashlib
+
+    content = wikitext_zip()
+    url = server.add("wikitext-2-raw-v1.zip", content)
+    text = fetch_wikitext(url, tmp_path / "wikitext-2-raw-v1.zip", hashlib.sha256(content).hexdigest())
+    assert text == RAW and server.requested == ["/wikitext-2-raw-v1.zip"]
+    with pytest.raises(ChecksumError):
+        fetch_wikitext(url, tmp_path / "again.zip", "0" * 64)
+    assert not (tmp_path / "again.zip").exists()
