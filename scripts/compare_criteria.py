@@ -1,6 +1,10 @@
 """Every head criterion's pruning curve side by side (criteria.csv), and a summary per criterion:
 largest % pruned within criteria.within points of the full model, area under the curve, and a
 paired bootstrap test against I_h at criteria.test_at % pruned (criteria_summary.csv)."""
+from headprune import warm
+
+warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
+
 import pandas as pd
 
 from headprune.scoring.criteria import summarize

@@ -1,4 +1,8 @@
 """Stack CSV tables with the same columns into one."""
+from headprune import warm
+
+warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
+
 import pandas as pd
 
 from headprune.workflow import logged

@@ -6,6 +6,10 @@ the gates against each order), the gates of every head (.heads.csv) and the trai
 (.training.csv). With concrete.train_model the compared orders prune the original model, not the
 one trained with the gates.
 """
+from headprune import warm
+
+warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
+
 import time
 
 import pandas as pd

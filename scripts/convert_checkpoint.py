@@ -1,4 +1,8 @@
 """Convert the fetched fairseq checkpoint once into a model folder (config.json, model.safetensors, tokenizer)."""
+from headprune import warm
+
+warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
+
 import time
 
 from headprune.models.loading import convert_translation_checkpoint

@@ -1,5 +1,9 @@
 """Demo: synthetic tasks as GLUE's MNLI.zip, SST-2.zip and CoLA.zip and SentEval's MRPC files, and a
 tiny "pretrained" BERT as a model-folder tarball."""
+from headprune import warm
+
+warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
+
 import shutil
 import tarfile
 from pathlib import Path

@@ -1,5 +1,9 @@
 """Demo: an IWSLT-style archive (train.tags.de-en.*, IWSLT14.TED*.xml) of the synthetic translation task,
 written where demo/config.yaml's dynamics.data.url points, so that the real preparation rule reads it."""
+from headprune import warm
+
+warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
+
 import tempfile
 
 from headprune.data.datasets import read_lines

@@ -1,4 +1,8 @@
 """Demo: a synthetic en->fr corpus and a tiny translation model, published as a fairseq tarball."""
+from headprune import warm
+
+warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
+
 import shutil
 from pathlib import Path
 

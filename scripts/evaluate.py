@@ -5,6 +5,10 @@ The 'head' wildcard names the head (or, with ablation.heads_per_job > 1, a run o
 score and the per-item outputs (translations or predicted labels) that the significance tests
 compare. The model is loaded once.
 """
+from headprune import warm
+
+warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
+
 import time
 
 from headprune.experiments.runs import EvalSettings, gates_without, parse_head_name, run_variants, score

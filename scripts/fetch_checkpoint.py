@@ -1,4 +1,8 @@
 """Download the fairseq translation tarball (resumable, checksum verified, atomic) and check it loads."""
+from headprune import warm
+
+warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
+
 from headprune.data.download import fetch
 from headprune.models.fairseq import fairseq_model_folder
 from headprune.workflow import logged

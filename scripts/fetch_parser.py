@@ -1,4 +1,8 @@
 """Download Stanza's dependency-parser model (roles.stanza) for the head-role analysis."""
+from headprune import warm
+
+warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
+
 from headprune.data.parsing import fetch_stanza
 from headprune.workflow import logged
 

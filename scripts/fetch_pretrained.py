@@ -1,4 +1,8 @@
 """Fetch the pretrained encoder (bert-base-uncased from the hub, or a model-folder tarball); safetensors only."""
+from headprune import warm
+
+warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
+
 from headprune.models.loading import fetch_pretrained
 from headprune.workflow import logged
 

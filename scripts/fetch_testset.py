@@ -1,4 +1,8 @@
 """Write one test set as source/reference text files, from sacrebleu or from two URLs."""
+from headprune import warm
+
+warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
+
 from headprune.data.datasets import fetch_sacrebleu_testset, read_lines
 from headprune.data.download import fetch
 from headprune.workflow import logged

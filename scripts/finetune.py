@@ -1,4 +1,8 @@
 """Fine-tune BERT on one GLUE task and save a Hugging Face model folder (safetensors)."""
+from headprune import warm
+
+warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
+
 from pathlib import Path
 
 from headprune.models.finetune import finetune_bert_classifier

@@ -2,6 +2,10 @@
 parsed eval-set sources, with word counts from the study's training data; joined with each head's
 importance, entropy and confidence (importance.csv). Heads without a role measured (decoder
 attention: its queries are target words) are 'n/a'."""
+from headprune import warm
+
+warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
+
 import pandas as pd
 
 from headprune.data.datasets import read_glue_split, read_lines

@@ -1,5 +1,9 @@
 """Score every head of a study's model: importance (three estimators), Fisher information, attention
 gradient, entropy, confidence (headprune.scoring.importance.head_scores)."""
+from headprune import warm
+
+warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
+
 from headprune.scoring.importance import head_scores
 from headprune.models.loading import pick_device
 from headprune.workflow import importance_batches, load_study_model, logged, threads_for_torch

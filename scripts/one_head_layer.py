@@ -4,6 +4,10 @@ The 'layer' wildcard names one layer ('enc_self-0') or, with ablation.layers_per
 layers ('enc_self-0..enc_dec-1', listed in params), each handled alone: every (layer, head) setting shares one pass over the
 selection set, and every layer's best head one pass over the test set.
 """
+from headprune import warm
+
+warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
+
 import time
 
 from headprune.experiments.runs import EvalSettings, gates_keeping_one, run_variants, score

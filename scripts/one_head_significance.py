@@ -1,4 +1,8 @@
 """Tables 2-3: one row per layer and attention type: the best single head's change on the test set."""
+from headprune import warm
+
+warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
+
 import pandas as pd
 
 from headprune.experiments.runs import compare_to_full

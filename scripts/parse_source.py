@@ -1,4 +1,8 @@
 """Parse the eval set's source sentences (translation) or first texts (GLUE) into CoNLL-U."""
+from headprune import warm
+
+warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
+
 from pathlib import Path
 
 from headprune.workflow import load_evalset, logged

@@ -1,4 +1,8 @@
 """Table 1 and Figure 1 from one study's in-domain ablation.csv."""
+from headprune import warm
+
+warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
+
 import pandas as pd
 
 from headprune.experiments import figures

@@ -1,4 +1,8 @@
 """Hard Concrete gates against I_h and random pruning at the same number of heads kept (concrete.png/.pdf)."""
+from headprune import warm
+
+warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
+
 import pandas as pd
 
 from headprune.experiments import figures

@@ -1,4 +1,8 @@
 """The head criteria side by side: every pruning curve (criteria.png/.pdf) and the summary table (markdown)."""
+from headprune import warm
+
+warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
+
 import pandas as pd
 
 from headprune.experiments import figures

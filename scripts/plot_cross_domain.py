@@ -1,4 +1,8 @@
 """Figure 2: single-head ablation deltas out of domain against in domain, with Pearson's r."""
+from headprune import warm
+
+warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
+
 import pandas as pd
 
 from headprune.experiments import figures

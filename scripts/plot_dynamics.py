@@ -1,5 +1,9 @@
 """Snakemake script: Figure 5, the pruning curves of the checkpoint epochs in one table (CSV) and the
 figure drawn from it. input.pruning (one table per epoch, in params.epochs' order); output.csv, png, pdf."""
+from headprune import warm
+
+warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
+
 import logging
 import sys
 

@@ -1,4 +1,8 @@
 """The role of every head as a layer x head map, and the roles left after each I_h pruning step."""
+from headprune import warm
+
+warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
+
 import pandas as pd
 
 from headprune.experiments import figures

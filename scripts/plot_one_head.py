@@ -1,4 +1,8 @@
 """Tables 2-3: the change when each layer keeps only its best head."""
+from headprune import warm
+
+warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
+
 import pandas as pd
 
 from headprune.experiments import figures

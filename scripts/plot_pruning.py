@@ -2,6 +2,10 @@
 
 params.figure names the headprune.experiments.figures function; the inputs are stacked pruning.csv tables.
 """
+from headprune import warm
+
+warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
+
 import pandas as pd
 
 from headprune.experiments import figures

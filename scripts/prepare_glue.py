@@ -1,4 +1,8 @@
 """Download a GLUE(-style) task and write its splits as text_a/text_b/label TSVs."""
+from headprune import warm
+
+warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
+
 from headprune.data.datasets import prepare_glue_task
 from headprune.workflow import logged
 

@@ -1,5 +1,9 @@
 """Snakemake script: download IWSLT 2014 de-en (or the demo's archive of the same layout) and prepare it
 as fairseq's prepare-iwslt14.sh does: train/valid/test text, joint BPE codes, a joined fairseq dictionary."""
+from headprune import warm
+
+warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
+
 import logging
 import sys
 from pathlib import Path

@@ -7,6 +7,10 @@ step of every order is one gate setting, and all of them share one pass over the
 attention type are pruned (Figure 4). Writes the scores (one row per order and step) and the
 per-item outputs of every step (the criteria comparison tests them against I_h).
 """
+from headprune import warm
+
+warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
+
 import time
 
 import pandas as pd

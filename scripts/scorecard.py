@@ -3,6 +3,10 @@
 input: ablation, one_head, pruning, attention_types, dynamics, speed: the CSVs of each experiment the
 config runs (a list, empty when it runs none); params.epochs: the checkpoint epoch of each dynamics
 table; params.paper_models; output.csv, output.md."""
+from headprune import warm
+
+warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
+
 import pandas as pd
 
 from headprune.experiments import scorecard

@@ -1,4 +1,8 @@
 """One row per head: ablated score, delta to the full model, bootstrap (and t-test) p-values, on one test set."""
+from headprune import warm
+
+warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
+
 import pandas as pd
 
 from headprune.experiments.runs import compare_to_full, parse_head_name

@@ -3,6 +3,10 @@
 input.model, input.data, input.importance; params.study, params.speed ({eval, settings});
 output.runs (tidy, one row per variant, batch size and run), output.table_csv, output.table_md.
 """
+from headprune import warm
+
+warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
+
 import pandas as pd
 
 from headprune.models.loading import pick_device

@@ -1,4 +1,8 @@
 """Train the training-dynamics model (Figure 5) and write a fairseq tarball at each checkpoint epoch."""
+from headprune import warm
+
+warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
+
 from pathlib import Path
 
 from headprune.models.loading import pick_device

@@ -1,0 +1,220 @@
+"""Warm start for local runs: jobs fork from one Python that has already imported torch and transformers.
+
+On 2 CPU cores a job of the demo spends about 6 s starting Python and importing torch,
+transformers and the package, and often less than that on its work. With ``warm_start: true`` in
+the config (the demo sets it), the first job starts a server (``python -m headprune.warm``) that
+imports them once and then waits on a Unix socket under ``.snakemake/``. Every later job's script
+calls ``start(snakemake)`` before its own imports: it hands its stdin/stdout/stderr, working
+directory and environment to the server, which forks a child that runs the same Snakemake script
+file from the top (the child's ``start`` returns at once), and the job's process waits for the
+child's exit code and exits with it. A job's outputs, log and exit code are the same either way:
+only the imports are shared, copied on write by fork.
+
+It is off unless the config asks for it, and off inside cluster jobs (``SLURM_JOB_ID``: each runs
+on its own node) and on a GPU device (CUDA must not be initialised before a fork; the server never
+touches it, but a job's device is the job's business). If the server cannot be reached the job
+simply runs as usual. The server exits after ``IDLE_SECONDS`` without a job; its socket name
+carries a digest of the Python executable and of the package's files, so an edited package gets
+a fresh server.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import runpy
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+IDLE_SECONDS = float(os.environ.get("HEADPRUNE_WARM_IDLE", 60))
+CONNECT_SECONDS = 120  # the server's imports take a few seconds, longer on a busy machine
+PRELOAD = ("numpy", "pandas", "torch", "transformers", "matplotlib.figure", "matplotlib.backends.backend_agg",
+           "headprune.workflow", "headprune.models.loading", "headprune.models.heads", "headprune.models.prune",
+           "headprune.models.families", "headprune.scoring.importance", "headprune.scoring.criteria",
+           "headprune.experiments.runs", "headprune.experiments.evaluate", "headprune.experiments.stats",
+           "headprune.experiments.figures", "headprune.data.batching")
+
+_in_child = False  # set in a forked child: its start() must let the script run
+CHILD_ENV = "HEADPRUNE_WARM_CHILD"  # and in its environment, for anything it starts
+
+
+def enabled(snakemake) -> bool:
+    config = getattr(snakemake, "config", {}) or {}
+    return (bool(config.get("warm_start")) and str(config.get("device", "cpu")) == "cpu"
+            and "SLURM_JOB_ID" not in os.environ and hasattr(socket, "send_fds"))
+
+
+def start(snakemake):
+    """Run this job in a child of the warm server and exit with its code; return at once where the job
+    should run here (in the child itself, or when warm start is off or the server unreachable)."""
+    if _in_child or os.environ.get(CHILD_ENV) or not enabled(snakemake):
+        return
+    try:
+        conn = _connect(_socket_path())
+    except OSError as error:
+        print(f"headprune.warm: no warm server ({error}); running the job here", file=sys.stderr)
+        return
+    with conn:
+        socket.send_fds(conn, [b"job"], [0, 1, 2])
+        payload = json.dumps({"script": os.path.abspath(sys.argv[0]), "argv": sys.argv, "cwd": os.getcwd(),
+                              "env": dict(os.environ), "client": os.getpid()}).encode()
+        conn.sendall(struct.pack("!I", len(payload)) + payload)
+        status = _read_exactly(conn, 4)
+    if len(status) < 4:
+        print("headprune.warm: the job's process died without an exit code", file=sys.stderr)
+        os._exit(1)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(struct.unpack("!i", status)[0])
+
+
+def _package_digest() -> str:
+    digest = hashlib.sha256(sys.executable.encode())
+    for path in sorted(Path(__file__).resolve().parent.rglob("*.py")):
+        stat = path.stat()
+        digest.update(f"{path}:{stat.st_mtime_ns}:{stat.st_size}".encode())
+    return digest.hexdigest()[:16]
+
+
+def _socket_path() -> Path:
+    # Unix socket paths are limited to ~100 bytes: keep it short, in the working directory's .snakemake.
+    folder = Path(".snakemake") / "warm"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"{_package_digest()}.sock"
+
+
+def _try_connect(path: Path) -> socket.socket:
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(os.path.relpath(path))
+    except OSError:
+        conn.close()
+        raise
+    return conn
+
+
+def _connect(path: Path) -> socket.socket:
+    """Connect to the server, starting it first if no one has (one starter at a time, by a file lock)."""
+    with contextlib.suppress(OSError):
+        return _try_connect(path)
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with contextlib.suppress(OSError):
+            return _try_connect(path)
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()  # a server that is gone left its socket
+        log = open(path.with_suffix(".log"), "ab")
+        subprocess.Popen([sys.executable, "-m", "headprune.warm", os.path.relpath(path)], stdin=subprocess.DEVNULL,
+                         stdout=log, stderr=log, start_new_session=True, cwd=os.getcwd())
+        deadline = time.monotonic() + CONNECT_SECONDS
+        while True:
+            try:
+                return _try_connect(path)
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+
+def _read_exactly(conn: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = conn.recv(size - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def serve(path: str, idle: float = IDLE_SECONDS):
+    """Import the heavy modules once, then fork a child per job until ``idle`` seconds pass without one."""
+    import importlib
+
+    for name in PRELOAD:
+        importlib.import_module(name)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(64)
+    server.settimeout(idle)
+    print(f"warm server {os.getpid()} ready on {path}", flush=True)
+    try:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                break
+            if os.fork() == 0:
+                server.close()
+                _run_child(conn)  # never returns
+            conn.close()
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+def _run_child(conn: socket.socket):
+    global _in_child
+    _in_child = True
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the job may start subprocesses and wait for them
+    code = 1
+    try:
+        _, fds, _, _ = socket.recv_fds(conn, 16, 3)
+        size = struct.unpack("!I", _read_exactly(conn, 4))[0]
+        job = json.loads(_read_exactly(conn, size))
+        for target, fd in zip((0, 1, 2), fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        os.setsid()
+        os.chdir(job["cwd"])
+        os.environ.clear()
+        os.environ.update(job["env"])
+        os.environ[CHILD_ENV] = "1"
+        sys.argv = list(job["argv"])
+        _exit_with_client(job["client"])
+        try:
+            runpy.run_path(job["script"], run_name="__main__")
+            code = 0
+        except SystemExit as done:
+            code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+    finally:
+        with contextlib.suppress(BaseException):
+            logging.shutdown()  # what a normal exit does (os._exit below skips atexit)
+            sys.stdout.flush()
+            sys.stderr.flush()
+        with contextlib.suppress(OSError):
+            conn.sendall(struct.pack("!i", code))
+        os._exit(code)
+
+
+def _exit_with_client(client: int):
+    """A job whose process Snakemake killed (Ctrl-C, a failed sibling) stops too."""
+    def watch():
+        while True:
+            time.sleep(1)
+            try:
+                os.kill(client, 0)
+            except ProcessLookupError:
+                os._exit(1)
+    threading.Thread(target=watch, daemon=True).start()
+
+
+if __name__ == "__main__":
+    # Serve from the module as the jobs import it (headprune.warm, not __main__), so that a child's
+    # start() sees the flag _run_child sets.
+    from headprune import warm
+
+    warm.serve(sys.argv[1])

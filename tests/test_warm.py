@@ -1,0 +1,79 @@
+"""Warm start (headprune.warm): a job forked from a server that has imported torch runs as it would alone:
+same outputs, exit code, stdout/stderr, working directory and environment; no job forks another."""
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+JOB = textwrap.dedent('''
+    import os, sys, types
+    snakemake = types.SimpleNamespace(config={"warm_start": %(warm)r, "device": %(device)r})
+    from headprune import warm
+    warm.start(snakemake)
+    import torch  # preloaded in the server: in a warm child it is already there
+    print("out", os.environ.get("JOB_TAG"), flush=True)
+    print("err", os.getcwd(), file=sys.stderr, flush=True)
+    open("result.txt", "w").write(f"{os.getpid()} {os.getppid()} {torch.ones(2).sum().item()} {sys.argv[1:]}")
+    if os.environ.get("JOB_FAIL") == "exit":
+        sys.exit(3)
+    if os.environ.get("JOB_FAIL") == "raise":
+        raise RuntimeError("boom")
+''')
+
+
+def run_job(workdir, warm=True, device="cpu", **env):
+    script = workdir / "job.py"
+    script.write_text(JOB % {"warm": warm, "device": device})
+    environment = {key: value for key, value in os.environ.items() if key != "SLURM_JOB_ID"}
+    environment.update(PYTHONPATH=str(ROOT), HEADPRUNE_WARM_IDLE="20", **env)
+    return subprocess.run([sys.executable, str(script), "arg1"], cwd=workdir, env=environment, capture_output=True,
+                          text=True, timeout=300)
+
+
+def server_pids(workdir):
+    logs = list((workdir / ".snakemake" / "warm").glob("*.log"))
+    return [int(pid) for log in logs for pid in re.findall(r"warm server (\d+) ready", log.read_text())]
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    yield tmp_path
+    for pid in server_pids(tmp_path):
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+
+def test_jobs_run_in_children_of_one_warm_server(workdir):
+    first = run_job(workdir, JOB_TAG="a")
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == "out a\n" and f"err {workdir}" in first.stderr
+    pid, parent, total, argv = (workdir / "result.txt").read_text().split(" ", 3)
+    assert float(total) == 2.0 and argv == "['arg1']"
+    [server] = server_pids(workdir)
+    assert int(parent) == server  # the work ran in a child of the server, not in the job's process
+    second = run_job(workdir, JOB_TAG="b")
+    assert second.returncode == 0 and second.stdout == "out b\n"
+    assert int((workdir / "result.txt").read_text().split()[1]) == server and server_pids(workdir) == [server]
+
+
+def test_exit_codes_and_errors_come_back(workdir):
+    assert run_job(workdir, JOB_FAIL="exit").returncode == 3
+    failed = run_job(workdir, JOB_FAIL="raise")
+    assert failed.returncode == 1 and "RuntimeError: boom" in failed.stderr
+
+
+@pytest.mark.parametrize("setting", [dict(warm=False), dict(device="cuda"), dict(SLURM_JOB_ID="42")])
+def test_off_unless_asked_on_the_cpu_outside_a_cluster(workdir, setting):
+    result = run_job(workdir, **setting)
+    assert result.returncode == 0, result.stderr
+    pid, parent = map(int, (workdir / "result.txt").read_text().split()[:2])
+    assert not server_pids(workdir) and parent == os.getpid()  # ran in the process this test started
