@@ -4,7 +4,9 @@
     (b) the sweep over all N heads, one process per head (load the model, evaluate one head);
     (c) the sweep as the pipeline runs it: one process per job of ``--heads-per-job`` heads, each
         loading the model folder once and evaluating its heads in batched gate variants
-        (headprune.experiments.runs.run_variants, as scripts/evaluate.py does);
+        (headprune.experiments.runs.run_variants, as scripts/evaluate.py does); with ``--warm-start``
+        also (c'), the same jobs forked from a warm server (headprune.warm, config ``warm_start``), as
+        the demo runs them;
 
 and the ratios b / (N a) and c / (N a): how much the sweep costs beyond N evaluations. (b) and (c)
 time whole processes (start, imports, load, evaluation), as a job on a cluster pays them. With
@@ -134,12 +136,13 @@ def worker(study: dict, heads: list[str], device: str, threads: int, batch_size:
             "heads": heads}
 
 
-def run_worker(study: dict, heads: list[str], args, warm: bool = False) -> tuple[float, dict]:
-    """Wall time of one worker process, and what it reported."""
+def run_worker(study: dict, heads: list[str], args, warm: bool = False, forked: bool = False) -> tuple[float, dict]:
+    """Wall time of one worker process (``forked``: one that hands its work to the warm server), and what it
+    reported."""
     command = [sys.executable, __file__, "--worker", json.dumps({k: str(v) for k, v in study.items()}),
                "--heads", "+".join(heads), "--device", args.device, "--threads", str(args.threads),
                "--batch-size", str(args.batch_size), "--variant-batch-size", str(args.variant_batch_size)] \
-        + (["--warm"] if warm else [])
+        + (["--warm"] if warm else []) + (["--forked"] if forked else [])
     began = time.perf_counter()
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - began
@@ -169,13 +172,16 @@ def sweep(study: dict, args) -> dict:
     b = sum(one) / len(one) * n
     # (c) the pipeline's jobs: heads_per_job heads each, evaluated in batched variants
     pipeline = []
-    for k in args.heads_per_job:
-        jobs = [heads[i:i + k] for i in range(0, n, k)]
-        timed = [run_worker(study, job, args) for job in jobs[:args.sample or len(jobs)]]
-        last = timed[-1][1]
-        pipeline.append({"c": sum(wall for wall, _ in timed) / len(timed) * len(jobs), "jobs": len(jobs),
-                         "heads_per_job": k, "measured": len(timed), "start": last["start"], "load": last["load"],
-                         "eval": last["eval"]})
+    for forked in ([False, True] if args.warm_start else [False]):
+        if forked:  # the server's own start is paid once per run, by the first job: not timed here
+            run_worker(study, heads[:1], args, forked=True)
+        for k in args.heads_per_job:
+            jobs = [heads[i:i + k] for i in range(0, n, k)]
+            timed = [run_worker(study, job, args, forked=forked) for job in jobs[:args.sample or len(jobs)]]
+            last = timed[-1][1]
+            pipeline.append({"c": sum(wall for wall, _ in timed) / len(timed) * len(jobs), "jobs": len(jobs),
+                             "heads_per_job": k, "measured": len(timed), "load": last["load"],
+                             "eval": last["eval"], "forked": forked})
     return {"study": study["name"], "heads": n, "a": a, "b": b, "b_measured": len(one), "pipeline": pipeline}
 
 
@@ -194,8 +200,16 @@ def main():
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--heads", help=argparse.SUPPRESS)
     parser.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--warm-start", action="store_true", help="also time (c) with jobs forked from a warm server")
+    parser.add_argument("--forked", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
+    if args.worker and args.forked:
+        from types import SimpleNamespace
+
+        from headprune import warm
+
+        warm.start(SimpleNamespace(config={"warm_start": True, "device": args.device}))  # runs on in the fork
     if args.worker:
         print(json.dumps(worker(json.loads(args.worker), args.heads.split("+"), args.device, args.threads,
                                 args.batch_size, args.variant_batch_size, args.warm)))
@@ -214,9 +228,10 @@ def main():
             print(f"  (b) one process per head               {r['b']:8.1f} s    b / (N a) = {r['b'] / (n * a):.2f}"
                   f"    ({r['b_measured']} processes run)")
             for p in r["pipeline"]:
-                print(f"  (c) pipeline, {p['heads_per_job']:2d} heads per job ({p['jobs']:3d} jobs) {p['c']:8.1f} s    "
-                      f"c / (N a) = {p['c'] / (n * a):.2f}    ({p['measured']} jobs run; one job: start "
-                      f"{p['start']:.1f} s, load {p['load']:.2f} s, eval {p['eval']:.1f} s)")
+                label = "(c') warm start" if p["forked"] else "(c) pipeline   "
+                print(f"  {label}, {p['heads_per_job']:2d} heads per job ({p['jobs']:3d} jobs) {p['c']:8.1f} s    "
+                      f"c / (N a) = {p['c'] / (n * a):.2f}    ({p['measured']} jobs run; one job: "
+                      f"load {p['load']:.2f} s, eval {p['eval']:.1f} s)")
 
 
 if __name__ == "__main__":
