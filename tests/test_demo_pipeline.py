@@ -1,6 +1,6 @@
 """End to end: the embedded demo runs the whole DAG offline and produces every table, figure and the report.
 
-The demo run (about nine minutes on 2 cores) happens once per test session, in a
+The demo run (about four and a half minutes on 2 cores) happens once per test session, in a
 temporary working directory, through the same Snakefile the paper's study uses.
 """
 import subprocess
