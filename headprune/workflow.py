@@ -36,6 +36,11 @@ def logged(snakemake):
 def load_evalset(spec: dict) -> EvalSet:
     """An EvalSet from the dict rules/common.smk builds (evalset_spec)."""
     limit = spec.get("max_items")
+    if spec["kind"] == "language_modeling":
+        from headprune.experiments.perplexity import load_windows
+
+        chunks = load_windows(spec["windows"], limit)
+        return EvalSet("language_modeling", chunks, chunks, "perplexity")
     if spec["kind"] == "translation":
         sources, references = read_lines(spec["source"]), read_lines(spec["reference"])
         if len(sources) != len(references):
@@ -49,31 +54,60 @@ def load_evalset(spec: dict) -> EvalSet:
 def load_study_model(study: dict, device):
     """(model, tokenizer) of a study, checked against the architecture its config declares.
 
+    A study's ``kind`` says how it is loaded: translation (a fairseq checkpoint or its converted folder,
+    or transformers' own encoder-decoders), classification, language_modeling. On a GPU job with
+    several GPUs (models.<study>.resources) the model's layers are spread over them.
     Logs the load time (the model and tokenizer; the imports before it are not counted)."""
     started = time.perf_counter()
-    from headprune.models.heads import head_shape
-    from headprune.models.loading import load_classifier, load_translation
+    import torch
 
-    if study["family"] == "fsmt":
-        model, tokenizer = load_translation(study["model"], study["src_lang"], study["tgt_lang"], device)
-        section = "translation"
+    from headprune.models.heads import head_shape
+    from headprune.models.loading import load_causal_lm, load_classifier, load_seq2seq, load_translation
+
+    device = torch.device(device)
+    options = {"dtype": study.get("dtype", "float32"),
+               "gpus": torch.cuda.device_count() if device.type == "cuda" else 1}
+    kind, path = study["kind"], Path(study["model"])
+    if kind == "language_modeling":
+        model, tokenizer = load_causal_lm(path, device, **options)
+    elif kind == "classification":
+        model, tokenizer = load_classifier(path, device)
+    elif is_fairseq_layout(path):
+        model, tokenizer = load_translation(path, study["src_lang"], study["tgt_lang"], device)
     else:
-        model, tokenizer = load_classifier(study["model"], device)
-        section = "bert"
+        model, tokenizer = load_seq2seq(path, device, src_code=study.get("src_code"), tgt_code=study.get("tgt_code"),
+                                        **options)
+    section = study.get("section", kind)
     for attn_type, (layers, heads) in head_shape(model).items():
         if (layers, heads) != (study["layers"], study["heads"]):
             raise ValueError(f"{study['model']}: {attn_type} has {layers} layers x {heads} heads, but config "
                              f"{section}.layers/{section}.heads say {study['layers']} x {study['heads']}")
+    kv_heads = getattr(model.config, "num_key_value_heads", None)
+    if study.get("kv_heads") is not None and kv_heads != study["kv_heads"]:
+        raise ValueError(f"{study['model']}: {kv_heads} key/value heads per layer, but config {section}.kv_heads "
+                         f"says {study['kv_heads']}")
     logging.getLogger(__name__).info("load time %.2f s: %s (%s) on %s", time.perf_counter() - started,
                                      study["model"], type(model).__name__, device)
     return model, tokenizer
 
 
+def is_fairseq_layout(path: Path) -> bool:
+    """A fairseq tarball/folder, or a model folder converted from one (FSMT or headprune's pre-norm M2M100)."""
+    if not (path / "config.json").exists():
+        return True
+    config = json.loads((path / "config.json").read_text())
+    return config.get("model_type") == "fsmt" or (path / "vocab-src.json").exists()
+
+
 def importance_batches(tokenizer, data: dict) -> list[dict]:
     """The batches I_h is estimated on (rules/common.smk importance_spec): the translation importance
-    sets, or a seeded subset of a GLUE task's training split."""
+    sets, a seeded subset of a GLUE task's training split, or the first windows of a corpus split."""
     from headprune.data.batching import classification_batches, translation_batches
 
+    if data["kind"] == "language_modeling":
+        from headprune.experiments.perplexity import load_windows, window_batches
+
+        return window_batches(load_windows(data["windows"], data["max_items"]), data["batch_size"])
     if data["kind"] == "translation":
         sources, references = [], []
         for testset in data["sets"]:

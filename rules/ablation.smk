@@ -30,9 +30,9 @@ rule evaluate_full:
     log:
         f"{RESULTS}/logs/evaluate_full/{{study}}.log",
     resources:
-        gpu=resource("evaluate", "gpu"),
-        mem_mb=resource("evaluate", "mem_mb"),
-        runtime=resource("evaluate", "runtime"),
+        gpu=study_resource("evaluate", "gpu"),
+        mem_mb=study_resource("evaluate", "mem_mb"),
+        runtime=study_resource("evaluate", "runtime"),
     conda:
         ENV
     script:
@@ -53,9 +53,9 @@ rule ablate_head:
     group:
         "ablation_{study}"
     resources:
-        gpu=resource("ablate", "gpu"),
-        mem_mb=resource("ablate", "mem_mb"),
-        runtime=resource("ablate", "runtime"),
+        gpu=study_resource("ablate", "gpu"),
+        mem_mb=study_resource("ablate", "mem_mb"),
+        runtime=study_resource("ablate", "runtime"),
     conda:
         ENV
     script:
@@ -74,9 +74,9 @@ rule significance:
     log:
         f"{RESULTS}/logs/significance/{{study}}/{{role}}.log",
     resources:
-        gpu=resource("significance", "gpu"),
-        mem_mb=resource("significance", "mem_mb"),
-        runtime=resource("significance", "runtime"),
+        gpu=study_resource("significance", "gpu"),
+        mem_mb=study_resource("significance", "mem_mb"),
+        runtime=study_resource("significance", "runtime"),
     conda:
         ENV
     script:
@@ -97,9 +97,9 @@ rule one_head_layer:
     group:
         "ablation_{study}"
     resources:
-        gpu=resource("ablate", "gpu"),
-        mem_mb=resource("ablate", "mem_mb"),
-        runtime=resource("ablate", "runtime"),
+        gpu=study_resource("ablate", "gpu"),
+        mem_mb=study_resource("ablate", "mem_mb"),
+        runtime=study_resource("ablate", "runtime"),
     conda:
         ENV
     script:
@@ -117,9 +117,9 @@ rule one_head_significance:
     log:
         f"{RESULTS}/logs/one_head_significance/{{study}}.log",
     resources:
-        gpu=resource("significance", "gpu"),
-        mem_mb=resource("significance", "mem_mb"),
-        runtime=resource("significance", "runtime"),
+        gpu=study_resource("significance", "gpu"),
+        mem_mb=study_resource("significance", "mem_mb"),
+        runtime=study_resource("significance", "runtime"),
     conda:
         ENV
     script:

@@ -57,3 +57,23 @@ rule fetch_pretrained_bert:
         ENV
     script:
         "../scripts/fetch_pretrained.py"
+
+
+# A models entry's source: a hub snapshot (safetensors and tokenizer files only) or a model-folder tarball.
+rule fetch_model:
+    input:
+        model_local_sources,
+    output:
+        directory(fetched_model_folder("{study}")),
+    params:
+        source=fetch_model_params,
+    log:
+        f"{RESULTS}/logs/fetch_model/{{study}}.log",
+    resources:
+        gpu=resource("fetch", "gpu"),
+        mem_mb=resource("fetch", "mem_mb"),
+        runtime=resource("fetch", "runtime"),
+    conda:
+        ENV
+    script:
+        "../scripts/fetch_pretrained.py"

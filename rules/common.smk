@@ -1,4 +1,5 @@
 """Config validation, the study list, and the input functions every rule file uses."""
+import functools
 import json
 from pathlib import Path
 
@@ -24,8 +25,13 @@ ENV = "../envs/headprune.yaml"
 
 TRANSLATION = config["translation"]["name"]
 GLUE = config["glue"]
-STUDIES = [TRANSLATION, *GLUE]
-ATTENTION_TYPES = {"fsmt": ["enc_self", "enc_dec", "dec_self"], "bert": ["enc_self"]}
+MODELS = config.get("models", {})  # any model by config: one study each
+CORPORA = config.get("corpora", {})
+STUDIES = [TRANSLATION, *GLUE, *MODELS]
+# What a study's model is scored on decides its attention types: an encoder-decoder translates, an
+# encoder classifies, a decoder-only LM predicts the next token.
+ATTENTION_TYPES = {"translation": ["enc_self", "enc_dec", "dec_self"], "classification": ["enc_self"],
+                   "language_modeling": ["dec_self"]}
 
 
 def _check_config():
@@ -51,10 +57,35 @@ def _check_config():
     for name in translation.get("train_sets", []):
         if name not in translation["testsets"]:
             raise ValueError(f"config: translation.train_sets names '{name}', which is not in translation.testsets")
+    for study, entry in MODELS.items():
+        if study == TRANSLATION or study in GLUE:
+            raise ValueError(f"config: models.{study} has the name of another study (translation.name or a glue task)")
+        needs = {"classification": "task", "language_modeling": "corpus"}.get(entry["kind"])
+        if needs and needs not in entry:
+            raise ValueError(f"config: models.{study} is a {entry['kind']} study: it needs '{needs}'")
+        if entry["kind"] == "classification" and entry["task"] not in GLUE:
+            raise ValueError(f"config: models.{study}.task names '{entry['task']}', which is not a glue entry")
+        if entry["kind"] == "language_modeling":
+            corpus = CORPORA.get(entry["corpus"])
+            if corpus is None:
+                raise ValueError(f"config: models.{study}.corpus names '{entry['corpus']}', which is not in corpora")
+            splits = list(corpus["files"]) if "files" in corpus else corpus.get("splits", ["train", "validation", "test"])
+            for key, default in LM_SPLITS.items():
+                if entry.get(key, default) not in splits:
+                    raise ValueError(f"config: models.{study}.{key} is '{entry.get(key, default)}', "
+                                     f"not one of corpora.{entry['corpus']}.splits {splits}")
+    for experiment in ("cross_domain", "head_roles", "glue_pruning"):
+        for study in config["experiments"].get(experiment, []):
+            if study in MODELS and MODELS[study]["kind"] == "language_modeling":
+                raise ValueError(f"config: experiments.{experiment} names '{study}', a language-modelling study "
+                                 f"({'no out-of-domain corpus' if experiment == 'cross_domain' else 'encoder heads only' if experiment == 'head_roles' else 'glue tasks only'})")
     if TRANSLATION in config["experiments"].get("glue_pruning", []):
         raise ValueError(f"config: experiments.glue_pruning names '{TRANSLATION}', the translation study; "
                          "Figure 6 is for glue tasks (Figure 3 draws the translation model's pruning)")
 
+
+# The splits of a language-modelling study's corpus, by role, and their defaults.
+LM_SPLITS = {"eval_split": "test", "selection_split": "validation", "test_split": "test", "importance_split": "train"}
 
 _check_config()
 
@@ -68,6 +99,19 @@ def resource(rule_name, key):
     return merged.get(key, 0 if key == "gpu" else None)
 
 
+def study_resource(rule_name, key):
+    """As resource(), for the jobs of one study (a {study} wildcard), with models.<study>.resources.<rule> (or .default) over
+    config.resources, so one large model's jobs can ask for more GPUs, memory and time than the rest."""
+    return functools.partial(resource_of_study, rule_name, key)
+
+
+def resource_of_study(rule_name, key, wildcards):
+    own = MODELS.get(wildcards.study, {}).get("resources", {})
+    merged = {**config["resources"]["default"], **config["resources"].get(rule_name, {}),
+              **own.get("default", {}), **own.get(rule_name, {})}
+    return merged.get(key, 0 if key == "gpu" else None)
+
+
 def rule_threads(rule_name, default):
     """config.resources.<rule>.threads, else the rule's own default (Snakemake caps it at --cores;
     SLURM gets it as --cpus-per-task)."""
@@ -77,14 +121,31 @@ def rule_threads(rule_name, default):
 # --- studies -----------------------------------------------------------------------------
 
 
-def family(study):
-    return "fsmt" if study == TRANSLATION else "bert"
+def study_kind(study):
+    """translation (BLEU), classification (a glue task's metric) or language_modeling (perplexity)."""
+    if study == TRANSLATION:
+        return "translation"
+    return "classification" if study in GLUE else MODELS[study]["kind"]
+
+
+def study_arch(study):
+    """The config section that declares a study's layers and heads (and how errors name it)."""
+    if study == TRANSLATION:
+        return config["translation"], "translation"
+    if study in GLUE:
+        return config["bert"], "bert"
+    return MODELS[study], f"models.{study}"
+
+
+def study_task(study):
+    """The glue entry whose data a classification study uses."""
+    return study if study in GLUE else MODELS[study]["task"]
 
 
 def study_heads(study):
     """Every head of a study's model as 'attn_type-layer-head', known from the config alone."""
-    arch = config["translation"] if family(study) == "fsmt" else config["bert"]
-    return [f"{t}-{layer}-{head}" for t in ATTENTION_TYPES[family(study)]
+    arch = study_arch(study)[0]
+    return [f"{t}-{layer}-{head}" for t in ATTENTION_TYPES[study_kind(study)]
             for layer in range(arch["layers"]) for head in range(arch["heads"])]
 
 
@@ -109,10 +170,42 @@ def translation_model_folder():
     return f"{DATA}/checkpoints/{TRANSLATION}.model"
 
 
+def fetched_model_folder(study):
+    """Where fetch_model puts a models entry's source (hub snapshot or extracted tarball)."""
+    return f"{DATA}/models/{study}"
+
+
+def finetuned_by_pipeline(study):
+    """A classification study whose model the pipeline fine-tunes: every glue task (on bert.pretrained),
+    and a models entry with finetune: true (on its source)."""
+    return study in GLUE or (study_kind(study) == "classification" and MODELS[study].get("finetune", True))
+
+
 def model_path(study):
-    if family(study) == "fsmt":
+    if study == TRANSLATION:
         return translation_model_folder()
-    return f"{RESULTS}/models/{study}"
+    if finetuned_by_pipeline(study):
+        return f"{RESULTS}/models/{study}"
+    return fetched_model_folder(study)
+
+
+def corpus_dir(corpus):
+    """fetch_corpus writes each split of a corpus here as {split}.txt."""
+    return f"{DATA}/corpora/{corpus}"
+
+
+def windows_dir(study):
+    """tokenize_corpus writes here each corpus split a language model uses, tokenized once and cut into
+    its windows (windows_file); the jobs take the folder as their input."""
+    return f"{DATA}/windows/{study}"
+
+
+def windows_file(study, split):
+    return f"{windows_dir(study)}/{split}.npy"
+
+
+def lm_split(study, key):
+    return MODELS[study].get(key, LM_SPLITS[key])
 
 
 # The test sets a study is evaluated on, by role: "eval" (Table 1, pruning), "ood"
@@ -121,16 +214,20 @@ ROLES = ("eval", "ood", "selection", "test")
 
 
 def evalset_name(study, role):
-    """The test set (translation) or split (GLUE) that plays ``role`` for ``study``."""
-    if family(study) == "fsmt":
+    """The test set (translation), split (GLUE) or corpus split (language modelling) that plays ``role``."""
+    if study_kind(study) == "language_modeling":
+        if role == "ood":
+            raise ValueError(f"config: {study} is a language-modelling study: it has no out-of-domain set")
+        return lm_split(study, f"{role}_split")
+    if study_kind(study) == "translation":
         t = config["translation"]
         key = {"eval": "eval_set", "ood": "ood_set", "selection": "selection_set", "test": "test_set"}[role]
         section = "translation"
         name = t.get(key)
     else:
-        entry = GLUE[study]
+        entry = GLUE[study_task(study)]
         key = {"eval": "eval_split", "ood": "ood_split", "selection": "selection_split", "test": "test_split"}[role]
-        section = f"glue.{study}"
+        section = f"glue.{study_task(study)}"
         name = entry.get(key, {"eval": "dev", "selection": "train", "test": entry.get("eval_split", "dev")}.get(role))
     if name is None:
         raise ValueError(f"config: {section}.{key} is needed for the '{role}' evaluation of {study}")
@@ -140,15 +237,21 @@ def evalset_name(study, role):
 def evalset_spec(study, role="eval"):
     """What a script needs to build a study's test set (headprune.workflow.load_evalset)."""
     name = evalset_name(study, role)
-    if family(study) == "fsmt":
+    kind = study_kind(study)
+    if kind == "translation":
         t = config["translation"]
         source, reference = testset_files(name)
         return {"kind": "translation", "source": source, "reference": reference, "lang": t["tgt_lang"],
                 "max_items": t.get("max_sentences"), "name": name}
-    entry = GLUE[study]
+    if kind == "language_modeling":
+        # the name every table carries states the window, as the protocol asks
+        return {"kind": "language_modeling", "windows": windows_file(study, name),
+                "name": f"{name} ({MODELS[study]['window']}-token windows)",
+                "window": MODELS[study]["window"], "max_items": MODELS[study].get("max_windows")}
+    entry = GLUE[study_task(study)]
     # Tables 2-3 choose the head on 5000 training examples (a seeded subset), as the paper does.
     max_items = config["bert"].get("selection_examples") if role == "selection" else None
-    return {"kind": "classification", "tsv": f"{glue_dir(study)}/{name}.tsv",
+    return {"kind": "classification", "tsv": f"{glue_dir(study_task(study))}/{name}.tsv",
             "metric": entry.get("metric", "accuracy"), "name": name, "max_items": max_items,
             "seed": config["bert"]["finetune"]["seed"]}
 
@@ -156,20 +259,25 @@ def evalset_spec(study, role="eval"):
 def eval_settings(study, bleu, masking="zero"):
     """How a study's model is evaluated (headprune.experiments.runs.EvalSettings); ``masking`` is how a switched-off
     head is replaced: a zero output (the paper) or uniform attention over its keys."""
-    if family(study) == "fsmt":
+    kind = study_kind(study)
+    if kind == "translation":
         t = config["translation"]
-        return {"batch_size": t["batch_size"], "beam": t["beam"], "lenpen": t["lenpen"], "bleu": bleu,
-                "masking": masking}
-    return {"batch_size": config["bert"]["eval_batch_size"], "max_length": config["bert"]["finetune"]["max_length"],
-            "masking": masking}
+        batch_size = MODELS[study].get("batch_size", t["batch_size"]) if study in MODELS else t["batch_size"]
+        return {"batch_size": batch_size, "beam": t["beam"], "lenpen": t["lenpen"], "bleu": bleu, "masking": masking}
+    if kind == "language_modeling":
+        return {"batch_size": MODELS[study]["batch_size"], "masking": masking}
+    batch_size = MODELS[study].get("batch_size", 64) if study in MODELS else config["bert"]["eval_batch_size"]
+    return {"batch_size": batch_size, "max_length": config["bert"]["finetune"]["max_length"], "masking": masking}
 
 
 def study_params(study):
-    """Everything about a study that should rerun its jobs when it changes."""
-    arch = config["translation"] if family(study) == "fsmt" else config["bert"]
-    return {"name": study, "family": family(study), "model": model_path(study),
+    """Everything about a study that should rerun its jobs when it changes (what load_study_model reads)."""
+    arch, section = study_arch(study)
+    entry = MODELS.get(study, {})
+    return {"name": study, "kind": study_kind(study), "model": model_path(study), "section": section,
             "src_lang": config["translation"]["src_lang"], "tgt_lang": config["translation"]["tgt_lang"],
-            "layers": arch["layers"], "heads": arch["heads"], "device": config["device"]}
+            "layers": arch["layers"], "heads": arch["heads"], "device": config["device"],
+            **{key: entry[key] for key in ("kv_heads", "dtype", "src_code", "tgt_code") if key in entry}}
 
 
 def demo_testset_files():
@@ -206,6 +314,49 @@ def pretrained_local_sources(wildcards):
     return local_source(pretrained) if "url" in pretrained else []
 
 
+def model_local_sources(wildcards):
+    source = MODELS[wildcards.study]["source"]
+    return local_source(source) if "url" in source else []
+
+
+def corpus_local_sources(wildcards):
+    corpus = CORPORA[wildcards.corpus]
+    return [p for f in (corpus["files"].values() if "files" in corpus else [corpus]) for p in local_source(f)]
+
+
+def study_corpus_dir(wildcards):
+    return corpus_dir(MODELS[wildcards.study]["corpus"])
+
+
+def corpus_params(wildcards):
+    return CORPORA[wildcards.corpus]
+
+
+def fetch_model_params(wildcards):
+    return MODELS[wildcards.study]["source"]
+
+
+def finetune_pretrained(wildcards):
+    """What a classification study is fine-tuned from: bert.pretrained, or a models entry's source."""
+    if wildcards.study in MODELS:
+        return fetched_model_folder(wildcards.study)
+    return f"{DATA}/checkpoints/bert-pretrained"
+
+
+def finetune_data(wildcards):
+    return glue_dir(study_task(wildcards.study))
+
+
+def tokenize_params(wildcards):
+    entry = MODELS[wildcards.study]
+    return {"window": entry["window"], "splits": lm_needed_splits(wildcards.study)}
+
+
+def lm_needed_splits(study):
+    """The splits of a language model's corpus that some role of it uses (each tokenized once)."""
+    return sorted({lm_split(study, key) for key in LM_SPLITS})
+
+
 def study_of(wildcards):
     return study_params(wildcards.study)
 
@@ -235,25 +386,42 @@ def study_eval_data(wildcards):
     keys = wildcards.keys()
     roles = ("selection", "test") if "layer" in keys else ablation_roles(study) if "head" in keys \
         else ("eval",) if "order" in keys else full_model_roles(study)
-    if family(study) == "fsmt":
+    kind = study_kind(study)
+    if kind == "translation":
         return sorted({f for role in roles for f in testset_files(evalset_name(study, role))})
-    return [glue_dir(study)]
+    if kind == "language_modeling":
+        return [windows_dir(study)]
+    return [glue_dir(study_task(study))]
 
 
 def study_importance_data(wildcards):
-    if family(wildcards.study) == "fsmt":
+    kind = study_kind(wildcards.study)
+    if kind == "translation":
         return [f for name in config["translation"]["importance_sets"] for f in testset_files(name)]
-    return [glue_dir(wildcards.study)]
+    if kind == "language_modeling":
+        return [windows_dir(wildcards.study)]
+    return [glue_dir(study_task(wildcards.study))]
+
+
+def lm_train_spec(study, batch_size, max_items):
+    """Windows of a language-modelling study's importance split, as importance_batches reads them."""
+    return {"kind": "language_modeling", "windows": windows_file(study, lm_split(study, "importance_split")),
+            "batch_size": batch_size, "max_items": max_items}
 
 
 def importance_spec(study):
-    """The data Ih is estimated on: newstest2009-12 for translation, the training split for BERT."""
-    if family(study) == "fsmt":
+    """The data Ih is estimated on: newstest2009-12 for translation, the training split for BERT, the
+    first importance_windows windows of a language model's importance split."""
+    kind = study_kind(study)
+    if kind == "translation":
         t = config["translation"]
         return {"kind": "translation", "sets": [dict(zip(("source", "reference"), testset_files(n)))
                                                 for n in t["importance_sets"]],
                 "batch_size": t["importance_batch_size"], "max_items": t.get("max_sentences")}
-    return {"kind": "classification", "tsv": f"{glue_dir(study)}/{GLUE[study].get('train_split', 'train')}.tsv",
+    if kind == "language_modeling":
+        return lm_train_spec(study, MODELS[study]["batch_size"], MODELS[study].get("importance_windows"))
+    task = study_task(study)
+    return {"kind": "classification", "tsv": f"{glue_dir(task)}/{GLUE[task].get('train_split', 'train')}.tsv",
             "batch_size": config["bert"]["finetune"]["batch_size"],
             "max_length": config["bert"]["finetune"]["max_length"],
             "max_items": config["bert"].get("importance_examples"), "seed": config["bert"]["finetune"]["seed"]}
@@ -306,8 +474,8 @@ def pruning_inputs(wildcards):
 
 def study_layers(study):
     """Every attention layer of a study's model as 'attn_type-layer'."""
-    arch = config["translation"] if family(study) == "fsmt" else config["bert"]
-    return [f"{t}-{layer}" for t in ATTENTION_TYPES[family(study)] for layer in range(arch["layers"])]
+    arch = study_arch(study)[0]
+    return [f"{t}-{layer}" for t in ATTENTION_TYPES[study_kind(study)] for layer in range(arch["layers"])]
 
 
 def one_head_jobs(study):
@@ -350,7 +518,7 @@ def pruning_scopes(study):
     orders += [criterion for criterion in criteria_of(study) if criterion not in orders]
     scopes = {"all": orders} if orders else {}
     if study in config["experiments"].get("attention_types", []):
-        scopes.update({t: ["importance"] for t in ATTENTION_TYPES[family(study)]})
+        scopes.update({t: ["importance"] for t in ATTENTION_TYPES[study_kind(study)]})
     return scopes
 
 
@@ -459,7 +627,7 @@ def dynamics_model(wildcards):
 
 def dynamics_study(wildcards):
     """The study dict scripts/importance.py and scripts/prune.py read, for one checkpoint epoch."""
-    return {"name": DYN, "family": "fsmt", "model": dynamics_checkpoint(wildcards.epoch),
+    return {"name": DYN, "kind": "translation", "section": "dynamics", "model": dynamics_checkpoint(wildcards.epoch),
             "src_lang": DYNAMICS["src_lang"], "tgt_lang": DYNAMICS["tgt_lang"], "layers": DYNAMICS["layers"],
             "heads": DYNAMICS["heads"], "device": config["device"]}
 
@@ -539,8 +707,9 @@ def glue_params(wildcards):
 
 
 def finetune_params(wildcards):
-    entry = GLUE[wildcards.task]
-    return {**config["bert"]["finetune"], "num_labels": len(glue_task_spec(wildcards.task)["labels"]),
+    task = study_task(wildcards.study)
+    entry = GLUE[task]
+    return {**config["bert"]["finetune"], "num_labels": len(glue_task_spec(task)["labels"]),
             "train_split": entry.get("train_split", "train"), "eval_split": entry.get("eval_split", "dev"),
             "metric": entry.get("metric", "accuracy"), "device": config["device"]}
 
@@ -599,6 +768,11 @@ def criteria_params(wildcards):
             "test_at": config["criteria"]["test_at"], "significance": config["significance"]}
 
 
+def table1_attention_type(wildcards):
+    """Table 1 shows the encoder self-attention (the paper's); a decoder-only LM's is its only type."""
+    return ATTENTION_TYPES[study_kind(wildcards.study)][0]
+
+
 def figure_style(wildcards):
     return config["figures"]["style"]
 
@@ -620,10 +794,13 @@ speed_studies()  # a wrong name stops the run before any job
 
 
 def speed_eval_data(wildcards):
-    """Only the eval set: newstest2013 (translation) or the GLUE task's folder (its eval split)."""
-    if family(wildcards.study) == "fsmt":
+    """Only the eval set: newstest2013 (translation), the GLUE task's folder (its eval split), the LM's windows."""
+    kind = study_kind(wildcards.study)
+    if kind == "translation":
         return testset_files(evalset_name(wildcards.study, "eval"))
-    return [glue_dir(wildcards.study)]
+    if kind == "language_modeling":
+        return [windows_dir(wildcards.study)]
+    return [glue_dir(study_task(wildcards.study))]
 
 
 def speed_params(wildcards):
@@ -634,8 +811,11 @@ def speed_params(wildcards):
         evalset["max_items"] = speed["max_items"]
     settings = {"batch_sizes": speed.get("batch_sizes", [1, 4, 16, 64]), "repeats": speed.get("repeats", 3),
                 "prune_percent": speed.get("prune_percent", 50), "warmup_batches": speed.get("warmup_batches", 2)}
-    if family(wildcards.study) == "fsmt":
+    kind = study_kind(wildcards.study)
+    if kind == "translation":
         settings.update(beam=config["translation"]["beam"], lenpen=config["translation"]["lenpen"])
+    elif kind == "language_modeling":
+        settings.update(decode_tokens=speed.get("decode_tokens", 32))
     else:
         settings.update(max_length=config["bert"]["finetune"]["max_length"], padding=speed.get("padding", "max_length"))
     return {"eval": evalset, "settings": settings}
@@ -655,20 +835,28 @@ def translation_train_sets():
 
 
 def concrete_train_data(wildcards):
-    """The training data files of a study: translation.train_sets, or the GLUE task's folder."""
-    if family(wildcards.study) == "fsmt":
+    """The training data files of a study: translation.train_sets, the GLUE task's folder, or the windows of
+    a language model's importance split."""
+    kind = study_kind(wildcards.study)
+    if kind == "translation":
         return [f for name in translation_train_sets() for f in testset_files(name)]
-    return [glue_dir(wildcards.study)]
+    if kind == "language_modeling":
+        return study_importance_data(wildcards)
+    return [glue_dir(study_task(wildcards.study))]
 
 
 def train_spec(study, batch_size):
     """A study's training data as headprune.workflow.importance_batches reads it."""
     concrete = config["concrete"]
-    if family(study) == "fsmt":
+    kind = study_kind(study)
+    if kind == "language_modeling":
+        return lm_train_spec(study, batch_size, concrete["max_items"])
+    if kind == "translation":
         return {"kind": "translation", "sets": [dict(zip(("source", "reference"), testset_files(n)))
                                                 for n in translation_train_sets()],
                 "batch_size": batch_size, "max_items": concrete["max_items"], "seed": concrete["seed"]}
-    return {"kind": "classification", "tsv": f"{glue_dir(study)}/{GLUE[study].get('train_split', 'train')}.tsv",
+    task = study_task(study)
+    return {"kind": "classification", "tsv": f"{glue_dir(task)}/{GLUE[task].get('train_split', 'train')}.tsv",
             "batch_size": batch_size, "max_length": config["bert"]["finetune"]["max_length"],
             "max_items": concrete["max_items"], "seed": concrete["seed"]}
 
@@ -688,7 +876,8 @@ def concrete_rows(wildcards):
 def parse_inputs(wildcards):
     """The eval set's source text, and the parser's model when stanza parses it."""
     study = wildcards.study
-    text = testset_files(evalset_name(study, "eval"))[:1] if family(study) == "fsmt" else [glue_dir(study)]
+    kind = study_kind(study)
+    text = testset_files(evalset_name(study, "eval"))[:1] if kind == "translation" else [glue_dir(study_task(study))]
     parser = [rules.fetch_parser.output[0]] if config["roles"]["parser"] == "stanza" else []
     return {"text": text, "parser": parser}
 

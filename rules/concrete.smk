@@ -27,9 +27,9 @@ rule concrete_gates:
         f"{RESULTS}/logs/concrete_gates/{{study}}/{{penalty}}.log",
     threads: rule_threads("concrete_gates", 2)
     resources:
-        gpu=resource("concrete_gates", "gpu"),
-        mem_mb=resource("concrete_gates", "mem_mb"),
-        runtime=resource("concrete_gates", "runtime"),
+        gpu=study_resource("concrete_gates", "gpu"),
+        mem_mb=study_resource("concrete_gates", "mem_mb"),
+        runtime=study_resource("concrete_gates", "runtime"),
     conda:
         ENV
     script:
@@ -44,9 +44,9 @@ rule collect_concrete:
     log:
         f"{RESULTS}/logs/collect_concrete/{{study}}.log",
     resources:
-        gpu=resource("collect", "gpu"),
-        mem_mb=resource("collect", "mem_mb"),
-        runtime=resource("collect", "runtime"),
+        gpu=study_resource("collect", "gpu"),
+        mem_mb=study_resource("collect", "mem_mb"),
+        runtime=study_resource("collect", "runtime"),
     conda:
         ENV
     script:
@@ -65,9 +65,9 @@ rule plot_concrete:
     log:
         f"{RESULTS}/logs/plot_concrete/{{study}}.log",
     resources:
-        gpu=resource("figures", "gpu"),
-        mem_mb=resource("figures", "mem_mb"),
-        runtime=resource("figures", "runtime"),
+        gpu=study_resource("figures", "gpu"),
+        mem_mb=study_resource("figures", "mem_mb"),
+        runtime=study_resource("figures", "runtime"),
     conda:
         ENV
     script:

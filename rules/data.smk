@@ -46,3 +46,46 @@ rule prepare_glue:
         ENV
     script:
         "../scripts/prepare_glue.py"
+
+
+# A language-modelling corpus (WikiText-2 raw: the zip, a .raw file or a parquet split), one text file
+# per split, as the usual protocol reads it.
+rule fetch_corpus:
+    input:
+        corpus_local_sources,
+    output:
+        directory(f"{DATA}/corpora/{{corpus}}"),
+    params:
+        spec=corpus_params,
+        raw=f"{DATA}/raw/corpora/{{corpus}}",
+    log:
+        f"{RESULTS}/logs/fetch_corpus/{{corpus}}.log",
+    resources:
+        gpu=resource("fetch", "gpu"),
+        mem_mb=resource("fetch", "mem_mb"),
+        runtime=resource("fetch", "runtime"),
+    conda:
+        ENV
+    script:
+        "../scripts/fetch_corpus.py"
+
+
+# Each split a language model is scored on, tokenized ONCE by its tokenizer and cut into windows.
+rule tokenize_corpus:
+    input:
+        model=study_model,
+        corpus=study_corpus_dir,
+    output:
+        directory(windows_dir("{study}")),
+    params:
+        tokenize=tokenize_params,
+    log:
+        f"{RESULTS}/logs/tokenize_corpus/{{study}}.log",
+    resources:
+        gpu=0,
+        mem_mb=resource("tokenize_corpus", "mem_mb"),
+        runtime=resource("tokenize_corpus", "runtime"),
+    conda:
+        ENV
+    script:
+        "../scripts/tokenize_corpus.py"

@@ -39,6 +39,7 @@ if "demo" in config:
             msr_paraphrase_test=f"{DATA}/upstream/glue/MRPC/msr_paraphrase_test.txt",
             mrpc_dev_ids=f"{DATA}/upstream/glue/MRPC/mrpc_dev_ids.tsv",
             pretrained=f"{DATA}/upstream/bert-tiny.tar.gz",
+            roberta=f"{DATA}/upstream/roberta-tiny.tar.gz",
         params:
             settings=config["demo"]["classification"],
             bert=config["demo"]["bert"],
@@ -54,3 +55,22 @@ if "demo" in config:
             ENV
         script:
             "../scripts/demo_classification.py"
+
+    rule demo_language_model:
+        output:
+            corpus=f"{DATA}/upstream/wikitext-2-raw-v1.zip",
+            model=f"{DATA}/upstream/tiny-llama.tar.gz",
+        params:
+            settings=config["demo"]["language_model"],
+            seed=config["demo"]["seed"],
+            workdir=f"{DATA}/upstream/language_model",
+        log:
+            f"{RESULTS}/logs/demo/language_model.log",
+        threads: 1
+        resources:
+            mem_mb=resource("demo", "mem_mb"),
+            runtime=resource("demo", "runtime"),
+        conda:
+            ENV
+        script:
+            "../scripts/demo_language_model.py"

@@ -14,7 +14,7 @@ rule plot_ablation:
         fig_pdf=f"{FIGURES}/{{study}}/figure1.pdf",
     params:
         style=figure_style,
-        attn_type="enc_self",
+        attn_type=table1_attention_type,
     log:
         f"{RESULTS}/logs/plot_ablation/{{study}}.log",
     resources:

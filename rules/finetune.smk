@@ -1,21 +1,22 @@
-"""Fine-tune the pretrained encoder on each GLUE task (the paper: 3 epochs, lr 2e-5, batch 32, length 128)."""
+"""Fine-tune a pretrained encoder on a GLUE task (the paper: 3 epochs, lr 2e-5, batch 32, length 128):
+bert.pretrained for every glue study, a models entry's own source for it (kind classification, finetune true)."""
 
 
 rule finetune:
     input:
-        pretrained=f"{DATA}/checkpoints/bert-pretrained",
-        data=glue_dir("{task}"),
+        pretrained=finetune_pretrained,
+        data=finetune_data,
     output:
-        directory(f"{RESULTS}/models/{{task}}"),
+        directory(f"{RESULTS}/models/{{study}}"),
     params:
         settings=finetune_params,
     log:
-        f"{RESULTS}/logs/finetune/{{task}}.log",
+        f"{RESULTS}/logs/finetune/{{study}}.log",
     threads: rule_threads("finetune", 2)
     resources:
-        gpu=resource("finetune", "gpu"),
-        mem_mb=resource("finetune", "mem_mb"),
-        runtime=resource("finetune", "runtime"),
+        gpu=study_resource("finetune", "gpu"),
+        mem_mb=study_resource("finetune", "mem_mb"),
+        runtime=study_resource("finetune", "runtime"),
     conda:
         ENV
     script:

@@ -15,9 +15,9 @@ rule importance:
         f"{RESULTS}/logs/importance/{{study}}.log",
     threads: rule_threads("importance", 2)
     resources:
-        gpu=resource("importance", "gpu"),
-        mem_mb=resource("importance", "mem_mb"),
-        runtime=resource("importance", "runtime"),
+        gpu=study_resource("importance", "gpu"),
+        mem_mb=study_resource("importance", "mem_mb"),
+        runtime=study_resource("importance", "runtime"),
     conda:
         ENV
     script:

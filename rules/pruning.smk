@@ -29,9 +29,9 @@ rule prune:
     log:
         f"{RESULTS}/logs/prune/{{study}}/{{scope}}/{{order}}.log",
     resources:
-        gpu=resource("prune", "gpu"),
-        mem_mb=resource("prune", "mem_mb"),
-        runtime=resource("prune", "runtime"),
+        gpu=study_resource("prune", "gpu"),
+        mem_mb=study_resource("prune", "mem_mb"),
+        runtime=study_resource("prune", "runtime"),
     conda:
         ENV
     script:
@@ -46,9 +46,9 @@ rule collect_pruning:
     log:
         f"{RESULTS}/logs/collect_pruning/{{study}}.log",
     resources:
-        gpu=resource("collect", "gpu"),
-        mem_mb=resource("collect", "mem_mb"),
-        runtime=resource("collect", "runtime"),
+        gpu=study_resource("collect", "gpu"),
+        mem_mb=study_resource("collect", "mem_mb"),
+        runtime=study_resource("collect", "runtime"),
     conda:
         ENV
     script:
@@ -68,9 +68,9 @@ rule compare_criteria:
     log:
         f"{RESULTS}/logs/compare_criteria/{{study}}.log",
     resources:
-        gpu=resource("significance", "gpu"),
-        mem_mb=resource("significance", "mem_mb"),
-        runtime=resource("significance", "runtime"),
+        gpu=study_resource("significance", "gpu"),
+        mem_mb=study_resource("significance", "mem_mb"),
+        runtime=study_resource("significance", "runtime"),
     conda:
         ENV
     script:

@@ -23,7 +23,7 @@ def scorecard_inputs(wildcards):
         "pruning": importance_pruning_tables(experiments.get("pruning", []) + experiments.get("glue_pruning", []),
                                              ["all"]),
         "attention_types": importance_pruning_tables(experiments.get("attention_types", []),
-                                                     ATTENTION_TYPES["fsmt"]),
+                                                     ATTENTION_TYPES["translation"]),
         "dynamics": dynamics_pruning_tables() if DYNAMICS else [],  # in the order of scorecard_epochs
         "speed": [f"{FIGURES}/{study}/table4.csv" for study in speed_studies()],
     }
@@ -32,7 +32,7 @@ def scorecard_inputs(wildcards):
 def scorecard_paper_models(wildcards):
     """The paper's model each study stands for (its numbers in headprune.experiments.scorecard.PAPER): WMT for the
     translation study, a glue study's GLUE task (None for a task of its own), IWSLT for Figure 5's."""
-    models = {TRANSLATION: "WMT", **{task: GLUE[task].get("task") for task in GLUE}}
+    models = {TRANSLATION: "WMT", **{task: GLUE[task].get("task") for task in GLUE}, **{study: None for study in MODELS}}
     if DYNAMICS:
         models[DYN] = "IWSLT"
     return models

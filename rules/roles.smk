@@ -36,9 +36,9 @@ rule parse_source:
         f"{RESULTS}/logs/parse_source/{{study}}.log",
     threads: rule_threads("parse_source", 1)
     resources:
-        gpu=resource("parse_source", "gpu"),
-        mem_mb=resource("parse_source", "mem_mb"),
-        runtime=resource("parse_source", "runtime"),
+        gpu=study_resource("parse_source", "gpu"),
+        mem_mb=study_resource("parse_source", "mem_mb"),
+        runtime=study_resource("parse_source", "runtime"),
     conda:
         ENV
     script:
@@ -60,9 +60,9 @@ rule head_roles:
         f"{RESULTS}/logs/head_roles/{{study}}.log",
     threads: rule_threads("head_roles", 1)
     resources:
-        gpu=resource("head_roles", "gpu"),
-        mem_mb=resource("head_roles", "mem_mb"),
-        runtime=resource("head_roles", "runtime"),
+        gpu=study_resource("head_roles", "gpu"),
+        mem_mb=study_resource("head_roles", "mem_mb"),
+        runtime=study_resource("head_roles", "runtime"),
     conda:
         ENV
     script:
@@ -85,9 +85,9 @@ rule plot_head_roles:
     log:
         f"{RESULTS}/logs/plot_head_roles/{{study}}.log",
     resources:
-        gpu=resource("figures", "gpu"),
-        mem_mb=resource("figures", "mem_mb"),
-        runtime=resource("figures", "runtime"),
+        gpu=study_resource("figures", "gpu"),
+        mem_mb=study_resource("figures", "mem_mb"),
+        runtime=study_resource("figures", "runtime"),
     conda:
         ENV
     script:

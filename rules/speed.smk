@@ -20,9 +20,9 @@ rule speed:
     # large as --cores also keep every other local job off the machine while this one runs.
     threads: config.get("speed", {}).get("threads", 1)
     resources:
-        gpu=resource("speed", "gpu"),
-        mem_mb=resource("speed", "mem_mb"),
-        runtime=resource("speed", "runtime"),
+        gpu=study_resource("speed", "gpu"),
+        mem_mb=study_resource("speed", "mem_mb"),
+        runtime=study_resource("speed", "runtime"),
     conda:
         ENV
     script:

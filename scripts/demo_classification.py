@@ -1,5 +1,5 @@
 """Demo: synthetic tasks as GLUE's MNLI.zip, SST-2.zip and CoLA.zip and SentEval's MRPC files, and a
-tiny "pretrained" BERT as a model-folder tarball."""
+tiny "pretrained" BERT and RoBERTa as model-folder tarballs."""
 from headprune import warm
 
 warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
@@ -8,7 +8,8 @@ import shutil
 import tarfile
 from pathlib import Path
 
-from headprune.data.demo import demo_vocabulary, make_classification_task, make_tiny_bert
+from headprune.data.datasets import read_glue_split
+from headprune.data.demo import demo_vocabulary, make_classification_task, make_tiny_bert, make_tiny_roberta
 from headprune.workflow import logged
 
 with logged(snakemake) as log:
@@ -18,6 +19,12 @@ with logged(snakemake) as log:
     task = make_classification_task(workdir / "mnli", "mnli", s["train_examples"], s["dev_examples"],
                                     s["dev_examples"], seed)
     shutil.copyfile(task["glue_zip"], out.archive)
+    # RoBERTa's byte-level BPE is learned on the MNLI-like training text (as roberta-base's on its corpus)
+    pairs, _ = read_glue_split(task["train"])
+    roberta = make_tiny_roberta(workdir / "roberta-tiny", [text for pair in pairs for text in pair if text],
+                                layers=bert["layers"], heads=bert["heads"], hidden=bert["hidden"], seed=seed)
+    with tarfile.open(out.roberta, "w:gz") as archive:
+        archive.add(roberta, arcname="roberta-tiny")
     for kind, archive in (("sst2", out.sst2_archive), ("cola", out.cola_archive)):
         task = make_classification_task(workdir / kind, kind, s["train_examples"], s["dev_examples"], seed=seed)
         shutil.copyfile(task["glue_zip"], archive)

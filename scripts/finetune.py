@@ -1,4 +1,4 @@
-"""Fine-tune BERT on one GLUE task and save a Hugging Face model folder (safetensors)."""
+"""Fine-tune a pretrained encoder (BERT, RoBERTa, ...) on one GLUE task and save a Hugging Face model folder (safetensors)."""
 from headprune import warm
 
 warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
@@ -18,4 +18,4 @@ with logged(snakemake) as log:
         batch_size=s["batch_size"], max_length=s["max_length"], seed=s["seed"],
         warmup_fraction=s["warmup_fraction"], device=pick_device(s["device"]), num_threads=snakemake.threads,
     )
-    log.info("fine-tuned %s: %s", snakemake.wildcards.task, result)
+    log.info("fine-tuned %s: %s", snakemake.wildcards.study, result)

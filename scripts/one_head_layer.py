@@ -10,6 +10,7 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 
 import time
 
+from headprune.experiments.metrics import better_sign
 from headprune.experiments.runs import EvalSettings, gates_keeping_one, run_variants, score
 from headprune.models.loading import pick_device
 from headprune.workflow import load_evalset, load_study_model, logged, threads_for_torch, write_json
@@ -29,7 +30,8 @@ with logged(snakemake) as log:
     log.info("eval time %.2f s: %d settings on the selection set", time.perf_counter() - started, len(outputs))
     selection_scores = {key: [score(selection, outputs.pop(0), settings.bleu) for _ in gates]
                         for key, gates in keeping.items()}
-    best = {key: max(range(len(values)), key=values.__getitem__) for key, values in selection_scores.items()}
+    sign = better_sign(selection.metric)  # the best head: the highest BLEU or accuracy, the lowest perplexity
+    best = {key: max(range(len(values)), key=lambda head: sign * values[head]) for key, values in selection_scores.items()}
     for (attn_type, layer), values in selection_scores.items():
         for head, value in enumerate(values):
             log.info("%s %s layer %d, only head %d: %s = %.4f on the selection set", study["name"], attn_type, layer,

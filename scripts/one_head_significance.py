@@ -15,7 +15,7 @@ with logged(snakemake) as log:
     rows = []
     for kept in (layer for path in snakemake.input.layers for layer in read_json(path)["layers"]):
         rows.append({"study": study["name"], "testset": full["testset"], "attn_type": kept["attn_type"], "layer": kept["layer"],
-                     "best_head": kept["best_head"], "selection_score": max(kept["selection_scores"]),
+                     "best_head": kept["best_head"], "selection_score": kept["selection_scores"][kept["best_head"]],
                      **compare_to_full(evalset, full, kept, resamples=params["resamples"], seed=params["seed"],
                                        alpha=params["alpha"])})
     table = pd.DataFrame(rows).sort_values(["attn_type", "layer"])

@@ -2,25 +2,36 @@
 
 Families: BERT, FSMT and M2M100 (tests/conftest.py), GPT-2 (fused, transposed query/key/value
 projection), Llama without and with grouped-query attention (4 query heads reading 2 key/value
-heads), and the Llama layout's Mistral and Qwen2 for the pruning checks. The contract:
+heads), and the Llama layout's Mistral and Qwen2 for the pruning checks; the classification encoders
+RoBERTa, XLM-R, ELECTRA, DistilBERT and DeBERTa-v2/v3 (relative-position projections shared with the
+content ones, as v3 has them, or of their own, as v2); the translation models BART, mBART, Marian and
+NLLB's dense layout (M2M100ForConditionalGeneration). The contract:
 
 1. a gate of 0 equals the head physically removed (single heads, a whole kv group, a whole layer);
 2. I_h is |dL/dxi_h| (finite differences of the loss in a gate), and the attention-gradient criterion
    is dL/dA (autograd through a perturbed softmax);
 3. gates inside generate() (greedy, beam search) equal generate() on the pruned model;
 4. a saved pruned model reloads (headprune.models.prune.load_pruned_weights) with the same logits;
-5. several gate settings batched together equal them one by one (forward and generate()).
+5. several gate settings batched together equal them one by one (forward and generate());
+6. (the encoder and encoder-decoder families added with issue #13) uniform masking gives a masked head
+   uniform attention over its allowed keys, or is refused where the scores have position terms.
 
 The causal-LM builders live here for now (to move to conftest.py).
 """
 import copy
+import inspect
 from unittest import mock
 
 import pytest
 import torch
-from transformers import (BertForSequenceClassification, FSMTForConditionalGeneration, GPT2Config, GPT2LMHeadModel,
-                          LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
-                          Qwen2ForCausalLM)
+from transformers import (BartConfig, BartForConditionalGeneration, BertForSequenceClassification, DebertaConfig,
+                          DebertaForSequenceClassification, DebertaV2Config, DebertaV2ForSequenceClassification,
+                          DistilBertConfig, DistilBertForSequenceClassification, ElectraConfig,
+                          ElectraForSequenceClassification, FSMTForConditionalGeneration, GPT2Config, GPT2LMHeadModel,
+                          LlamaConfig, LlamaForCausalLM, M2M100Config, M2M100ForConditionalGeneration, MarianConfig,
+                          MarianMTModel, MBartConfig, MBartForConditionalGeneration, MistralConfig, MistralForCausalLM,
+                          Qwen2Config, Qwen2ForCausalLM, RobertaConfig, RobertaForSequenceClassification,
+                          XLMRobertaConfig, XLMRobertaForSequenceClassification)
 
 from conftest import (EOS, PAD, _spread_weights, bert_batch, fsmt_batch, repeated, tiny_bert, tiny_fsmt, tiny_m2m100,
                       variants)
@@ -96,6 +107,115 @@ def causal_batch(seed=1, batch=3, length=8, padding_side="left"):
     return {"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, -100)}
 
 
+# --- Tiny classification encoders and translation models (issue #13) ------------------------------
+
+SEP = 3  # bert_batch's [SEP]; RoBERTa's separator is </s> (EOS)
+
+
+def _classifier(model_class, config_class, seed, **kwargs):
+    torch.manual_seed(seed)
+    config = config_class(vocab_size=50, num_labels=3, attn_implementation="eager", **kwargs)
+    return _random_biases(_spread_weights(model_class(config).eval()))
+
+
+def _bert_sizes(**kwargs):
+    return dict(hidden_size=16, num_hidden_layers=2, num_attention_heads=4, intermediate_size=32,
+                max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **kwargs)
+
+
+def tiny_roberta(seed=0, model_class=RobertaForSequenceClassification, config_class=RobertaConfig):
+    """One token type, <s> 0, <pad> 1, </s> 2 (the separator), positions offset by the pad id."""
+    return _classifier(model_class, config_class, seed, **_bert_sizes(
+        type_vocab_size=1, pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS, sep_token_id=EOS))
+
+
+def tiny_xlm_roberta(seed=0):
+    return tiny_roberta(seed, XLMRobertaForSequenceClassification, XLMRobertaConfig)
+
+
+def tiny_electra(seed=0):
+    """Embeddings narrower than the encoder (projected up), as ELECTRA's discriminators have them."""
+    return _classifier(ElectraForSequenceClassification, ElectraConfig, seed,
+                       **_bert_sizes(embedding_size=8, pad_token_id=0, sep_token_id=SEP))
+
+
+def tiny_distilbert(seed=0):
+    return _classifier(DistilBertForSequenceClassification, DistilBertConfig, seed, dim=16, n_layers=2, n_heads=4,
+                       hidden_dim=32, max_position_embeddings=64, dropout=0.0, attention_dropout=0.0,
+                       seq_classif_dropout=0.0, pad_token_id=0, sep_token_id=SEP)
+
+
+def tiny_deberta_v2(seed=0, share_att_key=True, relative_attention=True):
+    """share_att_key (DeBERTa-v3): the position projections are the query and key ones, with log buckets
+    shorter than the batch; else (v2) pos_key_proj / pos_query_proj of their own and a convolution."""
+    layout = (dict(share_att_key=True, position_buckets=4, norm_rel_ebd="layer_norm") if share_att_key else
+              dict(share_att_key=False, max_relative_positions=6, conv_kernel_size=3, conv_act="gelu"))
+    return _classifier(DebertaV2ForSequenceClassification, DebertaV2Config, seed, **_bert_sizes(
+        relative_attention=relative_attention, pos_att_type=["p2c", "c2p"], position_biased_input=False,
+        type_vocab_size=0, pooler_dropout=0.0, pad_token_id=0, sep_token_id=SEP, **layout))
+
+
+def tiny_deberta_v2_separate(seed=0):
+    return tiny_deberta_v2(seed, share_att_key=False)
+
+
+def roberta_batch(seed=1, batch=4, length=9):
+    """bert_batch's rows as RoBERTa's tokenizer makes them: <s> ... </s>, padded with <pad>."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, 50, (batch, length), generator=g)
+    mask = torch.ones_like(ids)
+    for i, n in enumerate([length, length - 3, length - 1, 4][:batch]):
+        ids[i, 0], ids[i, n - 1], ids[i, n:] = BOS, EOS, PAD
+        mask[i, n:] = 0
+    return {"input_ids": ids, "attention_mask": mask, "labels": torch.randint(0, 3, (batch,), generator=g)}
+
+
+def _seq2seq(model_class, config_class, seed, **kwargs):
+    torch.manual_seed(seed)
+    config = config_class(vocab_size=VOCAB, d_model=16, encoder_layers=2, decoder_layers=2,
+                          encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=32,
+                          decoder_ffn_dim=32, max_position_embeddings=64, pad_token_id=PAD, eos_token_id=EOS,
+                          dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, attn_implementation="eager",
+                          **kwargs)
+    model = _random_biases(_spread_weights(model_class(config).eval()))
+    with torch.no_grad():  # make </s> unlikely, so that generate() runs several cached steps (as tiny_m2m100)
+        model.get_output_embeddings().weight[EOS] *= -1
+    return model
+
+
+def tiny_bart(seed=0):
+    return _seq2seq(BartForConditionalGeneration, BartConfig, seed, bos_token_id=BOS, decoder_start_token_id=EOS)
+
+
+def tiny_mbart(seed=0):
+    """Decoding starts from </s>, then a forced language code (token 3), as mBART-50's."""
+    return _seq2seq(MBartForConditionalGeneration, MBartConfig, seed, bos_token_id=BOS, decoder_start_token_id=EOS,
+                    forced_bos_token_id=3, scale_embedding=True)
+
+
+def tiny_marian(seed=0):
+    """Decoding starts from the pad token; sinusoidal positions (kept sinusoidal here), scaled embeddings."""
+    model = _seq2seq(MarianMTModel, MarianConfig, seed, decoder_vocab_size=VOCAB, decoder_start_token_id=PAD,
+                     forced_eos_token_id=EOS, scale_embedding=True)
+    with torch.no_grad():
+        for stack in (model.model.encoder, model.model.decoder):
+            stack.embed_positions.weight.copy_(stack.embed_positions.create_weight())
+    return model
+
+
+def tiny_nllb(seed=0):
+    """NLLB-200's dense layout: plain M2M100ForConditionalGeneration, one shared vocabulary."""
+    return _seq2seq(M2M100ForConditionalGeneration, M2M100Config, seed, bos_token_id=BOS, decoder_start_token_id=EOS,
+                    scale_embedding=True)
+
+
+def marian_batch(seed=1):
+    """fsmt_batch, teacher-forced from the pad token as Marian decodes."""
+    batch = fsmt_batch(seed)
+    batch["decoder_input_ids"][:, 0] = PAD
+    return batch
+
+
 FAMILIES = {
     "bert": (tiny_bert, bert_batch, BertForSequenceClassification),
     "fsmt": (tiny_fsmt, fsmt_batch, FSMTForConditionalGeneration),
@@ -105,10 +225,25 @@ FAMILIES = {
     "llama_gqa": (tiny_llama_gqa, causal_batch, LlamaForCausalLM),
     "mistral": (tiny_mistral, causal_batch, MistralForCausalLM),
     "qwen2": (tiny_qwen2, causal_batch, Qwen2ForCausalLM),
+    "roberta": (tiny_roberta, roberta_batch, RobertaForSequenceClassification),
+    "xlm_roberta": (tiny_xlm_roberta, roberta_batch, XLMRobertaForSequenceClassification),
+    "electra": (tiny_electra, bert_batch, ElectraForSequenceClassification),
+    "distilbert": (tiny_distilbert, bert_batch, DistilBertForSequenceClassification),  # token_type_ids left out
+    "deberta_v3": (tiny_deberta_v2, bert_batch, DebertaV2ForSequenceClassification),
+    "deberta_v2": (tiny_deberta_v2_separate, bert_batch, DebertaV2ForSequenceClassification),
+    "bart": (tiny_bart, fsmt_batch, BartForConditionalGeneration),
+    "mbart": (tiny_mbart, fsmt_batch, MBartForConditionalGeneration),
+    "marian": (tiny_marian, marian_batch, MarianMTModel),
+    "nllb": (tiny_nllb, fsmt_batch, M2M100ForConditionalGeneration),
 }
 CAUSAL = ["gpt2", "llama", "llama_gqa", "mistral", "qwen2"]
-CORE = ["bert", "fsmt", "m2m100", "gpt2", "llama", "llama_gqa"]  # one per adapter (and GQA); the full contract
-GENERATIVE = ["fsmt", "m2m100", *CAUSAL]
+ENCODERS = ["roberta", "xlm_roberta", "electra", "distilbert", "deberta_v3", "deberta_v2"]  # issue #13's
+SEQ2SEQ = ["bart", "mbart", "marian", "nllb"]  # issue #13's
+# One per adapter (and GQA, and per attention class a pruned module must stay): the full contract.
+CORE = ["bert", "fsmt", "m2m100", "gpt2", "llama", "llama_gqa", "roberta", "xlm_roberta", "electra", "distilbert",
+        "deberta_v3", "bart", "mbart", "marian"]
+GENERATIVE = ["fsmt", "m2m100", *CAUSAL, *SEQ2SEQ]
+SDPA = [*CAUSAL, *[f for f in ENCODERS + SEQ2SEQ if not f.startswith("deberta")]]  # DeBERTa has eager only
 
 
 def build(family):
@@ -117,9 +252,10 @@ def build(family):
 
 
 def with_backends(families):
-    """(family, attention backend): the causal LMs in eager and sdpa, the others as built."""
+    """(family, attention backend): the causal LMs and issue #13's families in eager and sdpa (where they have
+    it), the others as built."""
     return [pytest.param(f, b, id=f"{f}-{b}") for f in families
-            for b in (("eager", "sdpa") if f in CAUSAL else (None,))]
+            for b in (("eager", "sdpa") if f in SDPA else (None,))]
 
 
 def set_backend(model, backend):
@@ -439,7 +575,10 @@ def test_generate_without_padding_equals_the_pruned_model(family):
 
 # --- 4. Save and reload ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("family", list(FAMILIES))
+SAVED_FAMILIES = list(FAMILIES)  # Marian included: its sinusoidal positions are recomputed on load
+
+
+@pytest.mark.parametrize("family", SAVED_FAMILIES)
 def test_pruned_model_saves_and_reloads(tmp_path, family):
     model, batch = build(family)
     model_class = FAMILIES[family][2]
@@ -481,3 +620,143 @@ def test_batched_variants_equal_one_by_one(family, pruned):
         mine = batched_ids[k * rows:(k + 1) * rows]
         assert torch.equal(mine[:, :ids.shape[1]], ids) and (mine[:, ids.shape[1]:] == PAD).all()
     assert len({str(ids.tolist()) for ids in alone_ids}) >= 3
+
+
+@pytest.mark.parametrize("family, attn_type", [(f, "enc_self") for f in ENCODERS] +
+                         [(f, t) for f in SEQ2SEQ for t in ("enc_self", "enc_dec", "dec_self")])
+def test_batched_variants_equal_one_by_one_encoders_and_seq2seq(family, attn_type):
+    """Issue #13's families: four gate settings of one attention type in one forward (and one beam search)."""
+    model, batch = build(family)
+    gates_list = variants(model, attn_type)
+    stacked = stack_gates(model, gates_list)
+    batched = logits(model, repeated(batch, len(gates_list)), stacked)
+    alone = [logits(model, batch, gates) for gates in gates_list]
+    assert (batched - torch.cat(alone)).abs().max() <= 1e-5
+    assert all((a - alone[-1]).abs().max() > 1e-3 for a in alone[:-1])
+    if family in SEQ2SEQ:
+        rows = len(batch["input_ids"])
+        batched_ids = generate(model, repeated(batch, len(gates_list)), stacked, num_beams=3)
+        alone_ids = [generate(model, batch, gates, num_beams=3) for gates in gates_list]
+        for k, ids in enumerate(alone_ids):
+            mine = batched_ids[k * rows:(k + 1) * rows]
+            assert torch.equal(mine[:, :ids.shape[1]], ids) and (mine[:, ids.shape[1]:] == PAD).all()
+        assert len({str(ids.tolist()) for ids in alone_ids}) >= 2
+
+
+# --- 6. Uniform masking (issue #13's families) ------------------------------------------------------
+
+@pytest.mark.parametrize("pruned", [False, True], ids=["full", "pruned"])
+@pytest.mark.parametrize("family, backend", with_backends([f for f in ENCODERS + SEQ2SEQ
+                                                           if not f.startswith("deberta")]))
+def test_uniform_masking_is_uniform_attention(family, backend, pruned):
+    """A head masked uniformly outputs the mean of its value vectors over its allowed keys (every backend),
+    and its attention map (eager) is uniform over them; the other heads' maps are untouched."""
+    model, batch = build(family)
+    adapter = adapter_for(model)
+    if pruned:
+        prune_heads(model, removal_for(model, {0: [1]}))
+    set_backend(model, backend)
+    for attn_type in adapter.attention_types:
+        gates = full_gates(model)
+        gates[attn_type][0, 2] = gates[attn_type][1, 0] = 0.0
+        site = next(s for s in adapter.sites(model) if s.attn_type == attn_type and s.layer == 0)
+        seen = {}
+        hooks = [site.value.register_forward_hook(lambda m, a, out: seen.__setitem__("values", out)),
+                 site.output.register_forward_pre_hook(lambda m, a: seen.__setitem__("heads", a[0]))]
+        try:
+            with torch.no_grad(), gated(model, gates, masking="uniform"):
+                outputs = adapter.loss_and_outputs(model, batch, output_attentions=backend != "sdpa")[1]
+        finally:
+            for hook in hooks:
+                hook.remove()
+        allowed = adapter.key_mask(batch, attn_type).double()
+        real = adapter.query_mask(batch, attn_type)
+        d, column = site.head_dim, site.kept_heads.index(2)
+        values = seen["values"][..., column * d:(column + 1) * d].double()
+        mean = allowed @ values / allowed.sum(-1, keepdim=True)
+        assert (seen["heads"][..., column * d:(column + 1) * d].double() - mean)[real].abs().max() <= 1e-5
+        if backend == "sdpa":
+            continue
+        uniform = (allowed / allowed.sum(-1, keepdim=True))[real]
+        maps = adapter.attention_weights(outputs, attn_type)
+        assert (maps[0][:, column][real].double() - uniform).abs().max() <= 1e-6
+        assert (maps[1][:, 0][real].double() - uniform).abs().max() <= 1e-6
+        assert (maps[1][:, 1][real].double() - uniform).abs().max() > 1e-2  # a kept head is not uniform
+
+
+def test_uniform_masking_refused_for_deberta_position_terms_and_exact_without_them():
+    for family in ("deberta_v3", "deberta_v2"):
+        model, batch = build(family)
+        with pytest.raises(ValueError, match=r"relative-position terms \(p2c, c2p\)"):
+            with gated(model, full_gates(model), masking="uniform"):
+                pass
+    model, batch = tiny_deberta_v2(relative_attention=False), bert_batch()
+    adapter = adapter_for(model)
+    gates = full_gates(model)
+    gates["enc_self"][1, 3] = 0.0
+    with torch.no_grad(), gated(model, gates, masking="uniform"):
+        maps = adapter.attention_weights(adapter.loss_and_outputs(model, batch, output_attentions=True)[1], "enc_self")
+    allowed = adapter.key_mask(batch, "enc_self").double()
+    real = adapter.query_mask(batch, "enc_self")
+    assert (maps[1][:, 3][real].double() - (allowed / allowed.sum(-1, keepdim=True))[real]).abs().max() <= 1e-6
+
+
+# --- Issue #13's families: which adapter, which special keys ----------------------------------------
+
+ADAPTER_OF = {"roberta": ("roberta", "RobertaSelfAttention"), "xlm_roberta": ("roberta", "XLMRobertaSelfAttention"),
+              "electra": ("electra", "ElectraSelfAttention"), "distilbert": ("distilbert", "DistilBertSelfAttention"),
+              "deberta_v3": ("deberta_v2", "DisentangledSelfAttention"),
+              "deberta_v2": ("deberta_v2", "DisentangledSelfAttention"), "bart": ("bart", "BartAttention"),
+              "mbart": ("mbart", "MBartAttention"), "marian": ("marian", "MarianAttention"),
+              "nllb": ("m2m100", "M2M100Attention")}
+
+
+@pytest.mark.parametrize("family", list(ADAPTER_OF))
+def test_family_adapter_and_pruned_attention_class(family):
+    """Each model type finds its family's adapter; a pruned attention module stays an instance of the model's own
+    attention class (transformers records attention maps by class), and every layer's map is recorded."""
+    model, batch = build(family)
+    adapter = adapter_for(model)
+    name, attention_class = ADAPTER_OF[family]
+    assert adapter.family == name
+    prune_heads(model, removal_for(model, {0: [1]}))
+    for site in adapter.sites(model):
+        original = next(c for c in type(site.attention).__mro__ if c.__name__ == attention_class)
+        assert isinstance(site.attention, original)
+        assert (type(site.attention) is not original) == (site.layer == 0)
+    with torch.no_grad():
+        outputs = adapter.loss_and_outputs(model, batch, output_attentions=True)[1]
+    for attn_type in adapter.attention_types:
+        maps = adapter.attention_weights(outputs, attn_type)
+        assert [m.shape[1] for m in maps] == [3, 4]
+
+
+@pytest.mark.parametrize("family", ENCODERS)
+def test_encoder_separator_keys_and_token_types(family):
+    """EOS keys are config.sep_token_id's (</s> for RoBERTa); DistilBERT, which has no token types, never gets the
+    batch's (its forward has no such argument: they would travel in its **kwargs down to the attention function)."""
+    model, batch = build(family)
+    adapter = adapter_for(model)
+    sep = EOS if "roberta" in family else SEP
+    assert model.config.sep_token_id == sep
+    eos = adapter.eos_keys(model, batch, "enc_self")
+    assert torch.equal(eos, batch["input_ids"] == sep) and eos.sum() == len(batch["input_ids"])
+    if family == "distilbert":
+        assert "token_type_ids" not in inspect.signature(model.forward).parameters
+        odd = {**batch, "token_type_ids": torch.ones_like(batch["input_ids"])}
+        assert adapter.loss_and_outputs(model, odd)[0].item() == adapter.loss_and_outputs(model, batch)[0].item()
+
+
+def test_a_bert_layout_without_a_family_file_is_not_pruned_as_bert():
+    """DeBERTa (v1) has BERT's module tree but a fused projection: no adapter. A BERT layout whose attention class no
+    family names (a RoBERTa model relabelled) is gated by bert's layout match but refused for pruning."""
+    torch.manual_seed(0)
+    deberta = DebertaForSequenceClassification(DebertaConfig(vocab_size=50, **_bert_sizes()))
+    with pytest.raises(ValueError, match="no head adapter for model type 'deberta'"):
+        adapter_for(deberta)
+    model, batch = build("roberta")
+    model.config.model_type = "camembert"
+    assert adapter_for(model).family == "bert"
+    logits(model, batch, full_gates(model))
+    with pytest.raises(ValueError, match="cannot prune a RobertaSelfAttention"):
+        prune_heads(model, {"enc_self": {0: [1]}})

@@ -120,3 +120,59 @@ def test_wikitext_is_fetched_over_http_with_its_checksum(tmp_path, server):  # n
     with pytest.raises(ChecksumError):
         fetch_wikitext(url, tmp_path / "again.zip", "0" * 64)
     assert not (tmp_path / "again.zip").exists()
+
+
+def test_corpus_splits_are_prepared_from_the_zip_or_one_file_per_split(tmp_path, server):  # noqa: F811
+    """prepare_corpus (rule fetch_corpus): every split of WikiText's zip, or one parquet file per split over
+    HTTP, written as the text the protocol tokenizes; a single file listed with several splits is refused."""
+    from headprune.data.wikitext import prepare_corpus
+
+    (tmp_path / "w.zip").write_bytes(wikitext_zip())
+    sizes = prepare_corpus({"url": str(tmp_path / "w.zip"), "splits": ["train", "test"]}, tmp_path / "raw",
+                           tmp_path / "corpus")
+    assert (tmp_path / "corpus" / "test.txt").read_text() == RAW and sizes == {"train": 10, "test": len(RAW)}
+    with pytest.raises(ValueError, match="a single file is one split"):
+        prepare_corpus({"url": str(tmp_path / "w.zip") + ".raw", "splits": ["train", "test"]}, tmp_path / "raw",
+                       tmp_path / "other")
+    pytest.importorskip("pyarrow")
+    import pandas as pd
+
+    files = {}
+    for split, rows in (("test", [" = A = \n", " the test . \n"]), ("validation", [" valid . \n"])):
+        path = tmp_path / f"{split}.parquet"
+        pd.DataFrame({"text": rows}).to_parquet(path)
+        files[split] = {"url": server.add(f"{split}-00000-of-00001.parquet", path.read_bytes())}
+    prepare_corpus({"files": files}, tmp_path / "raw2", tmp_path / "hf")
+    assert (tmp_path / "hf" / "test.txt").read_text() == " = A = \n\n\n the test . \n"
+    assert sorted(p.name for p in (tmp_path / "hf").iterdir()) == ["test.txt", "validation.txt"]
+
+
+def test_windows_saved_once_and_scored_through_the_study_evalset(tmp_path):
+    """tokenize_corpus's .npy windows, read back by the pipeline's EvalSet, give the perplexity computed
+    directly from the model; the ablation's significance and the oracle order read lower as better."""
+    import pandas as pd
+
+    from headprune.experiments.perplexity import load_windows, save_windows
+    from headprune.experiments.runs import EvalSettings, compare_to_full, oracle_order, run_variants, score
+    from headprune.workflow import load_evalset
+
+    count = save_windows(WordTokenizer(), TEXT, 10, tmp_path / "test.npy")
+    assert count == 12 and load_windows(tmp_path / "test.npy", 5) == windows(WordTokenizer(), TEXT, 10)[:5]
+    evalset = load_evalset({"kind": "language_modeling", "windows": str(tmp_path / "test.npy"), "max_items": None})
+    assert evalset.metric == "perplexity" and len(evalset) == 12
+    model = tiny_llama_gqa()
+    heads = [("dec_self", 0, 1), ("dec_self", 1, 2)]
+    full, *ablated = run_variants(model, None, evalset, [None] + [gates_without(model, [h]) for h in heads],
+                                  EvalSettings(batch_size=5))
+    direct = window_nll_variants(model, window_batches(windows(WordTokenizer(), TEXT, 10), 12), [None])[0]
+    assert score(evalset, full) == pytest.approx(perplexity(direct), rel=1e-6)
+    rows = []
+    for head, outputs in zip(heads, ablated):
+        change = compare_to_full(evalset, {"score": score(evalset, full), "outputs": full},
+                                 {"score": score(evalset, outputs), "outputs": outputs}, resamples=200)
+        assert change["delta"] == pytest.approx(score(evalset, outputs) - score(evalset, full))
+        rows.append({"attn_type": head[0], "layer": head[1], "head": head[2], "score": change["score"],
+                     "metric": change["metric"]})
+    table = pd.DataFrame(rows)
+    best = min(rows, key=lambda r: r["score"])  # the lowest perplexity without the head: it hurts least
+    assert oracle_order(table)[0] == (best["attn_type"], best["layer"], best["head"])

@@ -275,9 +275,41 @@ def test_device_name_and_environment_on_this_machine():
         assert speed.device_name("cuda") == torch.cuda.get_device_name(0)
 
 
-def test_adapter_family_decides_the_unit():
-    assert adapter_for(tiny_bert()).family == "bert" and speed.UNITS["bert"] == "examples"
-    assert adapter_for(tiny_fsmt()).family == "fsmt" and speed.UNITS["fsmt"] == "sentences"
+def test_what_the_model_does_decides_the_unit():
+    from test_adapter_contract import tiny_gpt2
+
+    assert adapter_for(tiny_bert()).family == "bert" and speed.UNITS[speed.task_of(tiny_bert())] == ["examples"]
+    assert adapter_for(tiny_fsmt()).family == "fsmt" and speed.UNITS[speed.task_of(tiny_fsmt())] == ["sentences"]
+    assert speed.UNITS[speed.task_of(tiny_gpt2())] == ["prefill tokens", "decode tokens"]
+
+
+def test_causal_lm_is_timed_in_prefill_and_decode_tokens():
+    """A GQA Llama with half its query heads removed: prefill tokens/s (one forward over whole windows)
+    and decode tokens/s (exactly decode_tokens generated per row), the pruned logits checked against
+    the gated full model on every token."""
+    from test_adapter_contract import tiny_llama_gqa
+
+    from headprune.experiments.runs import EvalSet, all_heads
+
+    model = tiny_llama_gqa()
+    heads = all_heads(model)
+    importance = pd.DataFrame([{"attn_type": t, "layer": layer, "head": h, "importance": float(i)}
+                               for i, (t, layer, h) in enumerate(heads)])
+    g = torch.Generator().manual_seed(0)
+    windows = torch.randint(3, 40, (6, 12), generator=g).tolist()
+    evalset = EvalSet("language_modeling", windows, windows, "perplexity")
+    settings = speed.SpeedSettings(batch_sizes=[1, 4], repeats=2, warmup_batches=1, decode_tokens=5)
+    runs, facts = speed.speed_study("lm", model, None, evalset, importance, settings, "cpu")
+    assert set(runs["unit"]) == {"prefill tokens", "decode tokens"}
+    prefill = runs[runs["unit"] == "prefill tokens"]
+    decode = runs[runs["unit"] == "decode tokens"]
+    assert (prefill["items"] == 6 * 12).all() and (decode["items"] == 6 * 5).all()
+    assert facts["heads_pruned"] == len(heads) // 2 and facts["check_agreement"] == 1.0
+    assert facts["check_items"] == 6 * 12 and facts["check_max_abs_diff"] < 1e-4
+    summary = speed.summarize(runs, facts)
+    assert len(summary) == 4 and set(summary["unit"]) == {"prefill tokens", "decode tokens"}
+    table = speed.table4_markdown(summary)
+    assert "prefill tokens and decode tokens per second" in table and "| 4 (decode tokens) |" in table
 
 
 # --------------------------------------------------------------------------- the rule

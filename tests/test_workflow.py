@@ -71,6 +71,14 @@ def write_config(tmp_path, change):
     (lambda c: c["translation"].update(train_sets=["europarl"]), "translation.train_sets names 'europarl'"),
     (lambda c: c.update(concrete={"penalties": [0.1, -1]}), "-1 is less than or equal to the minimum of 0"),
     (lambda c: c.update(roles={"parser": "spacy"}), "'spacy' is not one of"),
+    (lambda c: c.update(models={"roberta": {"kind": "classification", "task": "qnli", "source": {"hub": "roberta-base"},
+                                            "layers": 12, "heads": 12}}), "models.roberta.task names 'qnli'"),
+    (lambda c: c.update(models={"gpt2": {"kind": "language_modeling", "source": {"hub": "gpt2"}, "layers": 12,
+                                         "heads": 12}}), "models.gpt2 is a language_modeling study: it needs 'corpus'"),
+    (lambda c: c.update(models={"gpt2": {"kind": "language_modeling", "source": {"hub": "gpt2"}, "corpus": "wiki",
+                                         "layers": 12, "heads": 12}}), "models.gpt2.corpus names 'wiki'"),
+    (lambda c: c.update(models={"mnli": {"kind": "classification", "task": "mnli", "source": {"hub": "roberta-base"},
+                                         "layers": 12, "heads": 12}}), "models.mnli has the name of another study"),
 ])
 def test_bad_config_stops_before_any_job(tmp_path, change, message):
     result = snakemake("-n", "--configfile", str(write_config(tmp_path, change)))
@@ -132,3 +140,38 @@ def test_learned_gates_and_head_roles_by_config(tmp_path):
             "data/testsets/newstest2013.en"} <= set(inputs)
     paper = job_stats(snakemake("-n").stdout)
     assert not {"concrete_gates", "fetch_parser", "parse_source", "head_roles"} & set(paper)
+
+
+def test_llama_config_dry_run():
+    """configs/llama.yaml: a decoder-only LM study by config alone, with the job count, GPUs per job and
+    settings its comments state; a model that needs several GPUs asks for them per study."""
+    from dry_run import planned_jobs
+
+    result = snakemake("-n", "--configfile", "configs/llama.yaml")
+    assert result.returncode == 0, result.stderr
+    counts = job_stats(result.stdout)
+    assert sum(counts.values()) == 60
+    assert counts["ablate_head"] == 32 and counts["one_head_layer"] == 11 and counts["prune"] == 3
+    assert counts["fetch_model"] == counts["fetch_corpus"] == counts["tokenize_corpus"] == counts["speed"] == 1
+    assert not {"finetune", "fetch_translation_checkpoint", "train_dynamics"} & set(counts)
+    heads = re.findall(r"output: results/llama/llama3_8b/ablation/(\S+)\.json", result.stdout)
+    assert heads[:1] == ["dec_self-0-0..dec_self-0-31"] or "dec_self-0-0..dec_self-0-31" in heads
+    gpus = {rule: res.get("gpu") for rule, res in planned_jobs(result.stdout, "resources")}
+    assert gpus["ablate_head"] == gpus["importance"] == gpus["prune"] == gpus["speed"] == "1"
+
+    def seventy_b(config):
+        config["models"]["llama3_8b"]["resources"] = {"default": {"gpu": 2, "mem_mb": 200000}, "ablate": {"gpu": 4}}
+    big = snakemake("-n", "--configfile", str(write_config_from(ROOT / "configs" / "llama.yaml", seventy_b)))
+    assert big.returncode == 0, big.stderr
+    gpus = {rule: res.get("gpu") for rule, res in planned_jobs(big.stdout, "resources")}
+    assert gpus["ablate_head"] == "4" and gpus["importance"] == gpus["prune"] == "2"
+
+
+def write_config_from(base, change):
+    import tempfile
+
+    config = yaml.safe_load(Path(base).read_text())
+    change(config)
+    path = Path(tempfile.mkdtemp()) / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path

@@ -989,3 +989,112 @@ def demo_conllu(sentences: list[str]) -> str:
         parsed.append(Sentence(words, heads, deprels, [upos_of[k] for k in kinds],
                                [f"sent_id = {number}", f"text = {text}"]))
     return write_conllu(parsed)
+
+
+# ---------------------------------------------------------------------------------------------
+# A decoder-only LM and a second encoder: the demo's stand-ins for Llama on WikiText-2 and RoBERTa.
+# ---------------------------------------------------------------------------------------------
+
+WIKITEXT_SPLITS = {"train": "wiki.train.raw", "validation": "wiki.valid.raw", "test": "wiki.test.raw"}
+
+
+def make_wikitext_corpus(out_zip, sentences: Mapping[str, int], seed: int = 0, paragraph: int = 6,
+                         article: int = 8) -> Path:
+    """The demo grammar's English as WikiText-2 raw is published (wikitext-2-raw-v1.zip): a folder
+    wikitext-2-raw/ with wiki.{train,valid,test}.raw, articles under " = Title = " headings, paragraphs of
+    ``paragraph`` sentences, every line followed by a blank one. ``sentences``: per split."""
+    out_zip = Path(out_zip)
+    out_zip.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(out_zip, "w", zipfile.ZIP_DEFLATED) as archive:
+        for split, count in sentences.items():
+            sampler = _SentenceSampler(random.Random(_subseed(seed, f"wikitext-{split}")))
+            english = [sampler.sentence()[0] for _ in range(count)]
+            lines = []
+            for start in range(0, count, paragraph):
+                if start % (paragraph * article) == 0:
+                    lines.append(f" = Article {start // (paragraph * article) + 1} = ")
+                lines.append(" " + " ".join(english[start:start + paragraph]) + " ")
+            archive.writestr(f"wikitext-2-raw/{WIKITEXT_SPLITS[split]}", "".join(f"\n{line}\n" for line in lines))
+    return out_zip
+
+
+def _byte_level_bpe(texts: list[str], vocab_size: int, specials: list[str]):
+    """A byte-level BPE (GPT-2's, Llama 3's kind of tokenizer) learned on ``texts`` (huggingface tokenizers)."""
+    from tokenizers import ByteLevelBPETokenizer
+
+    tokenizer = ByteLevelBPETokenizer()
+    tokenizer.train_from_iterator(texts, vocab_size=vocab_size, min_frequency=2, special_tokens=specials,
+                                  show_progress=False)
+    return tokenizer
+
+
+@restores_torch_threads
+def train_tiny_llama(out_dir, text: str, *, layers: int = 2, heads: int = 4, kv_heads: int = 2, hidden: int = 64,
+                     ffn: int = 128, window: int = 64, vocab_size: int = 400, steps: int = 300, batch_size: int = 16,
+                     lr: float = 3e-3, seed: int = 0, num_threads: int | None = 1, progress: bool = True) -> Path:
+    """Train a Llama-layout causal LM with grouped-query attention (``heads`` query heads reading
+    ``kv_heads`` key/value heads) on ``text`` and save it as a Hugging Face model folder: config.json,
+    model.safetensors, and a byte-level BPE tokenizer.json that puts <s> before every text (as Llama's)."""
+    from tokenizers.processors import TemplateProcessing
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    if num_threads:
+        torch.set_num_threads(num_threads)
+    torch.manual_seed(seed)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    bpe = _byte_level_bpe([line for line in text.splitlines() if line.strip()], vocab_size, ["<s>", "</s>", "<pad>"])
+    bos = bpe.token_to_id("<s>")
+    bpe.post_processor = TemplateProcessing(single="<s> $A", special_tokens=[("<s>", bos)])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+    config = LlamaConfig(vocab_size=bpe.get_vocab_size(), hidden_size=hidden, intermediate_size=ffn,
+                         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+                         max_position_embeddings=4 * window, bos_token_id=bos, eos_token_id=bpe.token_to_id("</s>"),
+                         pad_token_id=bpe.token_to_id("<pad>"), tie_word_embeddings=True, attn_implementation="eager")
+    model = LlamaForCausalLM(config)
+    ids = torch.tensor(tokenizer(text)["input_ids"])
+    chunks = ids[:len(ids) // window * window].view(-1, window)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / 20) * (1 - step / steps))
+    shuffle = torch.Generator().manual_seed(seed)
+    model.train()
+    bar = tqdm(range(steps), desc="train tiny Llama", disable=not progress)
+    for _ in bar:
+        batch = chunks[torch.randint(len(chunks), (batch_size,), generator=shuffle)]
+        loss = model(input_ids=batch, labels=batch).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        bar.set_postfix(loss=f"{loss.item():.3f}")
+    model.eval()
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
+
+
+def make_tiny_roberta(out_dir, texts: list[str], *, layers: int = 2, heads: int = 4, hidden: int = 64,
+                      vocab_size: int = 400, max_length: int = 64, initializer_range: float = 0.1,
+                      seed: int = 0) -> Path:
+    """Write a tiny "pretrained" RoBERTa folder as roberta-base is published: config.json,
+    model.safetensors (RobertaForMaskedLM, random weights: as the tiny BERT, it learns the task in
+    fine-tuning) and its byte-level BPE tokenizer (vocab.json, merges.txt) learned on ``texts``."""
+    from transformers import RobertaConfig, RobertaForMaskedLM, RobertaTokenizerFast
+
+    torch.manual_seed(seed)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    bpe = _byte_level_bpe(texts, vocab_size, ["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+    bpe.save_model(str(out_dir))
+    tokenizer = RobertaTokenizerFast(vocab=str(out_dir / "vocab.json"), merges=str(out_dir / "merges.txt"),
+                                     model_max_length=max_length)
+    config = RobertaConfig(vocab_size=bpe.get_vocab_size(), hidden_size=hidden, num_hidden_layers=layers,
+                           num_attention_heads=heads, intermediate_size=4 * hidden,
+                           max_position_embeddings=max_length + 2 * 2, type_vocab_size=1,
+                           initializer_range=initializer_range, pad_token_id=tokenizer.pad_token_id,
+                           bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                           attn_implementation="eager")
+    RobertaForMaskedLM(config).eval().save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir

@@ -44,3 +44,35 @@ def read_wikitext(path, split: str = "test") -> str:
 def fetch_wikitext(url: str, dest, sha256: str | None = None, split: str = "test") -> str:
     """Download (resumable, checksum when given) and read one split."""
     return read_wikitext(fetch(url, dest, sha256), split)
+
+
+def prepare_corpus(spec: dict, raw_dir, out_dir) -> dict:
+    """Fetch a corpus (config ``corpora.<name>``) into ``raw_dir`` and write each split as
+    ``out_dir/<split>.txt``, the text the protocol tokenizes. ``spec``: ``url`` (+ ``sha256``) of WikiText's
+    zip with ``splits`` to read from it, or ``files``: one file per split (Hugging Face's parquet splits,
+    .raw/.txt files). Written to a sibling and renamed, so a half-written folder never appears.
+    Returns the characters per split."""
+    import os
+    import shutil
+
+    if "files" in spec:
+        sources = {split: (f["url"], f.get("sha256")) for split, f in spec["files"].items()}
+    else:
+        splits = list(spec.get("splits", ["train", "validation", "test"]))
+        if not spec["url"].split("?")[0].endswith(".zip") and len(splits) != 1:
+            raise ValueError(f"corpus {spec['url']}: a single file is one split, but splits lists {splits}: "
+                             "give files: {split: {url: ...}} for one file per split")
+        sources = {split: (spec["url"], spec.get("sha256")) for split in splits}
+    out_dir = Path(out_dir)
+    staging = out_dir.with_name(f".{out_dir.name}.partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    sizes = {}
+    for split, (url, sha256) in sources.items():
+        name = url.split("?")[0].rstrip("/").rsplit("/", 1)[-1] or f"{split}.txt"
+        text = read_wikitext(fetch(url, Path(raw_dir) / name, sha256), split)
+        (staging / f"{split}.txt").write_text(text, encoding="utf-8")
+        sizes[split] = len(text)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    os.replace(staging, out_dir)
+    return sizes

@@ -29,6 +29,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
+from headprune.experiments.metrics import better_sign
+
 log = logging.getLogger(__name__)
 
 # Same names as headprune.models.heads; repeated here so plotting does not import torch.
@@ -65,6 +67,7 @@ METRIC_DISPLAY = {
     "accuracy": MetricDisplay("accuracy", 100.0, "%"),
     "f1": MetricDisplay("F1", 100.0, "%"),
     "mcc": MetricDisplay("MCC", 100.0, "x100"),  # MCC is in [-1, 1], not a percentage
+    "perplexity": MetricDisplay("perplexity", 1.0, ""),  # lower is better: a positive change is a loss
 }
 
 
@@ -257,10 +260,11 @@ class SignificanceSummary:
 def significance_summary(cells: pd.DataFrame) -> SignificanceSummary:
     """Counts for the paper's 'k of N heads significant (m improve)' from table1_cells."""
     significant = cells["significant"]
+    sign = better_sign(cells["metric"].iloc[0]) if "metric" in cells and len(cells) else 1  # perplexity: lower
     # Uses the rounded delta the table shows, so the line agrees with the table; a significant
     # change shown as +0.00 is not counted as an improvement.
     return SignificanceSummary(n_heads=len(cells), n_significant=int(significant.sum()),
-                               n_improve=int((significant & (cells["delta"] > 0)).sum()))
+                               n_improve=int((significant & (sign * cells["delta"] > 0)).sum()))
 
 
 def table1_markdown(cells: pd.DataFrame, ablation: pd.DataFrame) -> str:

@@ -1,4 +1,4 @@
-"""Task metrics: GLUE classification scores and the two BLEU variants the paper reports."""
+"""Task metrics: GLUE classification scores and the two BLEU variants the paper reports; which way is better."""
 
 from functools import lru_cache
 
@@ -7,6 +7,13 @@ import sacrebleu
 from sacremoses import MosesTokenizer
 
 CLASSIFICATION_METRICS = ("accuracy", "mcc", "f1")
+LOWER_IS_BETTER = frozenset({"perplexity"})
+
+
+def better_sign(metric: str) -> int:
+    """+1 where a higher score is better (BLEU, accuracy, MCC, F1), -1 where lower is (perplexity):
+    ``sign * score`` ranks any metric best-last, and ``sign * delta`` is positive for an improvement."""
+    return -1 if metric in LOWER_IS_BETTER else 1
 
 
 def _binary_counts(predictions, labels):

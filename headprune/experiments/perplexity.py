@@ -33,6 +33,27 @@ def windows(tokenizer, text: str, window: int, max_windows: int | None = None) -
     return chunks[:max_windows]
 
 
+def save_windows(tokenizer, text: str, window: int, path) -> int:
+    """The text's windows (``windows``) saved as a (windows, window) integer array; returns their number."""
+    from pathlib import Path
+
+    ids = np.asarray(windows(tokenizer, text, window), dtype=np.int64)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp.npy")
+    np.save(tmp, ids)
+    tmp.replace(path)
+    return len(ids)
+
+
+def load_windows(path, max_windows: int | None = None) -> list[list[int]]:
+    """The first ``max_windows`` windows of a ``save_windows`` file (never unpickled)."""
+    ids = np.load(path, allow_pickle=False)
+    if ids.ndim != 2:
+        raise ValueError(f"{path}: expected a (windows, window) array, got shape {ids.shape}")
+    return ids[:max_windows].tolist()
+
+
 def window_batches(chunks: list[list[int]], batch_size: int) -> list[dict]:
     """Batches of equal-length windows (no padding): input_ids, attention_mask, labels."""
     batches = []
@@ -44,14 +65,14 @@ def window_batches(chunks: list[list[int]], batch_size: int) -> list[dict]:
 
 @torch.no_grad()
 def window_nll_variants(model, batches: list[dict], gates_list: list, *, variant_batch_size: int = 64,
-                        device=None, progress: bool = False) -> list[list[tuple[float, int]]]:
+                        device=None, progress: bool = False, masking: str = "zero") -> list[list[tuple[float, int]]]:
     """Per gate setting (None: all heads), per window: (summed next-token NLL, predicted tokens).
 
     Several settings share a forward pass (batched gate variants, ``headprune.models.heads.gated``)."""
     from headprune.experiments.evaluate import stack_gates, variant_groups
     from headprune.models.heads import gated
 
-    device = device or next(model.parameters()).device
+    device = device or model.get_input_embeddings().weight.device  # the first GPU of a model spread over several
     model.eval()
     out: list[list] = [[] for _ in gates_list]
     for batch in tqdm(batches, desc="perplexity", disable=not progress):
@@ -59,12 +80,12 @@ def window_nll_variants(model, batches: list[dict], gates_list: list, *, variant
         first = 0
         for group in variant_groups(gates_list, rows, variant_batch_size):
             ids = batch["input_ids"].to(device).repeat(len(group), 1)
-            with gated(model, stack_gates(model, group)):
+            with gated(model, stack_gates(model, group), masking=masking):
                 logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[:, :-1].float()
-            nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1),
+            nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].to(logits.device).reshape(-1),
                                                     reduction="none").view(len(group) * rows, length - 1).sum(-1)
             for k in range(len(group)):
-                out[first + k] += [(float(v), length - 1) for v in nll[k * rows:(k + 1) * rows].tolist()]
+                out[first + k] += [[float(v), length - 1] for v in nll[k * rows:(k + 1) * rows].tolist()]
             first += len(group)
     return out
 

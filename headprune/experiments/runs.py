@@ -1,9 +1,10 @@
 """The study's experiments on top of gates and scores: what to evaluate, in which order to prune.
 
 A head is named by (attn_type, layer, head), 0-based, as in every CSV. An evaluation
-set is either translation (sources, references, target language) or classification
-(sentence pairs, labels, metric). ``run`` gives the per-item outputs (translations or
-class predictions) that scores and significance tests are computed from; ``run_variants`` gives
+set is translation (sources, references, target language), classification (sentence pairs,
+labels, metric) or language modelling (token windows; perplexity, lower is better). ``run`` gives the
+per-item outputs (translations, class predictions, or per window the summed NLL and its token count)
+that scores and significance tests are computed from; ``run_variants`` gives
 them for several gate settings in one pass.
 """
 from __future__ import annotations
@@ -63,10 +64,10 @@ def gates_keeping_one(model, attn_type: str, layer: int, head: int):
 class EvalSet:
     """A test set and how it is scored."""
 
-    kind: str  # "translation" or "classification"
-    references: list  # reference translations, or gold labels
-    sources: list = field(default_factory=list)  # source sentences, or (text_a, text_b) pairs
-    metric: str = "bleu"  # bleu | accuracy | mcc | f1
+    kind: str  # "translation", "classification" or "language_modeling"
+    references: list  # reference translations, gold labels, or the token windows
+    sources: list = field(default_factory=list)  # source sentences, (text_a, text_b) pairs, or the token windows
+    metric: str = "bleu"  # bleu | accuracy | mcc | f1 | perplexity
     lang: str = "fr"  # target language (tokenized BLEU)
 
     def __len__(self):
@@ -99,6 +100,12 @@ def run_variants(model, tokenizer, evalset: EvalSet, gates_list: list,
     from headprune.data.batching import classification_batches
     from headprune.experiments.evaluate import predict_classes_variants, translate_variants
 
+    if evalset.kind == "language_modeling":
+        from headprune.experiments.perplexity import window_batches, window_nll_variants
+
+        return window_nll_variants(model, window_batches(evalset.sources, settings.batch_size), gates_list,
+                                   variant_batch_size=settings.variant_batch_size, progress=settings.progress,
+                                   masking=settings.masking)
     if evalset.kind == "translation":
         return translate_variants(model, tokenizer, evalset.sources, gates_list, beam=settings.beam,
                                   lenpen=settings.lenpen, batch_size=settings.batch_size,
@@ -110,11 +117,16 @@ def run_variants(model, tokenizer, evalset: EvalSet, gates_list: list,
 
 
 def run(model, tokenizer, evalset: EvalSet, gates=None, settings: EvalSettings = EvalSettings()) -> list:
-    """Per-item outputs of the (gated) model: translations, or predicted class indices."""
+    """Per-item outputs of the (gated) model: translations, predicted class indices, or per window
+    [summed NLL, predicted tokens]."""
     return run_variants(model, tokenizer, evalset, [gates], settings)[0]
 
 
 def score(evalset: EvalSet, outputs: list, bleu: str = "detokenized") -> float:
+    if evalset.kind == "language_modeling":
+        from headprune.experiments.perplexity import perplexity
+
+        return perplexity(outputs)
     if evalset.kind == "translation":
         if bleu == "tokenized":
             return metrics.bleu_tokenized(outputs, evalset.references, evalset.lang)
@@ -124,7 +136,13 @@ def score(evalset: EvalSet, outputs: list, bleu: str = "detokenized") -> float:
 
 def significance(evalset: EvalSet, full_outputs: list, ablated_outputs: list, *, resamples: int = 1000,
                  seed: int = 0) -> dict:
-    """Paired bootstrap (compare-mt for BLEU) and, for classification, the paper's paired t-test."""
+    """Paired bootstrap (compare-mt for BLEU; over windows for perplexity) and, for classification, the
+    paper's paired t-test."""
+    if evalset.kind == "language_modeling":
+        from headprune.experiments.perplexity import paired_bootstrap_perplexity
+
+        boot = paired_bootstrap_perplexity(full_outputs, ablated_outputs, n_resamples=resamples, seed=seed)
+        return {"p_bootstrap": boot.p_value, "p_ttest": float("nan")}
     if evalset.kind == "translation":
         boot = stats.paired_bootstrap_bleu(full_outputs, ablated_outputs, evalset.references,
                                            n_resamples=resamples, seed=seed, lang=evalset.lang)
@@ -141,10 +159,11 @@ def compare_to_full(evalset: EvalSet, full: dict, variant: dict, *, resamples: i
     """Score change of a variant (a head off, one head kept, ...) against the full model, and its significance.
 
     ``full`` and ``variant`` hold "score" and per-item "outputs". A change is significant
-    when p < alpha: the bootstrap's p for BLEU, the paper's t-test for classification.
+    when p < alpha: the bootstrap's p for BLEU and perplexity, the paper's t-test for classification.
+    ``delta`` is score - full score, so it is positive when perplexity got worse.
     """
     test = significance(evalset, full["outputs"], variant["outputs"], resamples=resamples, seed=seed)
-    p = test["p_bootstrap"] if evalset.kind == "translation" else test["p_ttest"]
+    p = test["p_ttest"] if evalset.kind == "classification" else test["p_bootstrap"]
     return {"metric": evalset.metric, "score_full": full["score"], "score": variant["score"],
             "delta": variant["score"] - full["score"], **test, "significant": bool(p < alpha), "alpha": alpha,
             "n_resamples": resamples}
@@ -161,9 +180,11 @@ def importance_order(importance: pd.DataFrame, attn_type: str | None = None) -> 
 
 
 def oracle_order(ablation: pd.DataFrame, attn_type: str | None = None) -> list[HeadId]:
-    """Heads whose removal alone hurts least (largest ablated score) first."""
+    """Heads whose removal alone hurts least (best ablated score: the largest BLEU or accuracy, the lowest
+    perplexity) first."""
     table = ablation if attn_type is None else ablation[ablation.attn_type == attn_type]
-    table = table.sort_values("score", ascending=False, kind="stable")
+    sign = metrics.better_sign(table["metric"].iloc[0]) if "metric" in table and len(table) else 1
+    table = table.assign(_goodness=sign * table["score"]).sort_values("_goodness", ascending=False, kind="stable")
     return [(r.attn_type, int(r.layer), int(r.head)) for r in table.itertuples()]
 
 

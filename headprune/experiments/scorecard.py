@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from headprune.experiments.metrics import better_sign
+
 REPRODUCED, NOT_REPRODUCED, NOT_RUN = "reproduced", "not reproduced", "not run"
 COLUMNS = ("claim", "study", "statement", "evidence", "this_run", "paper", "rule", "verdict")
 
@@ -31,8 +33,10 @@ DYNAMICS_PRUNED = 40.0  # C5: % of the heads pruned where the paper reads its tr
 DYNAMICS_KEPT = 85.0  # C5: % of the unpruned BLEU the paper's late checkpoints keep there (85-90%)
 
 # One point in the units of the CSVs' ``score``/``delta`` column, and how a point is written.
-POINT = {"bleu": 1.0, "accuracy": 0.01, "f1": 0.01, "mcc": 0.01}
-UNIT = {"bleu": " BLEU", "accuracy": "% accuracy", "f1": "% F1", "mcc": " MCC x100"}
+# Perplexity is lower-is-better and has no absolute scale: C3 reads its "point" as 1% of the unpruned
+# perplexity (``points_worse``), and every delta is signed by headprune.experiments.metrics.better_sign.
+POINT = {"bleu": 1.0, "accuracy": 0.01, "f1": 0.01, "mcc": 0.01, "perplexity": 1.0}
+UNIT = {"bleu": " BLEU", "accuracy": "% accuracy", "f1": "% F1", "mcc": " MCC x100", "perplexity": " PPL"}
 TYPE_LABELS = {"enc_self": "Enc-Enc", "enc_dec": "Enc-Dec", "dec_self": "Dec-Dec"}
 
 # --- the claims, their rules and the paper's numbers (as the paper reports them) -------------
@@ -49,14 +53,14 @@ CLAIMS = {
 
 RULES = {
     "C1": f"reproduced if more than {MOST_HEADS:.0f}% of the heads, each removed alone, change the score "
-          "not significantly (`significant` of eval/ablation.csv: p < alpha, paired bootstrap for BLEU, "
-          "t-test for accuracy)",
+          "not significantly (`significant` of eval/ablation.csv: p < alpha, paired bootstrap for BLEU "
+          "and perplexity, t-test for accuracy)",
     "C2": f"reproduced if at least {MANY_LAYERS:.0f}% of the layers, each reduced to its best head (chosen on "
           "the selection set), show no significant loss on the test set (one_head_per_layer.csv: "
-          "`significant` and delta < 0 is a loss)",
+          "`significant` and a worse score, delta < 0, or > 0 for perplexity, is a loss)",
     "C3": f"prunable = the largest % of heads pruned (importance order, whole model) up to which every step "
           f"stays within {WITHIN_POINTS:g} point of the unpruned score (a point: 1 BLEU, or 1 percentage "
-          f"point of accuracy, F1 or MCC); reproduced if prunable >= {MIN_PRUNABLE:.0f}%",
+          f"point of accuracy, F1 or MCC, or 1% of the unpruned perplexity); reproduced if prunable >= {MIN_PRUNABLE:.0f}%",
     "C4": f"each attention type pruned alone (importance order): reproduced if, at {TYPE_PRUNED:.0f}% of the "
           f"type's heads pruned (the last step at or below), Enc-Dec has the lowest score of the three types",
     "C5": f"% of the unpruned BLEU kept at {DYNAMICS_PRUNED:.0f}% of the heads pruned (the last step at or "
@@ -147,6 +151,13 @@ def importance_curves(pruning: pd.DataFrame, scopes) -> pd.DataFrame:
     return pruning[(pruning["order"] == "importance") & pruning["scope"].isin(scopes)]
 
 
+def points_worse(unpruned: float, score: float, metric: str) -> float:
+    """How much worse ``score`` is than ``unpruned``, in points (perplexity: percent of the unpruned one)."""
+    if metric == "perplexity":
+        return 100.0 * (score - unpruned) / unpruned
+    return in_points(unpruned - score, metric)
+
+
 def last_step_at_or_below(curve: pd.DataFrame, percent: float) -> pd.Series:
     """The pruning step with the largest % pruned not above ``percent``."""
     steps = curve[curve["percent_pruned"] <= percent + 1e-9]
@@ -166,7 +177,7 @@ def c1_single_heads(ablation: pd.DataFrame, paper_models: dict) -> list[dict]:
     for study, heads in by_study(ablation):
         significant = flags(heads["significant"])
         unchanged = int((~significant).sum())
-        gains = int((significant & (heads["delta"] > 0)).sum())
+        gains = int((significant & (better_sign(heads["metric"].iloc[0]) * heads["delta"] > 0)).sum())
         this_run = (f"{share(unchanged, len(heads))} heads no significant change; {int(significant.sum())} "
                     f"significant, {gains} of them gains")
         if heads["attn_type"].nunique() > 1 and "enc_self" in set(heads["attn_type"]):
@@ -187,9 +198,10 @@ def c2_one_head_per_layer(one_head: pd.DataFrame, paper_models: dict) -> list[di
         return [not_run("C2")]
     rows = []
     for study, layers in by_study(one_head):
-        loss = flags(layers["significant"]) & (layers["delta"] < 0)
+        change = better_sign(layers["metric"].iloc[0]) * layers["delta"]  # > 0: better
+        loss = flags(layers["significant"]) & (change < 0)
         kept = int((~loss).sum())
-        worst = layers.loc[layers["delta"].idxmin()]
+        worst = layers.loc[change.idxmin()]
         metric = worst["metric"]
         this_run = (f"{share(kept, len(layers))} layers no significant loss; worst "
                     f"{TYPE_LABELS.get(worst['attn_type'], worst['attn_type'])} layer {int(worst['layer']) + 1} "
@@ -210,7 +222,7 @@ def prunable_percent(curve: pd.DataFrame) -> tuple[float, pd.Series | None]:
     unpruned = curve.loc[curve["percent_pruned"] == 0, "score"].iloc[0]
     prunable = 0.0
     for _, step in curve[curve["percent_pruned"] > 0].iterrows():
-        if in_points(unpruned - step["score"], metric) > WITHIN_POINTS:
+        if points_worse(unpruned, step["score"], metric) > WITHIN_POINTS:
             return prunable, step
         prunable = float(step["percent_pruned"])
     return prunable, None
@@ -253,7 +265,7 @@ def c4_attention_types(pruning: pd.DataFrame, paper_models: dict) -> list[dict]:
             continue
         metric = study_curves["metric"].iloc[0]
         scores = {t: last_step_at_or_below(study_curves[study_curves["scope"] == t], TYPE_PRUNED) for t in types}
-        lowest = min(types, key=lambda t: scores[t]["score"])
+        lowest = min(types, key=lambda t: better_sign(metric) * scores[t]["score"])
         unpruned = study_curves.loc[study_curves["percent_pruned"] == 0, "score"].iloc[0]
         this_run = (f"at {TYPE_PRUNED:.0f}% of a type's heads pruned: "
                     + ", ".join(f"{TYPE_LABELS[t]} {in_points(scores[t]['score'], metric):.2f}" for t in types)
@@ -301,7 +313,17 @@ def c6_speed(speed: pd.DataFrame, paper_models: dict) -> list[dict]:
     if speed.empty:
         return [not_run("C6")]
     rows = []
-    for study, table in by_study(speed):
+    # a causal LM is timed in two units (prefill and decode tokens): each is its own comparison
+    units = speed["unit"] if "unit" in speed else pd.Series("", index=speed.index)
+    for study, table in by_study(speed.assign(_unit=units)):
+        for unit, part in table.groupby("_unit", sort=False):
+            rows.append(c6_one(study if table["_unit"].nunique() == 1 else f"{study} ({unit})", part, paper_models,
+                               study))
+    return rows
+
+
+def c6_one(label: str, table: pd.DataFrame, paper_models: dict, study: str) -> dict:
+    if True:
         table = table.sort_values("batch_size")
         items = int(table["items"].iloc[0])
         timed = table[table["batch_size"] <= items]
@@ -313,11 +335,9 @@ def c6_speed(speed: pd.DataFrame, paper_models: dict) -> list[dict]:
                          f"the {items} items timed)")
         this_run += f"; {table['device'].iloc[0]}" if "device" in table else ""
         if len(timed) < 2:
-            rows.append(not_run("C6", study, this_run + "; one batch size: nothing to compare"))
-            continue
+            return not_run("C6", label, this_run + "; one batch size: nothing to compare")
         passed = largest["speedup_percent"] > 0 and largest["speedup_percent"] > smallest["speedup_percent"]
-        rows.append(row("C6", study, this_run, paper_number("C6", paper_models.get(study)), verdict(passed)))
-    return rows
+        return row("C6", label, this_run, paper_number("C6", paper_models.get(study)), verdict(passed))
 
 
 # --- the scorecard -------------------------------------------------------------------------------

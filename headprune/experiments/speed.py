@@ -3,8 +3,10 @@
 The paper (Section 4.3) removes the 50% least important heads of BERT fine-tuned on MNLI
 (by I_h, the order pruning uses) and times the MNLI-matched dev set at batch sizes 1, 4,
 16 and 64, three runs each, reporting examples per second, mean +- std. Here the same
-is done for any study: BERT (examples per second) or the translation model (sentences per
-second, beam search as the evaluation runs it).
+is done for any study: an encoder (examples per second), a translation model (sentences per
+second, beam search as the evaluation runs it) or a causal LM (tokens per second, twice: prefill, one
+forward over whole windows; and decode, greedy generation of ``decode_tokens`` tokens after a
+prompt of the window's first ``PROMPT_TOKENS`` tokens, the KV cache on).
 
 How a measurement is taken (``time_variants``):
 
@@ -40,7 +42,16 @@ from headprune.models.prune import count_heads, prune_heads
 
 ORIGINAL, PRUNED = "original", "pruned"
 VARIANTS = (ORIGINAL, PRUNED)
-UNITS = {"bert": "examples", "fsmt": "sentences", "m2m100": "sentences"}
+# What a study's model does decides what is timed (``task_of``): classify, translate, or generate text.
+UNITS = {"classify": ["examples"], "translate": ["sentences"], "lm": ["prefill tokens", "decode tokens"]}
+PROMPT_TOKENS = 32
+
+
+def task_of(model) -> str:
+    from headprune.models.heads import DEC_SELF, ENC_DEC
+
+    types = adapter_for(model).attention_types
+    return "lm" if tuple(types) == (DEC_SELF,) else "translate" if ENC_DEC in types else "classify"
 
 # One row per (study, variant, batch size, run): the tidy CSV behind Table 4.
 RUN_COLUMNS = ["study", "family", "unit", "variant", "batch_size", "run", "position", "items", "seconds",
@@ -111,6 +122,21 @@ def classification_inputs(tokenizer, pairs: Sequence[tuple[str, str]], batch_siz
     return batches
 
 
+def lm_inputs(windows: Sequence[Sequence[int]], batch_size: int, unit: str, decode_tokens: int = 32) -> list[Batch]:
+    """Batches of whole windows (prefill: the size counts their tokens) or of their first PROMPT_TOKENS
+    tokens (decode: the size counts the ``decode_tokens`` each row generates)."""
+    batches = []
+    for start in range(0, len(windows), batch_size):
+        ids = torch.tensor([list(w) for w in windows[start:start + batch_size]], dtype=torch.long)
+        if unit == "prefill tokens":
+            batches.append(Batch({"input_ids": ids, "attention_mask": torch.ones_like(ids)}, ids.numel()))
+        else:
+            prompt = ids[:, :min(PROMPT_TOKENS, ids.shape[1])]
+            batches.append(Batch({"input_ids": prompt, "attention_mask": torch.ones_like(prompt)},
+                                 len(prompt) * decode_tokens))
+    return batches
+
+
 def translation_inputs(tokenizer, sources: Sequence[str], batch_size: int) -> list[Batch]:
     """Source batches sorted by length, as ``evaluate.translate`` batches them."""
     order = sorted(range(len(sources)), key=lambda i: len(sources[i].split()))
@@ -143,6 +169,23 @@ def translate_step(model, beam: int = 5, lenpen: float = 1.0, max_len_a: float =
                               max_new_tokens=max_new, max_length=None, do_sample=False,
                               past_key_values=SourceSharingCache.for_model(model))
     return step
+
+
+def decode_step(model, decode_tokens: int = 32) -> Callable[[dict], torch.Tensor]:
+    """Greedy generation of exactly ``decode_tokens`` tokens (no early stop: the count is the unit)."""
+    def step(inputs):
+        return model.generate(**inputs, max_new_tokens=decode_tokens, min_new_tokens=decode_tokens,
+                              do_sample=False, num_beams=1, max_length=None)
+    return step
+
+
+def make_step(task: str, unit: str, settings) -> Callable:
+    """The step factory (model -> step) of what a study's timing runs."""
+    if task == "classify" or unit == "prefill tokens":
+        return classify_step
+    if unit == "decode tokens":
+        return lambda m: decode_step(m, settings.decode_tokens)
+    return lambda m: translate_step(m, settings.beam, settings.lenpen)
 
 
 # --------------------------------------------------------------------------- timing
@@ -242,24 +285,27 @@ def _strip(ids: torch.Tensor, pad: int | None) -> list[int]:
 
 @torch.no_grad()
 def check_pruned_equals_gated(original, pruned, heads: Sequence[HeadId], batches: Sequence[Batch],
-                              family: str, step_factory: Callable | None = None) -> dict:
+                              family: str, step_factory: Callable | None = None, logits: bool | None = None) -> dict:
     """Does the pruned model predict what the full model with those heads gated off predicts?
 
-    Classification: agreement of the argmax over items and the largest |logit difference|.
-    Translation: share of items whose beam-search output ids are identical (max diff NaN).
+    Logits (classification, an LM's prefill): agreement of the argmax over items (tokens) and the largest
+    |logit difference|. Generation: share of items whose output ids are identical (max diff NaN).
     """
     gates = gates_without(original, heads)
-    make = step_factory or (classify_step if family == "bert" else translate_step)
+    logits = family == "bert" if logits is None else logits
+    make = step_factory or (classify_step if logits else translate_step)
     gated_step, pruned_step = make(original), make(pruned)
     pad = getattr(original.config, "pad_token_id", None)
     items = agree = 0
-    max_diff = 0.0 if family == "bert" else math.nan
+    max_diff = 0.0 if logits else math.nan
     for batch in batches:
         with gated(original, gates):
             expected = gated_step(batch.inputs)
         got = pruned_step(batch.inputs)
-        items += batch.size
-        if family == "bert":
+        if logits:
+            expected, got = expected.reshape(-1, expected.shape[-1]), got.reshape(-1, got.shape[-1])
+        items += len(expected)
+        if logits:
             max_diff = max(max_diff, float((expected.float() - got.float()).abs().max()))
             agree += int((expected.argmax(-1) == got.argmax(-1)).sum())
         else:
@@ -281,21 +327,27 @@ class SpeedSettings:
     max_length: int = 128  # BERT
     beam: int = 5  # translation
     lenpen: float = 1.0
+    decode_tokens: int = 32  # causal LM: tokens generated per row when timing decoding
 
 
 def measure(original, pruned, batches_by_size: dict[int, list[Batch]], settings: SpeedSettings, family: str,
             device, clock: Callable[[], float] = time.perf_counter) -> pd.DataFrame:
-    """Tidy timings, one row per (variant, batch size, run), both models on ``device``."""
-    make = classify_step if family == "bert" else (lambda m: translate_step(m, settings.beam, settings.lenpen))
-    steps = {ORIGINAL: make(original), PRUNED: make(pruned)}
+    """Tidy timings, one row per (unit, variant, batch size, run), both models on ``device``.
+
+    ``batches_by_size``: {batch size: batches}, or {(unit, batch size): batches} for a study timed in
+    several units (an LM: prefill and decode tokens)."""
+    task = task_of(original)
     heads = {ORIGINAL: count_heads(original), PRUNED: count_heads(pruned)}
     env = environment(original, device)
     rows = []
-    for batch_size, batches in batches_by_size.items():
+    for key, batches in batches_by_size.items():
+        unit, batch_size = key if isinstance(key, tuple) else (UNITS[task][0], key)
+        make = make_step(task, unit, settings)
+        steps = {ORIGINAL: make(original), PRUNED: make(pruned)}
         timed = time_variants(steps, [b.to(device) for b in batches], settings.repeats, settings.warmup_batches,
                               clock=clock, synchronize=synchronizer(device))
         for row in timed:
-            rows.append({"family": family, "unit": UNITS[family], "batch_size": int(batch_size), **row,
+            rows.append({"family": family, "unit": unit, "batch_size": int(batch_size), **row,
                          "heads": heads[row["variant"]], "heads_total": heads[ORIGINAL], **env})
     return pd.DataFrame(rows)
 
@@ -303,25 +355,29 @@ def measure(original, pruned, batches_by_size: dict[int, list[Batch]], settings:
 def speed_study(study: str, model, tokenizer, evalset, importance: pd.DataFrame, settings: SpeedSettings, device,
                 log=None) -> tuple[pd.DataFrame, dict]:
     """Everything Table 4 needs for one study: (tidy runs, facts for the table)."""
-    family = adapter_for(model).family
+    family, task = adapter_for(model).family, task_of(model)
     removed = heads_to_prune(importance, settings.prune_percent)
     if len(importance) != count_heads(model):
         raise ValueError(f"{study}: importance.csv has {len(importance)} heads, the model {count_heads(model)}")
     pruned = pruned_copy(model, removed).to(device)
-    if family == "bert":
-        def make_batches(size):
+
+    def make_batches(unit, size):
+        if task == "classify":
             return classification_inputs(tokenizer, evalset.sources, size, settings.max_length, settings.padding)
-    else:
-        def make_batches(size):
-            return translation_inputs(tokenizer, evalset.sources, size)
-    batches_by_size = {int(size): make_batches(int(size)) for size in settings.batch_sizes}
+        if task == "lm":
+            return lm_inputs(evalset.sources, size, unit, settings.decode_tokens)
+        return translation_inputs(tokenizer, evalset.sources, size)
+    batches_by_size = {(unit, int(size)): make_batches(unit, int(size))
+                       for unit in UNITS[task] for size in settings.batch_sizes}
     if log:
         log.info("%s: %d of %d heads removed; %d items; batch sizes %s; %d runs each on %s", study, len(removed),
-                 count_heads(model), len(evalset), list(batches_by_size), settings.repeats, device_name(device))
-    check_size = max(batches_by_size)
-    beam_step = None if family == "bert" else (lambda m: translate_step(m, settings.beam, settings.lenpen))
-    check = check_pruned_equals_gated(model, pruned, removed, [b.to(device) for b in batches_by_size[check_size]],
-                                      family, beam_step)
+                 count_heads(model), len(evalset), list(settings.batch_sizes), settings.repeats, device_name(device))
+    # the check: logits where the timing reads logits (classification, an LM's prefill), outputs otherwise
+    check_unit = UNITS[task][0]
+    check_batches = [b.to(device) for b in batches_by_size[check_unit, max(settings.batch_sizes)]]
+    step = None if task != "translate" else (lambda m: translate_step(m, settings.beam, settings.lenpen))
+    check = check_pruned_equals_gated(model, pruned, removed, check_batches, family, step,
+                                      logits=task in ("classify", "lm"))
     if log:
         log.info("%s: pruned = gated on %.1f%% of %d items (max |logit diff| %s)", study,
                  100 * check["check_agreement"], check["check_items"], check["check_max_abs_diff"])
@@ -345,7 +401,7 @@ def summarize(runs: pd.DataFrame, facts: dict | None = None) -> pd.DataFrame:
     """
     facts = facts or {}
     rows = []
-    for (study, batch_size), group in runs.groupby(["study", "batch_size"], sort=True):
+    for (study, unit, batch_size), group in runs.groupby(["study", "unit", "batch_size"], sort=False):
         stats = {}
         for variant in VARIANTS:
             values = group.loc[group["variant"] == variant, "items_per_s"].to_numpy(dtype=float)
@@ -354,7 +410,7 @@ def summarize(runs: pd.DataFrame, facts: dict | None = None) -> pd.DataFrame:
             stats[variant] = (values.mean(), values.std(ddof=1) if len(values) > 1 else math.nan, len(values))
         first = group.iloc[0]
         rows.append({
-            "study": study, "family": first["family"], "unit": first["unit"], "batch_size": int(batch_size),
+            "study": study, "family": first["family"], "unit": unit, "batch_size": int(batch_size),
             "runs": min(n for _, _, n in stats.values()),
             "original_mean": stats[ORIGINAL][0], "original_std": stats[ORIGINAL][1],
             "pruned_mean": stats[PRUNED][0], "pruned_std": stats[PRUNED][1],
@@ -395,25 +451,31 @@ def table4_markdown(summary: pd.DataFrame, evalset_name: str | None = None,
     first = summary.iloc[0]
     percent = f"{first['prune_percent']:g}" if not pd.isna(first["prune_percent"]) else \
         f"{100 * first['heads_pruned'] / first['heads_total']:g}"
-    model = "BERT" if first["family"] == "bert" else "translation model, beam search"
+    units = list(dict.fromkeys(summary["unit"]))
+    model = ("BERT" if first["family"] == "bert" else f"causal LM ({first['family']})" if "decode tokens" in units
+             else "translation model, beam search" if first["unit"] == "sentences" else first["family"])
     on = f" of {evalset_name}" if evalset_name else ""
     lines = [
-        f"**Table 4** ({first['study']}, {model}): {first['unit']} per second, mean ± std over {int(first['runs'])} "
+        f"**Table 4** ({first['study']}, {model}): {' and '.join(units)} per second, mean ± std over {int(first['runs'])} "
         f"runs, with {int(first['heads_pruned'])} of {int(first['heads_total'])} heads ({percent}%) physically "
-        f"removed {chosen}, against the full model; {int(first['items'])} {first['unit']}{on}. "
+        f"removed {chosen}, against the full model; {int(first['items'])} {first['unit']}{on}"
+        f"{' (and as many windows decoded)' if len(units) > 1 else ''}. "
         f"Device: {first['device']} ({_threads(int(first['torch_threads']))}, {first['dtype']}).",
         "",
         f"| Batch size | Original | Pruned {percent}% | Speedup |",
         "|---:|---:|---:|---:|",
     ]
-    for row in summary.sort_values("batch_size").itertuples():
-        lines.append(f"| {row.batch_size} | {_mean_std(row.original_mean, row.original_std)} | "
+    for row in summary.sort_values(["unit", "batch_size"], key=lambda c: c.map(units.index) if c.name == "unit"
+                                   else c).itertuples():
+        size = f"{row.batch_size} ({row.unit})" if len(units) > 1 else f"{row.batch_size}"
+        lines.append(f"| {size} | {_mean_std(row.original_mean, row.original_std)} | "
                      f"{_mean_std(row.pruned_mean, row.pruned_std)} | {_percent(row.speedup_percent)} |")
     items = int(first["items"])
-    if (summary["batch_size"] > items).any():
+    if len(units) == 1 and (summary["batch_size"] > items).any():
         lines += ["", f"Batch sizes above {items} run one batch of all {items} {first['unit']}."]
     if not pd.isna(first["check_items"]):
-        what = "predictions" if first["family"] == "bert" else "translations"
+        what = ("predictions" if first["family"] == "bert" else "next-token predictions" if len(units) > 1
+                else "translations")
         line = (f"Check: the pruned model's {what} equal the gated full model's on "
                 f"{round(first['check_agreement'] * first['check_items'])} of {int(first['check_items'])} "
                 f"{first['unit']}")

@@ -58,21 +58,22 @@ def finetune_bert_classifier(model_dir, train_tsv, dev_tsv, out_dir, num_labels:
                              lr: float = 2e-5, batch_size: int = 32, max_length: int = 128, seed: int = 42,
                              warmup_fraction: float = 0.1, weight_decay: float = 0.01, device=None,
                              num_threads: int | None = None, progress: bool = True) -> dict:
-    """Fine-tune the BERT folder ``model_dir`` on ``train_tsv``; save to ``out_dir``; report dev accuracy.
+    """Fine-tune the encoder folder ``model_dir`` (BERT, RoBERTa, ELECTRA, ...: any transformers model with a
+    sequence-classification head) on ``train_tsv``; save to ``out_dir``; report dev accuracy.
 
     TSVs are the normalized text_a/text_b/label files of headprune.data.datasets. Fractional
     epochs are allowed. Attention is the "eager" implementation so that attention
     weights can be read later. Returns dev_accuracy, train_loss (mean of the last
     epoch), train_seconds, sizes, steps and device.
     """
-    from transformers import AutoTokenizer, BertForSequenceClassification
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     device = torch.device(device) if device is not None else \
         torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.manual_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = BertForSequenceClassification.from_pretrained(model_dir, num_labels=num_labels,
-                                                          attn_implementation="eager").to(device)
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=num_labels, use_safetensors=True,
+                                                               attn_implementation="eager").to(device)
     train_pairs, train_labels = read_glue_split(train_tsv)
     dev_pairs, dev_labels = read_glue_split(dev_tsv)
     if max(train_labels + dev_labels) >= num_labels:
@@ -91,7 +92,7 @@ def finetune_bert_classifier(model_dir, train_tsv, dev_tsv, out_dir, num_labels:
     started = time.time()
     step, epoch_losses = 0, []
     model.train()
-    bar = tqdm(total=total_steps, desc="fine-tune BERT classifier", disable=not progress)
+    bar = tqdm(total=total_steps, desc=f"fine-tune {type(model).__name__}", disable=not progress)
     while step < total_steps:
         order = torch.randperm(len(train_pairs), generator=shuffle).tolist()
         batches = classification_batches(tokenizer, [train_pairs[i] for i in order], [train_labels[i] for i in order],

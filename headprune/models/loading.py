@@ -1,4 +1,5 @@
-"""Load the study's models: fairseq translation checkpoints and BERT classifiers.
+"""Load the study's models: fairseq translation checkpoints, transformers encoder-decoders (Marian, BART,
+M2M100/NLLB), sequence classifiers (BERT, RoBERTa, ...) and causal LMs (GPT-2, Llama, Mistral, Qwen2).
 
 Nothing here unpickles a file from the internet: fairseq checkpoints go through the
 allow-list unpickler in ``fairseq.py``, and Hugging Face models are read from
@@ -15,9 +16,13 @@ import torch
 from headprune.models.fairseq import is_pre_norm, load_fairseq_translation_model, model_class_for, safe_extract
 from headprune.models.prune import load_pruned_weights
 
-# What a BERT download needs; never *.bin / *.pt / *.ckpt pickles.
-HUB_ALLOW_PATTERNS = ["config.json", "*.safetensors", "vocab.txt", "tokenizer.json", "tokenizer_config.json",
-                      "special_tokens_map.json"]
+# What a model download needs: its config, safetensors weights (sharded ones with their index) and the
+# tokenizer's files (WordPiece vocab.txt, BPE vocab.json + merges.txt, SentencePiece *.model / *.spm);
+# never *.bin / *.pt / *.ckpt pickles.
+HUB_ALLOW_PATTERNS = ["config.json", "generation_config.json", "*.safetensors", "model.safetensors.index.json",
+                      "vocab.txt", "vocab.json", "merges.txt", "tokenizer.json", "tokenizer_config.json",
+                      "special_tokens_map.json", "added_tokens.json", "*.model", "*.spm"]
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def pick_device(requested: str = "auto") -> torch.device:
@@ -70,13 +75,67 @@ def convert_translation_checkpoint(source, dest, src_lang: str = "en", tgt_lang:
     return dest
 
 
+def _require_safetensors(path: Path):
+    if not any(path.glob("*.safetensors")):
+        raise FileNotFoundError(f"{path}: no *.safetensors weights (pickled weights are not loaded)")
+
+
+def load_tokenizer(path):
+    from transformers import AutoConfig, AutoTokenizer, FSMTTokenizer
+
+    if AutoConfig.from_pretrained(path).model_type == "fsmt" or (Path(path) / "vocab-src.json").exists():
+        return FSMTTokenizer.from_pretrained(path)
+    return AutoTokenizer.from_pretrained(path)
+
+
+def placement(device, gpus: int = 1) -> dict:
+    """from_pretrained's arguments that put a model on ``device``, or with ``gpus`` > 1 spread its layers
+    over that many GPUs (the job's: CUDA_VISIBLE_DEVICES), balanced by memory (accelerate's "balanced")."""
+    device = torch.device(device)
+    if gpus > 1 and device.type == "cuda":
+        if torch.cuda.device_count() < gpus:
+            raise RuntimeError(f"the model asks for {gpus} GPUs (models.<study>.resources) but the job sees "
+                               f"{torch.cuda.device_count()}")
+        return {"device_map": "balanced", "max_memory": None}
+    return {"device_map": {"": device}}
+
+
+def load_causal_lm(path, device="cpu", dtype: str = "float32", gpus: int = 1):
+    """(causal LM, tokenizer) from a model folder with safetensors weights; eager attention (the backend that
+    returns attention weights: entropy, confidence)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(path)
+    _require_safetensors(path)
+    model = load_pruned_weights(AutoModelForCausalLM, path, use_safetensors=True, attn_implementation="eager",
+                                dtype=DTYPES[dtype], **placement(device, gpus))
+    return model.eval(), AutoTokenizer.from_pretrained(path)
+
+
+def load_seq2seq(path, device="cpu", dtype: str = "float32", gpus: int = 1, src_code=None, tgt_code=None):
+    """(encoder-decoder, tokenizer) of transformers' own translation models (Marian, BART/mBART, M2M100/NLLB).
+
+    ``src_code``/``tgt_code`` are the tokenizer's language codes of the multilingual ones (NLLB:
+    eng_Latn, fra_Latn): the source side is tagged with the first, the target forced to start with the second.
+    """
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    path = Path(path)
+    _require_safetensors(path)
+    model = load_pruned_weights(AutoModelForSeq2SeqLM, path, use_safetensors=True, attn_implementation="eager",
+                                dtype=DTYPES[dtype], **placement(device, gpus))
+    tokenizer = AutoTokenizer.from_pretrained(path, **({"src_lang": src_code} if src_code else {}))
+    if tgt_code:
+        model.generation_config.forced_bos_token_id = tokenizer.convert_tokens_to_ids(tgt_code)
+    return model.eval(), tokenizer
+
+
 def load_classifier(path, device="cpu"):
     """(sequence classifier, tokenizer) from a Hugging Face folder with safetensors weights."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     path = Path(path)
-    if not any(path.glob("*.safetensors")):
-        raise FileNotFoundError(f"{path}: no *.safetensors weights (pickled weights are not loaded)")
+    _require_safetensors(path)
     # eager attention: the only backend that returns attention weights (entropy, confidence)
     model = load_pruned_weights(AutoModelForSequenceClassification, path, use_safetensors=True,
                                 attn_implementation="eager")

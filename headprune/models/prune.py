@@ -134,6 +134,8 @@ def load_pruned_weights(model_class, folder: str | Path, **kwargs):
     if not getattr(config, PRUNED_HEADS_KEY, None) and not getattr(model_class, "loads_without_from_pretrained", False):
         return model_class.from_pretrained(folder, **kwargs)
     kwargs.pop("use_safetensors", None)  # only safetensors are read below anyway
+    device_map, dtype = kwargs.pop("device_map", None), kwargs.pop("dtype", None)
+    kwargs.pop("max_memory", None)
     build = getattr(model_class, "from_config", None) or model_class._from_config  # Auto* or concrete class
     with no_init_weights():  # every weight is loaded below: random init would only cost time
         model = build(config, **kwargs)
@@ -149,6 +151,29 @@ def load_pruned_weights(model_class, folder: str | Path, **kwargs):
     for name, tensor in model.state_dict(keep_vars=True).items():
         names_of.setdefault(id(tensor), []).append(name)
     missing = [name for names in names_of.values() if not any(n in state for n in names) for name in names]
+    # Weights save_pretrained leaves out on purpose (Marian's sinusoidal positions) are computed, not learned:
+    # compute them as from_pretrained does.
+    recomputed = set(getattr(model, "_keys_to_ignore_on_save", None) or ()) & set(missing)
+    for name in recomputed:
+        model._init_weights(model.get_submodule(name.rpartition(".")[0]))
+    missing = [name for name in missing if name not in recomputed]
     if missing or unexpected:
         raise ValueError(f"{weights}: missing keys {missing[:5]}, unexpected keys {unexpected[:5]}")
-    return model.eval()
+    if dtype is not None:
+        model.to(dtype)
+    return place(model, device_map).eval()
+
+
+def place(model, device_map):
+    """Put a model built here where from_pretrained's ``device_map`` would: one device ({"": device}), or
+    its layers spread over the visible GPUs ("balanced", accelerate's dispatch)."""
+    if device_map is None:
+        return model
+    if isinstance(device_map, dict) and set(device_map) == {""}:
+        return model.to(device_map[""])
+    from accelerate import dispatch_model, infer_auto_device_map
+    from accelerate.utils import get_balanced_memory
+
+    no_split = getattr(model, "_no_split_modules", None)
+    memory = get_balanced_memory(model, no_split_module_classes=no_split)
+    return dispatch_model(model, infer_auto_device_map(model, max_memory=memory, no_split_module_classes=no_split))

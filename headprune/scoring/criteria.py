@@ -140,12 +140,13 @@ def iterative_order(estimate, heads: list[HeadId], step_percent: float) -> list[
 # --- comparing the curves -------------------------------------------------------------------
 
 
-def largest_within(curve: pd.DataFrame, full_score: float, tolerance: float) -> float:
-    """The largest % pruned before the curve first falls more than ``tolerance`` below the full model."""
+def largest_within(curve: pd.DataFrame, full_score: float, tolerance: float, sign: int = 1) -> float:
+    """The largest % pruned before the curve first gets more than ``tolerance`` worse than the full model
+    (``sign`` -1: lower is better, as perplexity)."""
     curve = curve.sort_values("percent_pruned")
     within = 0.0
     for row in curve.itertuples():
-        if row.score < full_score - tolerance:
+        if sign * row.score < sign * full_score - tolerance:
             break
         within = float(row.percent_pruned)
     return within
@@ -164,21 +165,25 @@ def nearest_step(curve: pd.DataFrame, percent: float) -> int:
     return int(curve.loc[(curve["percent_pruned"] - percent).abs().idxmin(), "step"])
 
 
-def tolerance_points(metric: str, points: float) -> float:
-    """``points`` in the metric's units: BLEU points, or percentage points of a [0, 1] score."""
+def tolerance_points(metric: str, points: float, full_score: float | None = None) -> float:
+    """``points`` in the metric's units: BLEU points, percentage points of a [0, 1] score, or for
+    perplexity ``points`` percent of the full model's perplexity."""
+    if metric == "perplexity":
+        return full_score * points / 100.0
     return points if metric == "bleu" else points / 100.0
 
 
 def summarize(curves: pd.DataFrame, step_outputs: dict, evalset, *, within: float = 1.0,
               test_at=(30, 50, 70), reference: str = "importance", resamples: int = 1000, seed: int = 0,
               alpha: float = 0.01) -> pd.DataFrame:
-    """One row per criterion: the largest % pruned within ``within`` points of the full model, the area
-    under the curve, and at each % of ``test_at`` the score and a paired bootstrap test against the
+    """One row per criterion: the largest % pruned within ``within`` points of the full model (for perplexity:
+    within ``within`` percent of it), the area under the curve (lower is better for perplexity), and at each % of ``test_at`` the score and a paired bootstrap test against the
     ``reference`` criterion (I_h) at the same step (p_<percent>; NaN for the reference itself).
 
     ``curves``: criteria.csv rows (criterion, step, percent_pruned, score, metric); ``step_outputs``:
     criterion -> per-step lists of per-item outputs (the prune jobs' outputs.json).
     """
+    from headprune.experiments.metrics import better_sign
     from headprune.experiments.runs import significance
 
     rows = []
@@ -189,8 +194,8 @@ def summarize(curves: pd.DataFrame, step_outputs: dict, evalset, *, within: floa
     full_score = float(full.iloc[0])
     for criterion, curve in curves.groupby("criterion", sort=False):
         row = {"criterion": criterion, "metric": metric, "score_full": full_score, "alpha": alpha,
-               "within_points": within, "largest_percent_within": largest_within(curve, full_score,
-                                                                                 tolerance_points(metric, within)),
+               "within_points": within, "largest_percent_within": largest_within(
+                   curve, full_score, tolerance_points(metric, within, full_score), better_sign(metric)),
                "area_under_curve": area_under_curve(curve)}
         for percent in test_at:
             step = nearest_step(curve, percent)

@@ -73,7 +73,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from headprune.models.heads import ENC_SELF, adapter_for
+from headprune.models.heads import ENC_DEC, ENC_SELF, adapter_for
 from headprune.scoring.importance import _use_eager_attention
 
 RELATIONS = ("nsubj", "obj", "amod", "advmod")
@@ -329,11 +329,12 @@ def attention_maps(model, tokenizer, sentences: Sequence[Sentence | Sequence[str
                     input_ids[row, :len(ids)] = torch.tensor(ids)
                     mask[row, :len(ids)] = 1
                 input_ids, mask = input_ids.to(device), mask.to(device)
-                if adapter.family == "bert":
-                    outputs = model.base_model(input_ids=input_ids, attention_mask=mask,
-                                               token_type_ids=torch.zeros_like(input_ids), output_attentions=True)
-                else:
+                if ENC_DEC in adapter.attention_types:  # an encoder-decoder: its encoder alone
                     outputs = model.get_encoder()(input_ids=input_ids, attention_mask=mask, output_attentions=True)
+                else:  # an encoder (BERT, RoBERTa, DistilBERT, ...); token types where the model has them
+                    types = {"token_type_ids": torch.zeros_like(input_ids)} \
+                        if getattr(model.config, "type_vocab_size", 0) else {}
+                    outputs = model.base_model(input_ids=input_ids, attention_mask=mask, output_attentions=True, **types)
                 weights = [w for w in (outputs.attentions or ()) if w is not None]
                 if len(weights) != len(with_heads):
                     raise RuntimeError(f"{len(weights)} encoder attention maps for {len(with_heads)} layers with heads "

@@ -6,10 +6,16 @@ heads are, how a batch flows, how a site is physically pruned) and ``MODEL_TYPES
 type laid out the same way. ``adapter_for_model`` imports the family modules the first time it
 is asked (they import transformers' model code) and picks by model type, then by ``matches``.
 
-Families: ``bert`` (encoder self-attention), ``fsmt`` (fairseq's post-norm transformer, all three
-attention types), ``m2m100`` (fairseq's pre-norm transformer), ``gpt2`` (fused, transposed Conv1D
-projections), ``llama`` (Llama, Mistral, Qwen2: rotary positions, grouped-query attention);
-``causal_lm`` holds what the decoder-only families share.
+Families (and the model types they serve):
+
+- encoders for classification, encoder self-attention only: ``bert`` (bert), ``roberta`` (roberta,
+  xlm-roberta), ``electra`` (electra), ``distilbert`` (distilbert), ``deberta_v2`` (deberta-v2, which
+  DeBERTa-v3 checkpoints are: disentangled relative-position attention);
+- encoder-decoders for translation, all three attention types: ``fsmt`` (fsmt: fairseq's post-norm
+  transformer), ``m2m100`` (m2m_100: fairseq's pre-norm transformer, M2M100, and NLLB-200's dense
+  models, which are m2m_100 too), ``bart`` (bart), ``mbart`` (mbart), ``marian`` (marian: opus-mt);
+- decoder-only LMs: ``gpt2`` (gpt2: fused, transposed Conv1D projections), ``llama`` (llama,
+  mistral, qwen2: rotary positions, grouped-query attention); ``causal_lm`` holds what they share.
 """
 from __future__ import annotations
 

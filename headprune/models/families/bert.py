@@ -1,4 +1,11 @@
-"""BERT (transformers' BertForSequenceClassification and its base): encoder self-attention only."""
+"""BERT (transformers' BertForSequenceClassification and its base): encoder self-attention only.
+
+Encoders laid out as BERT is (RoBERTa and XLM-R, ELECTRA: ``roberta.py``, ``electra.py``) subclass
+``BertAdapter`` and name their own ``prunable`` attention classes: a pruned attention module must stay
+an instance of its family's attention class, as transformers 5 records attention maps
+(``output_attentions``) from modules of that class (``_can_record_outputs``) and would silently leave
+out a layer whose module had become a ``BertSelfAttention``.
+"""
 from __future__ import annotations
 
 from torch import nn
@@ -11,14 +18,38 @@ MODEL_TYPES = ("bert",)
 
 
 def matches(model) -> bool:
-    """Any other model laid out as BERT is (base_model.encoder.layer[i].attention.self)."""
-    return hasattr(model, "base_model") and hasattr(model.base_model, "encoder") \
-        and hasattr(model.base_model.encoder, "layer")
+    """Any other model laid out as BERT is (base_model.encoder.layer[i].attention.self.query, ...).
+
+    Gating and scoring work on such a model; pruning it needs a family file that names its attention
+    class (``BertAdapter.prunable``).
+    """
+    layers = getattr(getattr(getattr(model, "base_model", None), "encoder", None), "layer", None)
+    if not layers:
+        return False
+    attention = getattr(layers[0], "attention", None)
+    return all(hasattr(getattr(attention, "self", None), name) for name in ("query", "key", "value")) \
+        and hasattr(getattr(attention, "output", None), "dense")
+
+
+class HeadlessSelfAttention:
+    """Mixin before a BERT-style self-attention class: it also runs with no heads left (its output is then
+    empty, and the output projection adds its bias alone), where its reshape to (-1, head size) cannot."""
+
+    def forward(self, hidden_states, *args, **kwargs):
+        if self.num_attention_heads == 0:
+            return hidden_states.new_zeros(*hidden_states.shape[:-1], 0), None
+        return super().forward(hidden_states, *args, **kwargs)
+
+
+class PrunableBertSelfAttention(HeadlessSelfAttention, BertSelfAttention):
+    pass
 
 
 class BertAdapter(HeadAdapter):
     family = "bert"
     attention_types = (ENC_SELF,)
+    # What a pruned attention module becomes: one subclass per attention class the family has.
+    prunable = (PrunableBertSelfAttention,)
 
     def sites(self, model):
         encoder = model.base_model.encoder
@@ -38,12 +69,7 @@ class BertAdapter(HeadAdapter):
             input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
             token_type_ids=batch.get("token_type_ids"), output_attentions=output_attentions,
         )
-        logits = outputs.logits
-        if logits.shape[-1] == 1:  # regression head (STS-B)
-            loss = nn.functional.mse_loss(logits.squeeze(-1), batch["labels"].float(), reduction="sum")
-        else:
-            loss = nn.functional.cross_entropy(logits, batch["labels"], reduction="sum")
-        return loss, outputs
+        return classification_loss(outputs, batch), outputs
 
     def query_mask(self, batch, attn_type):
         return batch["attention_mask"].bool()
@@ -75,21 +101,29 @@ class BertAdapter(HeadAdapter):
         return super().uniform_masking_problem(model, sites)
 
     def prune_site(self, site, keep):
-        slice_projections(site, keep)
         attn = site.attention
-        attn.__class__ = PrunableBertSelfAttention
+        prunable = prunable_class(self, attn)
+        slice_projections(site, keep)
+        attn.__class__ = prunable
         attn.num_attention_heads = len(keep)
         attn.all_head_size = len(keep) * attn.attention_head_size
 
 
-class PrunableBertSelfAttention(BertSelfAttention):
-    """BERT self-attention that also runs with no heads left (its output is then empty)."""
+def classification_loss(outputs, batch):
+    """Summed over the batch: squared error for a regression head (STS-B), cross entropy otherwise."""
+    logits = outputs.logits
+    if logits.shape[-1] == 1:
+        return nn.functional.mse_loss(logits.squeeze(-1), batch["labels"].float(), reduction="sum")
+    return nn.functional.cross_entropy(logits, batch["labels"], reduction="sum")
 
-    def forward(self, hidden_states, attention_mask=None, past_key_values=None, **kwargs):
-        if self.num_attention_heads == 0:
-            empty = hidden_states.new_zeros(*hidden_states.shape[:-1], 0)
-            return empty, None
-        return super().forward(hidden_states, attention_mask=attention_mask, past_key_values=past_key_values, **kwargs)
+
+def prunable_class(adapter, attention):
+    """The adapter's ``prunable`` subclass of the attention module's class (see the module docstring)."""
+    for prunable in adapter.prunable:
+        if isinstance(attention, prunable.__bases__[-1]):
+            return prunable
+    raise ValueError(f"the {adapter.family} adapter cannot prune a {type(attention).__name__}: add a family file "
+                     "to headprune/models/families/ with a prunable subclass of it")
 
 
 ADAPTER = BertAdapter

@@ -1,4 +1,11 @@
-"""transformers' M2M100: fairseq's pre-norm transformer (``headprune.models.prenorm``), batch-major."""
+"""transformers' M2M100: fairseq's pre-norm transformer (``headprune.models.prenorm``), batch-major.
+
+It serves every model of type m2m_100: the study's converted fairseq models (``PreNormTransformer``),
+M2M100 itself, and NLLB-200's dense checkpoints (facebook/nllb-200-*, which transformers loads as
+``M2M100ForConditionalGeneration``; NLLB-MoE is another model type, not served). BART, mBART and
+Marian have the same attention, copied from one source (``bart.py``, ``mbart.py``, ``marian.py``
+subclass this adapter with their own attention class, ``prunable``).
+"""
 from __future__ import annotations
 
 from transformers.models.m2m_100.modeling_m2m_100 import M2M100Attention
@@ -9,21 +16,10 @@ from headprune.models.prune import cache_without_heads, slice_projections
 MODEL_TYPES = ("m2m_100",)
 
 
-class M2M100Adapter(FSMTAdapter):
-    """transformers' M2M100: fairseq's pre-norm transformer (``headprune.models.prenorm``)."""
-
-    family = "m2m100"
-    time_major = False
-
-    def prune_site(self, site, keep):
-        slice_projections(site, keep)
-        site.attention.__class__ = PrunableM2M100Attention
-        site.attention.num_heads = len(keep)
-
-
-class PrunableM2M100Attention(M2M100Attention):
-    """M2M100 attention that also runs with no heads left: its output is then the output
-    projection's bias, and its cache entry keeps the decoded length (cache_without_heads)."""
+class HeadlessAttention:
+    """Mixin before a BART-style attention class (M2M100's and the ones copied from BART's): it also runs
+    with no heads left. Its output is then the output projection's bias, and its cache entry keeps the
+    decoded length (cache_without_heads)."""
 
     def forward(self, hidden_states, key_value_states=None, past_key_values=None, attention_mask=None, **kwargs):
         if self.num_heads > 0:
@@ -32,8 +28,27 @@ class PrunableM2M100Attention(M2M100Attention):
         is_cross = key_value_states is not None
         source = key_value_states if is_cross else hidden_states  # (batch, time, dim)
         cache_without_heads(past_key_values, is_cross, self.layer_idx, source.shape[0], source.shape[1],
-                             self.head_dim, source)
+                            self.head_dim, source)
         return self.out_proj(hidden_states.new_zeros(*hidden_states.shape[:-1], 0)), None
+
+
+class PrunableM2M100Attention(HeadlessAttention, M2M100Attention):
+    pass
+
+
+class M2M100Adapter(FSMTAdapter):
+    """transformers' M2M100: fairseq's pre-norm transformer (``headprune.models.prenorm``)."""
+
+    family = "m2m100"
+    time_major = False
+    # What a pruned attention module becomes: a subclass of the family's own, as transformers 5 records
+    # attention maps (output_attentions) from modules of that class.
+    prunable = PrunableM2M100Attention
+
+    def prune_site(self, site, keep):
+        slice_projections(site, keep)
+        site.attention.__class__ = self.prunable
+        site.attention.num_heads = len(keep)
 
 
 ADAPTER = M2M100Adapter

@@ -1,0 +1,23 @@
+"""Demo: synthetic English published as WikiText-2 raw (wikitext-2-raw-v1.zip) and a tiny Llama-layout LM with
+grouped-query attention trained on its train split, published as a model-folder tarball."""
+from headprune import warm
+
+warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
+
+import tarfile
+from pathlib import Path
+
+from headprune.data.demo import make_wikitext_corpus, train_tiny_llama
+from headprune.data.wikitext import read_wikitext
+from headprune.workflow import logged
+
+with logged(snakemake) as log:
+    s, seed, out = snakemake.params.settings, snakemake.params.seed, snakemake.output
+    corpus = make_wikitext_corpus(out.corpus, s["sentences"], seed)
+    folder = train_tiny_llama(Path(snakemake.params.workdir) / "tiny-llama", read_wikitext(corpus, "train"),
+                              layers=s["layers"], heads=s["heads"], kv_heads=s["kv_heads"], hidden=s["hidden"],
+                              ffn=s["ffn"], window=s["window"], vocab_size=s["vocab_size"], steps=s["steps"],
+                              batch_size=s["batch_size"], lr=s["lr"], seed=seed)
+    with tarfile.open(out.model, "w:gz") as archive:
+        archive.add(folder, arcname="tiny-llama")
+    log.info("demo corpus %s and language model %s written", out.corpus, out.model)

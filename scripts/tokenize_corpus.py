@@ -1,0 +1,19 @@
+"""Tokenize each corpus split a language model is scored on ONCE and save its windows (windows x window, .npy)."""
+from headprune import warm
+
+warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
+
+from pathlib import Path
+
+from headprune.experiments.perplexity import save_windows
+from headprune.models.loading import load_tokenizer
+from headprune.workflow import logged
+
+with logged(snakemake) as log:
+    tokenizer = load_tokenizer(snakemake.input.model)
+    window = snakemake.params.tokenize["window"]
+    for split in snakemake.params.tokenize["splits"]:
+        text = (Path(snakemake.input.corpus) / f"{split}.txt").read_text(encoding="utf-8")
+        path = Path(snakemake.output[0]) / f"{split}.npy"
+        count = save_windows(tokenizer, text, window, path)
+        log.info("%s: %d windows of %d tokens -> %s", split, count, window, path)
