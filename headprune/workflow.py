@@ -99,7 +99,7 @@ def is_fairseq_layout(path: Path) -> bool:
     return config.get("model_type") == "fsmt" or (path / "vocab-src.json").exists()
 
 
-def importance_batches(tokenizer, data: dict) -> list[dict]:
+def importance_batches(tokenizer, data: dict, model=None) -> list[dict]:
     """The batches I_h is estimated on (rules/common.smk importance_spec): the translation importance
     sets, a seeded subset of a GLUE task's training split, or the first windows of a corpus split."""
     from headprune.data.batching import classification_batches, translation_batches
@@ -113,7 +113,8 @@ def importance_batches(tokenizer, data: dict) -> list[dict]:
         for testset in data["sets"]:
             sources += read_lines(testset["source"])[:data["max_items"]]
             references += read_lines(testset["reference"])[:data["max_items"]]
-        return translation_batches(tokenizer, sources, references, data["batch_size"])
+        start = getattr(model.config, "decoder_start_token_id", None) if model is not None else None
+        return translation_batches(tokenizer, sources, references, data["batch_size"], decoder_start_token_id=start)
     pairs, labels = read_glue_split(data["tsv"])
     keep = subset(list(range(len(pairs))), data["max_items"], data["seed"])
     return classification_batches(tokenizer, [pairs[i] for i in keep], [labels[i] for i in keep],

@@ -8,6 +8,9 @@ Only active with demo/config.yaml (a `demo:` section). Everything lands in
 if "demo" in config:
 
     rule demo_translation:
+        # The longest chain of the demo starts here (the translation model's importance, ablation, pruning):
+        # start it first, not after the quicker demo models.
+        priority: 50
         output:
             checkpoint=f"{DATA}/upstream/demo.en-fr.transformer.tar.bz2",
             testsets=demo_testset_files(),

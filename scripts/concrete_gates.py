@@ -26,7 +26,7 @@ with logged(snakemake) as log:
     study, p = snakemake.params.study, snakemake.params.concrete
     device = pick_device(study["device"])
     model, tokenizer = load_study_model(study, device)
-    batches = importance_batches(tokenizer, p["train"])
+    batches = importance_batches(tokenizer, p["train"], model)
     started = time.perf_counter()
     gates, training = train_gates(model, batches, penalty=p["penalty"], steps=p["steps"], lr=p["lr"],
                                   train_model=p["train_model"], model_lr=p["model_lr"], seed=p["seed"],

@@ -13,7 +13,7 @@ with logged(snakemake) as log:
     study, data, settings = snakemake.params.study, snakemake.params.data, snakemake.params.settings
     device = pick_device(study["device"])
     model, tokenizer = load_study_model(study, device)
-    batches = importance_batches(tokenizer, data)
+    batches = importance_batches(tokenizer, data, model)
     log.info("%s: %d batches, estimator %s", study["name"], len(batches), settings["estimator"])
     table = head_scores(model, batches, estimator=settings["estimator"], normalize=settings["normalize"],
                         device=device)

@@ -39,7 +39,7 @@ with logged(snakemake) as log:
     for name in orders:
         if name == "iterative":  # I_h re-estimated on the pruned model before every step (bertology)
             started = time.perf_counter()
-            estimate = importance_on_pruned(model, importance_batches(tokenizer, params["importance_data"]),
+            estimate = importance_on_pruned(model, importance_batches(tokenizer, params["importance_data"], model),
                                             estimator=params["importance"]["estimator"],
                                             normalize=params["importance"]["normalize"])
             order = iterative_order(estimate, heads, params["step_percent"])

@@ -37,20 +37,30 @@ def encode_target(tokenizer, text: str) -> list[int]:
 
 
 def translation_batches(tokenizer, sources: list[str], targets: list[str], batch_size: int = 32,
-                        max_length: int = 256) -> list[dict]:
+                        max_length: int = 256, decoder_start_token_id: int | None = None) -> list[dict]:
     """Teacher-forcing batches, as fairseq builds them.
 
     decoder_input_ids = [</s>] + target tokens and labels = target tokens + [</s>],
-    padded with the pad id (ignored by the loss).
+    padded with the pad id (ignored by the loss). transformers' own translation models (Marian, BART,
+    M2M100/NLLB: not FSMT's tokenizer) encode the target with their tokenizer (``text_target``, the
+    target language's tag included where they add one) and start decoding from the model's
+    ``decoder_start_token_id`` (Marian: pad; BART, NLLB: </s>).
     """
     if len(sources) != len(targets):
         raise ValueError(f"{len(sources)} source sentences but {len(targets)} targets")
-    pad, eos = tokenizer.pad_token_id, tokenizer.sep_token_id  # FSMT calls fairseq's </s> its sep token
+    fairseq_style = hasattr(tokenizer, "moses_pipeline")
+    pad = tokenizer.pad_token_id
+    # FSMT calls fairseq's </s> its sep token
+    eos = tokenizer.sep_token_id if fairseq_style else decoder_start_token_id
+    if eos is None:
+        raise ValueError(f"{type(tokenizer).__name__}: give the model's decoder_start_token_id")
     batches = []
     for start in range(0, len(sources), batch_size):
         src = tokenizer(sources[start:start + batch_size], padding=True, truncation=True,
                         max_length=max_length, return_tensors="pt")
-        labels = [encode_target(tokenizer, t)[:max_length] for t in targets[start:start + batch_size]]
+        chunk = targets[start:start + batch_size]
+        labels = [encode_target(tokenizer, t)[:max_length] for t in chunk] if fairseq_style else \
+            [ids[:max_length] for ids in tokenizer(text_target=chunk, truncation=True, max_length=max_length)["input_ids"]]
         length = max(len(x) for x in labels)
         label_ids = torch.full((len(labels), length), pad, dtype=torch.long)
         decoder_ids = torch.full((len(labels), length), pad, dtype=torch.long)
