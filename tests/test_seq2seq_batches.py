@@ -45,3 +45,45 @@ def test_loss_equals_the_models_own(make):
 def test_the_decoder_start_is_required():
     with pytest.raises(ValueError, match="decoder_start_token_id"):
         translation_batches(WordTokenizer(), ["a"], ["b"])
+
+
+def test_a_transformers_translation_model_is_a_study(tmp_path):
+    """A model folder of transformers' BART (byte-level BPE tokenizer) loads as a translation study
+    (kind translation, not a fairseq layout), translates with beam search under gates, and a gated
+    head translates as the pruned model does; a wrong head count is refused naming the config key."""
+    import copy
+
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import BartConfig, BartForConditionalGeneration, BartTokenizerFast
+
+    from headprune.experiments.runs import EvalSet, EvalSettings, gates_without, run_variants
+    from headprune.models.prune import prune_heads
+    from headprune.workflow import load_study_model
+
+    text = ["the cat sat on the mat", "a dog ran in the park", "le chat est sur le tapis", "un chien court"]
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(text * 20, vocab_size=300, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
+                            show_progress=False)
+    bpe.save_model(str(tmp_path))
+    tokenizer = BartTokenizerFast(vocab=str(tmp_path / "vocab.json"), merges=str(tmp_path / "merges.txt"))
+    torch.manual_seed(0)
+    config = BartConfig(vocab_size=len(tokenizer), d_model=16, encoder_layers=2, decoder_layers=2,
+                        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=32,
+                        decoder_ffn_dim=32, max_position_embeddings=64, pad_token_id=tokenizer.pad_token_id,
+                        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                        decoder_start_token_id=tokenizer.eos_token_id, forced_bos_token_id=None)
+    BartForConditionalGeneration(config).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    study = {"kind": "translation", "model": str(tmp_path), "section": "models.bart", "layers": 2, "heads": 4,
+             "src_lang": "en", "tgt_lang": "fr"}
+    model, loaded = load_study_model(study, "cpu")
+    assert type(model).__name__ == "BartForConditionalGeneration"
+    evalset = EvalSet("translation", ["le chat", "un chien"], ["the cat", "a dog ran"], "bleu", "fr")
+    settings = EvalSettings(batch_size=2, beam=2)
+    head = ("enc_dec", 1, 2)
+    full, gated = run_variants(model, loaded, evalset, [None, gates_without(model, [head])], settings)
+    assert all(isinstance(t, str) for t in full + gated)
+    pruned = prune_heads(copy.deepcopy(model), {"enc_dec": {1: [2]}})
+    assert run_variants(pruned, loaded, evalset, [None], settings)[0] == gated
+    with pytest.raises(ValueError, match="models.bart.layers/models.bart.heads say 2 x 8"):
+        load_study_model({**study, "heads": 8}, "cpu")
