@@ -178,7 +178,7 @@ def fetched_model_folder(study):
 def finetuned_by_pipeline(study):
     """A classification study whose model the pipeline fine-tunes: every glue task (on bert.pretrained),
     and a models entry with finetune: true (on its source)."""
-    return study in GLUE or (study_kind(study) == "classification" and MODELS[study].get("finetune", True))
+    return study in GLUE or (study_kind(study) == "classification" and MODELS[study].get("finetune", True) is not False)
 
 
 def model_path(study):
@@ -709,7 +709,9 @@ def glue_params(wildcards):
 def finetune_params(wildcards):
     task = study_task(wildcards.study)
     entry = GLUE[task]
-    return {**config["bert"]["finetune"], "num_labels": len(glue_task_spec(task)["labels"]),
+    own = MODELS.get(wildcards.study, {}).get("finetune")
+    return {**config["bert"]["finetune"], **(own if isinstance(own, dict) else {}),
+            "num_labels": len(glue_task_spec(task)["labels"]),
             "train_split": entry.get("train_split", "train"), "eval_split": entry.get("eval_split", "dev"),
             "metric": entry.get("metric", "accuracy"), "device": config["device"]}
 
