@@ -1,6 +1,6 @@
 """End to end: the embedded demo runs the whole DAG offline and produces every table, figure and the report.
 
-The demo run (about four and a half minutes on 2 cores) happens once per test session, in a
+The demo run (about five minutes on 2 cores) happens once per test session, in a
 temporary working directory, through the same Snakefile the paper's study uses.
 """
 import subprocess
@@ -156,3 +156,32 @@ def test_demo_figure6_prunes_three_glue_tasks_in_importance_order(demo_run):
         assert curve.score.iloc[-1] < curve.score.iloc[0]  # with no attention left, it is worse
     html = (results / "report.html").read_text(errors="replace")
     assert "figure6.png" in html
+
+
+def test_demo_any_model_by_config(demo_run):
+    """models.tiny_llama (a GQA causal LM from a model-folder tarball, perplexity on WikiText-style text) runs
+    every experiment of the paper with lower-is-better read right; models.roberta_mnli is a second encoder on
+    the MNLI-like task, fine-tuned by the same rule."""
+    results = demo_run / "results" / "demo"
+    ablation = pd.read_csv(results / "tiny_llama" / "eval" / "ablation.csv")
+    assert len(ablation) == 8 and set(ablation.attn_type) == {"dec_self"} and set(ablation.metric) == {"perplexity"}
+    assert set(ablation.testset) == {"test (64-token windows)"}  # every table states the window
+    assert (ablation.score_full < 20).all() and ablation.delta.max() > 0  # learned; some head matters
+    pruning = pd.read_csv(results / "tiny_llama" / "pruning.csv")
+    for order, curve in pruning.groupby("order"):
+        curve = curve.sort_values("percent_pruned")
+        assert curve.score.iloc[-1] > curve.score.iloc[0]  # no heads left: perplexity rises
+    oracle = pruning[pruning.order == "oracle"].sort_values("percent_pruned")
+    first = ablation.sort_values("score").iloc[0]  # the head whose removal raises perplexity least goes first
+    assert oracle.score.iloc[1] <= ablation.score.max() and first.score == ablation.score.min()
+    one_head = pd.read_csv(results / "tiny_llama" / "one_head_per_layer.csv")
+    for row in one_head.itertuples():  # the best head has the lowest selection perplexity
+        layer = one_head[one_head.layer == row.layer].iloc[0]
+        assert layer.selection_score == row.selection_score
+    table4 = pd.read_csv(results / "figures" / "tiny_llama" / "table4.csv")
+    assert set(table4.unit) == {"prefill tokens", "decode tokens"} and (table4.check_agreement == 1).all()
+    roberta = pd.read_csv(results / "roberta_mnli" / "eval" / "ablation.csv")
+    assert len(roberta) == 8 and (roberta.score_full > 0.5).all()  # chance is 1/3
+    assert "Roberta" in (results / "models" / "roberta_mnli" / "config.json").read_text()
+    scorecard = pd.read_csv(results / "figures" / "scorecard.csv")
+    assert {"tiny_llama", "roberta_mnli", "tiny_llama (decode tokens)"} <= set(scorecard.study)
