@@ -87,3 +87,30 @@ def test_a_transformers_translation_model_is_a_study(tmp_path):
     assert run_variants(pruned, loaded, evalset, [None], settings)[0] == gated
     with pytest.raises(ValueError, match="models.bart.layers/models.bart.heads say 2 x 8"):
         load_study_model({**study, "heads": 8}, "cpu")
+
+
+def test_placement_spreads_a_model_only_over_the_jobs_gpus(monkeypatch):
+    """One device: the whole model there. Several GPUs (models.<study>.resources.gpu > 1): accelerate's
+    balanced map over the GPUs the job sees; asking for more than it sees is an error that says so."""
+    from headprune.models import loading
+
+    assert loading.placement("cpu", 4) == {"device_map": {"": torch.device("cpu")}}
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert loading.placement("cuda", 1) == {"device_map": {"": torch.device("cuda")}}
+    assert loading.placement("cuda", 2)["device_map"] == "balanced"
+    with pytest.raises(RuntimeError, match="asks for 4 GPUs .* sees 2"):
+        loading.placement("cuda", 4)
+
+
+def test_a_pruned_model_is_placed_where_asked(tmp_path):
+    """load_pruned_weights builds a pruned folder itself: dtype and a one-device map are applied to it."""
+    from headprune.models.prune import load_pruned_weights, prune_heads
+    from test_adapter_contract import tiny_llama_gqa
+    from transformers import AutoModelForCausalLM
+
+    model = prune_heads(tiny_llama_gqa(), {"dec_self": {0: [1]}})
+    model.save_pretrained(tmp_path)
+    loaded = load_pruned_weights(AutoModelForCausalLM, tmp_path, dtype=torch.bfloat16,
+                                 device_map={"": torch.device("cpu")})
+    assert next(loaded.parameters()).dtype == torch.bfloat16
+    assert loaded.model.layers[0].self_attn.q_proj.out_features == 3 * model.config.head_dim
