@@ -62,7 +62,8 @@ def load_study_model(study: dict, device):
     import torch
 
     from headprune.models.heads import head_shape
-    from headprune.models.loading import load_causal_lm, load_classifier, load_seq2seq, load_translation
+    from headprune.models.loading import (converted_from_fairseq, load_causal_lm, load_classifier, load_seq2seq,
+                                          load_translation)
 
     device = torch.device(device)
     options = {"dtype": study.get("dtype", "float32"),
@@ -72,7 +73,7 @@ def load_study_model(study: dict, device):
         model, tokenizer = load_causal_lm(path, device, **options)
     elif kind == "classification":
         model, tokenizer = load_classifier(path, device)
-    elif is_fairseq_layout(path):
+    elif converted_from_fairseq(path):
         model, tokenizer = load_translation(path, study["src_lang"], study["tgt_lang"], device)
     else:
         model, tokenizer = load_seq2seq(path, device, src_code=study.get("src_code"), tgt_code=study.get("tgt_code"),
@@ -89,14 +90,6 @@ def load_study_model(study: dict, device):
     logging.getLogger(__name__).info("load time %.2f s: %s (%s) on %s", time.perf_counter() - started,
                                      study["model"], type(model).__name__, device)
     return model, tokenizer
-
-
-def is_fairseq_layout(path: Path) -> bool:
-    """A fairseq tarball/folder, or a model folder converted from one (FSMT or headprune's pre-norm M2M100)."""
-    if not (path / "config.json").exists():
-        return True
-    config = json.loads((path / "config.json").read_text())
-    return config.get("model_type") == "fsmt" or (path / "vocab-src.json").exists()
 
 
 def importance_batches(tokenizer, data: dict, model=None) -> list[dict]:

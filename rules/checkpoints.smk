@@ -66,7 +66,7 @@ rule fetch_model:
     output:
         directory(fetched_model_folder("{study}")),
     params:
-        source=fetch_model_params,
+        pretrained=fetch_model_params,
     log:
         f"{RESULTS}/logs/fetch_model/{{study}}.log",
     resources:

@@ -7,4 +7,4 @@ from headprune.models.loading import fetch_pretrained
 from headprune.workflow import logged
 
 with logged(snakemake) as log:
-    log.info("pretrained model in %s", fetch_pretrained(getattr(snakemake.params, "pretrained", None) or snakemake.params.source, snakemake.output[0]))
+    log.info("pretrained model in %s", fetch_pretrained(snakemake.params.pretrained, snakemake.output[0]))

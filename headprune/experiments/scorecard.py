@@ -323,21 +323,21 @@ def c6_speed(speed: pd.DataFrame, paper_models: dict) -> list[dict]:
 
 
 def c6_one(label: str, table: pd.DataFrame, paper_models: dict, study: str) -> dict:
-    if True:
-        table = table.sort_values("batch_size")
-        items = int(table["items"].iloc[0])
-        timed = table[table["batch_size"] <= items]
-        left_out = table[table["batch_size"] > items]
-        smallest, largest = timed.iloc[0], timed.iloc[-1]
-        this_run = ", ".join(f"{r.speedup_percent:+.1f}% (batch {r.batch_size})" for r in timed.itertuples())
-        if not left_out.empty:
-            this_run += (f"; left out: batch {', '.join(str(b) for b in left_out['batch_size'])} (one batch of "
-                         f"the {items} items timed)")
-        this_run += f"; {table['device'].iloc[0]}" if "device" in table else ""
-        if len(timed) < 2:
-            return not_run("C6", label, this_run + "; one batch size: nothing to compare")
-        passed = largest["speedup_percent"] > 0 and largest["speedup_percent"] > smallest["speedup_percent"]
-        return row("C6", label, this_run, paper_number("C6", paper_models.get(study)), verdict(passed))
+    """One study (and unit) of Table 4: the speedup at the largest batch size timed against the smallest."""
+    table = table.sort_values("batch_size")
+    items = int(table["items"].iloc[0])
+    timed = table[table["batch_size"] <= items]
+    left_out = table[table["batch_size"] > items]
+    smallest, largest = timed.iloc[0], timed.iloc[-1]
+    this_run = ", ".join(f"{r.speedup_percent:+.1f}% (batch {r.batch_size})" for r in timed.itertuples())
+    if not left_out.empty:
+        this_run += (f"; left out: batch {', '.join(str(b) for b in left_out['batch_size'])} (one batch of "
+                     f"the {items} items timed)")
+    this_run += f"; {table['device'].iloc[0]}" if "device" in table else ""
+    if len(timed) < 2:
+        return not_run("C6", label, this_run + "; one batch size: nothing to compare")
+    passed = largest["speedup_percent"] > 0 and largest["speedup_percent"] > smallest["speedup_percent"]
+    return row("C6", label, this_run, paper_number("C6", paper_models.get(study)), verdict(passed))
 
 
 # --- the scorecard -------------------------------------------------------------------------------

@@ -80,12 +80,21 @@ def _require_safetensors(path: Path):
         raise FileNotFoundError(f"{path}: no *.safetensors weights (pickled weights are not loaded)")
 
 
-def load_tokenizer(path):
-    from transformers import AutoConfig, AutoTokenizer, FSMTTokenizer
+def converted_from_fairseq(path) -> bool:
+    """A fairseq tarball/folder, or a model folder converted from one (FSMT or headprune's pre-norm M2M100,
+    both with FSMT's tokenizer files), rather than a transformers model of its own."""
+    import json
 
-    if AutoConfig.from_pretrained(path).model_type == "fsmt" or (Path(path) / "vocab-src.json").exists():
-        return FSMTTokenizer.from_pretrained(path)
-    return AutoTokenizer.from_pretrained(path)
+    path = Path(path)
+    if not (path / "config.json").exists():
+        return True
+    return json.loads((path / "config.json").read_text()).get("model_type") == "fsmt" or (path / "vocab-src.json").exists()
+
+
+def load_tokenizer(path):
+    from transformers import AutoTokenizer, FSMTTokenizer
+
+    return (FSMTTokenizer if converted_from_fairseq(path) else AutoTokenizer).from_pretrained(path)
 
 
 def placement(device, gpus: int = 1) -> dict:
@@ -96,7 +105,7 @@ def placement(device, gpus: int = 1) -> dict:
         if torch.cuda.device_count() < gpus:
             raise RuntimeError(f"the model asks for {gpus} GPUs (models.<study>.resources) but the job sees "
                                f"{torch.cuda.device_count()}")
-        return {"device_map": "balanced", "max_memory": None}
+        return {"device_map": "balanced"}
     return {"device_map": {"": device}}
 
 

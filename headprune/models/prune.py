@@ -135,7 +135,6 @@ def load_pruned_weights(model_class, folder: str | Path, **kwargs):
         return model_class.from_pretrained(folder, **kwargs)
     kwargs.pop("use_safetensors", None)  # only safetensors are read below anyway
     device_map, dtype = kwargs.pop("device_map", None), kwargs.pop("dtype", None)
-    kwargs.pop("max_memory", None)
     build = getattr(model_class, "from_config", None) or model_class._from_config  # Auto* or concrete class
     with no_init_weights():  # every weight is loaded below: random init would only cost time
         model = build(config, **kwargs)
