@@ -129,7 +129,9 @@ def demo_run(tmp_path_factory):
         import shutil
 
         for name in ("data", "results", ".snakemake"):
-            shutil.copytree(Path(os.environ["HEADPRUNE_DEMO_DIR"]) / name, workdir / name, symlinks=True)
+            # not the warm-start server's socket: that run's server may still be up, and it is its own
+            shutil.copytree(Path(os.environ["HEADPRUNE_DEMO_DIR"]) / name, workdir / name, symlinks=True,
+                            ignore=shutil.ignore_patterns("*.sock"))
     result = run_demo_snakemake(workdir, "--cores", "2")
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]
     report = run_demo_snakemake(workdir, "--report", "results/demo/report.html")
