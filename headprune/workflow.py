@@ -134,6 +134,12 @@ def read_json(path):
     return json.loads(Path(path).read_text())
 
 
+def model_families(full_jsons) -> dict:
+    """study -> model family (config.json model_type) from full.json files, for figure titles;
+    a full.json written before evaluate_full recorded the family gives none."""
+    return {result["study"]: result.get("family") for result in map(read_json, full_jsons)}
+
+
 def threads_for_torch(snakemake):
     import torch
 

@@ -541,6 +541,11 @@ def cross_domain_inputs(wildcards):
             "out_of_domain": f"{RESULTS}/{wildcards.study}/ood/ablation.csv"}
 
 
+def glue_pruning_full(wildcards):
+    """Figure 6's studies' full-model results (their model family titles the panels)."""
+    return [f"{RESULTS}/{study}/full.json" for study in config["experiments"].get("glue_pruning", [])]
+
+
 def glue_pruning_tables(wildcards):
     """Figure 6: the global pruning tables of each glue_pruning task (the figure draws the importance order)."""
     return [f"{RESULTS}/{study}/pruning/all/{orders}.csv" for study in config["experiments"].get("glue_pruning", [])

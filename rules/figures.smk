@@ -4,6 +4,7 @@
 rule plot_ablation:
     input:
         ablation=f"{RESULTS}/{{study}}/eval/ablation.csv",
+        full=f"{RESULTS}/{{study}}/full.json",
     output:
         table_csv=f"{FIGURES}/{{study}}/table1.csv",
         table_md=report(f"{FIGURES}/{{study}}/table1.md", caption="../report/table1.rst", category="Table 1",
@@ -51,7 +52,8 @@ rule plot_cross_domain:
 
 rule plot_one_head:
     input:
-        f"{RESULTS}/{{study}}/one_head_per_layer.csv",
+        table=f"{RESULTS}/{{study}}/one_head_per_layer.csv",
+        full=f"{RESULTS}/{{study}}/full.json",
     output:
         csv=f"{FIGURES}/{{study}}/one_head_per_layer.csv",
         md=report(f"{FIGURES}/{{study}}/one_head_per_layer.md", caption="../report/tables2_3.rst",
@@ -70,7 +72,8 @@ rule plot_one_head:
 
 rule plot_pruning:
     input:
-        f"{RESULTS}/{{study}}/pruning.csv",
+        pruning=f"{RESULTS}/{{study}}/pruning.csv",
+        full=f"{RESULTS}/{{study}}/full.json",
     output:
         png=report(f"{FIGURES}/{{study}}/figure3.png", caption="../report/figure3.rst", category="Figure 3",
                    subcategory="{study}"),
@@ -92,7 +95,8 @@ rule plot_pruning:
 
 rule plot_attention_types:
     input:
-        f"{RESULTS}/{{study}}/pruning.csv",
+        pruning=f"{RESULTS}/{{study}}/pruning.csv",
+        full=f"{RESULTS}/{{study}}/full.json",
     output:
         png=report(f"{FIGURES}/{{study}}/figure4.png", caption="../report/figure4.rst", category="Figure 4",
                    subcategory="{study}"),
@@ -114,7 +118,8 @@ rule plot_attention_types:
 
 rule plot_glue_pruning:
     input:
-        glue_pruning_tables,
+        pruning=glue_pruning_tables,
+        full=glue_pruning_full,
     output:
         png=report(f"{FIGURES}/figure6.png", caption="../report/figure6.rst", category="Figure 6"),
         pdf=f"{FIGURES}/figure6.pdf",

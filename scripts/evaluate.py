@@ -39,4 +39,5 @@ with logged(snakemake) as log:
     if job:
         write_json(snakemake.output[0], {"study": study["name"], "heads": results})
     else:
-        write_json(snakemake.output[0], {"study": study["name"], "head": None, "roles": results["full"]})
+        write_json(snakemake.output[0], {"study": study["name"], "family": model.config.model_type, "head": None,
+                                         "roles": results["full"]})

@@ -6,11 +6,13 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 import pandas as pd
 
 from headprune.experiments import figures
-from headprune.workflow import logged
+from headprune.workflow import logged, model_families
 
 with logged(snakemake) as log:
     ablation = pd.read_csv(snakemake.input.ablation)
     out = snakemake.output
-    figures.table1(ablation, out.table_csv, out.table_md, attn_type=snakemake.params.attn_type)
-    figures.figure1(ablation, out.fig_png, out.fig_pdf, dict(snakemake.params.style), out_bins_csv=out.bins_csv)
+    family = model_families([snakemake.input.full])[snakemake.wildcards.study]
+    figures.table1(ablation, out.table_csv, out.table_md, attn_type=snakemake.params.attn_type, family=family)
+    figures.figure1(ablation, out.fig_png, out.fig_pdf, dict(snakemake.params.style), out_bins_csv=out.bins_csv,
+                    family=family)
     log.info("Table 1 and Figure 1 of %s written", snakemake.wildcards.study)

@@ -6,8 +6,9 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 import pandas as pd
 
 from headprune.experiments import figures
-from headprune.workflow import logged
+from headprune.workflow import logged, model_families
 
 with logged(snakemake) as log:
-    log.info("wrote %s", figures.one_head_table(pd.read_csv(snakemake.input[0]), snakemake.output.csv,
-                                                snakemake.output.md))
+    family = model_families([snakemake.input.full])[snakemake.wildcards.study]
+    log.info("wrote %s", figures.one_head_table(pd.read_csv(snakemake.input.table), snakemake.output.csv,
+                                                snakemake.output.md, family))

@@ -1,6 +1,7 @@
 """Pruning curves: Figure 3 (one study, three orders), Figure 4 (attention types) or Figure 6 (GLUE tasks).
 
-params.figure names the headprune.experiments.figures function; the inputs are stacked pruning.csv tables.
+params.figure names the headprune.experiments.figures function; input.pruning are stacked pruning.csv tables,
+input.full their studies' full.json (the model family in the panel titles).
 """
 from headprune import warm
 
@@ -9,9 +10,10 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 import pandas as pd
 
 from headprune.experiments import figures
-from headprune.workflow import logged
+from headprune.workflow import logged, model_families
 
 with logged(snakemake) as log:
-    pruning = pd.concat([pd.read_csv(path) for path in snakemake.input], ignore_index=True)
+    pruning = pd.concat([pd.read_csv(path) for path in snakemake.input.pruning], ignore_index=True)
     draw = getattr(figures, snakemake.params.figure)
-    log.info("wrote %s", draw(pruning, snakemake.output.png, snakemake.output.pdf, dict(snakemake.params.style)))
+    log.info("wrote %s", draw(pruning, snakemake.output.png, snakemake.output.pdf, dict(snakemake.params.style),
+                              families=model_families(snakemake.input.full)))

@@ -178,6 +178,8 @@ def test_demo_any_model_by_config(demo_run):
     for row in one_head.itertuples():  # the best head has the lowest selection perplexity
         layer = one_head[one_head.layer == row.layer].iloc[0]
         assert layer.selection_score == row.selection_score
+    table1 = (results / "figures" / "tiny_llama" / "table1.md").read_text()
+    assert table1.startswith("**Table 1** (tiny_llama (llama), Causal self-attention)")  # labelled for its family
     table4 = pd.read_csv(results / "figures" / "tiny_llama" / "table4.csv")
     assert set(table4.unit) == {"prefill tokens", "decode tokens"} and (table4.check_agreement == 1).all()
     roberta = pd.read_csv(results / "roberta_mnli" / "eval" / "ablation.csv")

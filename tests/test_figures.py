@@ -263,3 +263,33 @@ def test_one_head_table_grid(tmp_path):
     assert "3 of 4 layers" in text
     written = pd.read_csv(csv)
     assert written.layer.tolist() == [1, 2, 1, 2] and written.best_head.tolist() == [4, 1, 2, 3]
+
+
+# ------------------------------------------------------------- labelled for the model family
+
+def test_a_decoder_only_study_is_labelled_causal_and_titled_with_its_family(tmp_path):
+    """A decoder-only LM stores its heads as dec_self; its tables and figures must not call them
+    'Dec-Dec' (which says there is an encoder), and they name the model family."""
+    ablation = synthetic_ablation(attn_types=("dec_self",)).assign(study="tiny_llama")
+    _, md = figures.table1(ablation, tmp_path / "t1.csv", tmp_path / "t1.md", attn_type="dec_self", family="llama")
+    first_line = open(md).read().splitlines()[0]
+    assert first_line.startswith("**Table 1** (tiny_llama (llama), Causal self-attention):"), first_line
+    histogram = figures.ablation_histogram(ablation, bins=4)
+    assert [ax.get_title() for ax in figures.build_figure1(histogram, "t", STYLE).axes] == ["Causal self-attention"]
+    figures.figure1(ablation, tmp_path / "f1.png", tmp_path / "f1.pdf", STYLE, family="llama")  # title drawn from it
+    one_head = pd.DataFrame({"study": "tiny_llama", "attn_type": "dec_self", "layer": [0, 1], "best_head": [1, 0],
+                             "metric": "perplexity", "score_full": 7.4, "score": [7.5, 7.6], "delta": [0.1, 0.2],
+                             "significant": [True, False], "alpha": 0.01})
+    _, md = figures.one_head_table(one_head, tmp_path / "t2.csv", tmp_path / "t2.md", family="llama")
+    text = open(md).read()
+    assert "(tiny_llama (llama))" in text and "| Layer | Causal self-attention |" in text
+
+
+def test_an_encoder_decoder_keeps_the_papers_labels_and_panels_name_their_family():
+    ablation = synthetic_ablation()
+    assert figures.type_labels(ablation["attn_type"]) == figures.TYPE_LABELS
+    assert figures.type_labels(["enc_self"]) == {"enc_self": "Enc-Enc"}  # BERT, as the paper labels it
+    pruning = synthetic_pruning(studies=("wmt", "mnli"))
+    figure = figures.build_figure3(pruning, families={"wmt": "fsmt", "mnli": "bert"})
+    assert {ax.get_title() for ax in figure.axes} == {"wmt (fsmt)", "mnli (bert)"}
+    assert {ax.get_title() for ax in figures.build_figure3(pruning).axes} == {"wmt", "mnli"}  # no family known

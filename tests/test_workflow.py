@@ -49,7 +49,9 @@ def test_paper_dry_run_lists_one_ablation_job_per_head():
     assert counts["prune"] == 3 * len(experiments["pruning"]) + 3 + len(experiments["glue_pruning"])
     assert counts["importance"] == 5 and counts["plot_glue_pruning"] == 1
     figure6_inputs = re.search(r"rule plot_glue_pruning:\n\s+input: (.*)\n", result.stdout).group(1).split(", ")
-    assert figure6_inputs == [f"results/{task}/pruning/all/importance.csv" for task in ("sst2", "cola", "mrpc")]
+    tasks = ("sst2", "cola", "mrpc")
+    assert figure6_inputs == ([f"results/{task}/pruning/all/importance.csv" for task in tasks]
+                              + [f"results/{task}/full.json" for task in tasks])  # full.json: the panels' family
     assert counts["fetch_testset"] == 7  # newstest2009-2014 and MTNT
 
 

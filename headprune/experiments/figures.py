@@ -36,6 +36,23 @@ log = logging.getLogger(__name__)
 # Same names as headprune.models.heads; repeated here so plotting does not import torch.
 ATTENTION_TYPES = ("enc_self", "enc_dec", "dec_self")
 TYPE_LABELS = {"enc_self": "Enc-Enc", "enc_dec": "Enc-Dec", "dec_self": "Dec-Dec"}
+# A decoder-only LM has one attention type, stored as dec_self; "Dec-Dec" would say it has an encoder.
+CAUSAL_LABEL = "Causal self-attention"
+
+
+def type_labels(attn_types) -> dict:
+    """Labels of a study's attention types: the paper's for an encoder-decoder or an encoder, and
+    CAUSAL_LABEL when dec_self is the only type (a decoder-only LM)."""
+    attn_types = set(attn_types)
+    if attn_types == {"dec_self"}:
+        return {"dec_self": CAUSAL_LABEL}
+    return {t: TYPE_LABELS[t] for t in attn_types}
+
+
+def study_title(study: str, family: str | None = None) -> str:
+    """A study as figures and tables name it: 'tiny_llama (llama)', the model family being the
+    model's config.json model_type as evaluate_full records it in full.json."""
+    return f"{study} ({family})" if family else study
 
 PRUNING_ORDERS = ("importance", "oracle", "random")
 # The paper's Figure 3: importance-score order solid, oracle (Section 3.2 ablation) dashed.
@@ -267,7 +284,7 @@ def significance_summary(cells: pd.DataFrame) -> SignificanceSummary:
                                n_improve=int((significant & (sign * cells["delta"] > 0)).sum()))
 
 
-def table1_markdown(cells: pd.DataFrame, ablation: pd.DataFrame) -> str:
+def table1_markdown(cells: pd.DataFrame, ablation: pd.DataFrame, family: str | None = None) -> str:
     study = _single_value(cells, "study", "table 1")
     metric = _single_value(cells, "metric", "table 1")
     attn_type = _single_value(cells, "attn_type", "table 1")
@@ -277,7 +294,8 @@ def table1_markdown(cells: pd.DataFrame, ablation: pd.DataFrame) -> str:
     grid = table1_grid(cells, "cell").fillna("")
     heads = list(grid.columns)
     lines = [
-        f"**Table 1** ({study}, {TYPE_LABELS[attn_type]}): {change_label(metric)} when one head is masked; "
+        f"**Table 1** ({study_title(study, family)}, {type_labels(ablation['attn_type'])[attn_type]}): "
+        f"{change_label(metric)} when one head is masked; "
         f"full model {format_score(metric, score_full)}. Layers and heads are 1-based; "
         f"* marks a significant change (p < {alphas}).",
         "",
@@ -290,7 +308,7 @@ def table1_markdown(cells: pd.DataFrame, ablation: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def table1(ablation: pd.DataFrame, out_csv, out_md, attn_type: str = "enc_self") -> list[str]:
+def table1(ablation: pd.DataFrame, out_csv, out_md, attn_type: str = "enc_self", family: str | None = None) -> list[str]:
     """The paper's Table 1: per-head change when one head of `attn_type` is masked.
 
     CSV: tidy, one row per head, columns TABLE1_COLUMNS (numeric `delta` and text `cell`).
@@ -301,7 +319,7 @@ def table1(ablation: pd.DataFrame, out_csv, out_md, attn_type: str = "enc_self")
     for path in (out_csv, out_md):
         path.parent.mkdir(parents=True, exist_ok=True)
     cells.to_csv(out_csv, index=False)
-    out_md.write_text(table1_markdown(cells, ablation))
+    out_md.write_text(table1_markdown(cells, ablation, family))
     log.info("table 1: %s", significance_summary(cells))
     return [str(out_csv), str(out_md)]
 
@@ -343,6 +361,7 @@ def build_figure1(histogram: pd.DataFrame, title: str, style: dict | None = None
     style = _style(style)
     metric = _single_value(histogram, "metric", "histogram")
     attn_types = [t for t in ATTENTION_TYPES if t in set(histogram["attn_type"])]
+    labels = type_labels(attn_types)
     with _rc(style):
         figure, axes = _new_figure(style, len(attn_types))
         for ax, attn_type in zip(axes, attn_types):
@@ -354,7 +373,7 @@ def build_figure1(histogram: pd.DataFrame, title: str, style: dict | None = None
             ax.bar(bins["bin_left"], bins["count_significant"], width=widths, align="edge",
                    bottom=not_significant, color=SIGNIFICANT_COLOR, hatch="//", edgecolor="white", linewidth=0.5)
             ax.axvline(0.0, color="black", linestyle="--", linewidth=0.8)
-            ax.set_title(TYPE_LABELS[attn_type])
+            ax.set_title(labels[attn_type])
             ax.set_xlabel(change_label(metric))
             ax.set_ylabel("number of heads")
             ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # counts of heads are whole numbers
@@ -366,7 +385,7 @@ def build_figure1(histogram: pd.DataFrame, title: str, style: dict | None = None
 
 
 def figure1(ablation: pd.DataFrame, out_png, out_pdf, style: dict | None = None,
-            out_bins_csv=None, bins: int = DEFAULT_HISTOGRAM_BINS) -> list[str]:
+            out_bins_csv=None, bins: int = DEFAULT_HISTOGRAM_BINS, family: str | None = None) -> list[str]:
     """The paper's Figure 1: distribution of single-head ablation deltas, per attention type.
 
     Writes the bin counts (columns BINS_COLUMNS) to out_bins_csv, by default
@@ -383,7 +402,7 @@ def figure1(ablation: pd.DataFrame, out_png, out_pdf, style: dict | None = None,
     alpha_label = "significant"
     if "alpha" in ablation and ablation["alpha"].notna().any():
         alpha_label += " (p < " + ", ".join(f"{a:g}" for a in sorted(ablation["alpha"].dropna().unique())) + ")"
-    title = f"{study}: full model {format_score(metric, score_full)}"
+    title = f"{study_title(study, family)}: full model {format_score(metric, score_full)}"
     figure = build_figure1(histogram, title, style, alpha_label)
     return [str(out_bins_csv)] + save_figure(figure, out_png, out_pdf, style)
 
@@ -411,8 +430,10 @@ def _draw_lines(ax, rows: pd.DataFrame, x: str, y: str, hue: str, hue_values, la
 
 
 def build_pruning_figure(pruning: pd.DataFrame, scopes, hue: str, hue_values, labels: dict,
-                         linestyles: dict | None, style: dict | None, xlabel: str) -> Figure:
-    """One panel per study: score against % of heads pruned, one line per hue value."""
+                         linestyles: dict | None, style: dict | None, xlabel: str,
+                         families: dict | None = None) -> Figure:
+    """One panel per study (titled with its model family from ``families``, study -> model_type):
+    score against % of heads pruned, one line per hue value."""
     style = _style(style)
     studies = list(dict.fromkeys(pruning["study"]))
     with _rc(style):
@@ -421,7 +442,7 @@ def build_pruning_figure(pruning: pd.DataFrame, scopes, hue: str, hue_values, la
             rows = pruning[(pruning["study"] == study) & pruning["scope"].isin(scopes)]
             _draw_lines(ax, rows, "percent_pruned", "score", hue, hue_values, labels, linestyles)
             metric = _single_value(rows, "metric", f"pruning rows of {study}")
-            ax.set_title(study)
+            ax.set_title(study_title(study, (families or {}).get(study)))
             ax.set_xlabel(xlabel)
             ax.set_ylabel(metric_display(metric).label)
             ax.legend(frameon=False)
@@ -438,14 +459,14 @@ def figure3_rows(pruning: pd.DataFrame) -> pd.DataFrame:
     return rows
 
 
-def build_figure3(pruning: pd.DataFrame, style: dict | None = None) -> Figure:
+def build_figure3(pruning: pd.DataFrame, style: dict | None = None, families: dict | None = None) -> Figure:
     return build_pruning_figure(figure3_rows(pruning), ["all"], "order", PRUNING_ORDERS, ORDER_LABELS,
-                                ORDER_LINESTYLES, style, "% of heads pruned")
+                                ORDER_LINESTYLES, style, "% of heads pruned", families)
 
 
-def figure3(pruning: pd.DataFrame, out_png, out_pdf, style: dict | None = None) -> list[str]:
+def figure3(pruning: pd.DataFrame, out_png, out_pdf, style: dict | None = None, families: dict | None = None) -> list[str]:
     """The paper's Figure 3: score vs % of all heads pruned; importance solid, oracle dashed, random dotted."""
-    return save_figure(build_figure3(pruning, style), out_png, out_pdf, style)
+    return save_figure(build_figure3(pruning, style, families), out_png, out_pdf, style)
 
 
 def figure4_rows(pruning: pd.DataFrame) -> pd.DataFrame:
@@ -457,14 +478,14 @@ def figure4_rows(pruning: pd.DataFrame) -> pd.DataFrame:
     return rows
 
 
-def build_figure4(pruning: pd.DataFrame, style: dict | None = None) -> Figure:
+def build_figure4(pruning: pd.DataFrame, style: dict | None = None, families: dict | None = None) -> Figure:
     return build_pruning_figure(figure4_rows(pruning), ATTENTION_TYPES, "scope", ATTENTION_TYPES, TYPE_LABELS,
-                                None, style, "% of heads of that type pruned")
+                                None, style, "% of heads of that type pruned", families)
 
 
-def figure4(pruning: pd.DataFrame, out_png, out_pdf, style: dict | None = None) -> list[str]:
+def figure4(pruning: pd.DataFrame, out_png, out_pdf, style: dict | None = None, families: dict | None = None) -> list[str]:
     """The paper's Figure 4: score vs % pruned within each attention type (importance order)."""
-    return save_figure(build_figure4(pruning, style), out_png, out_pdf, style)
+    return save_figure(build_figure4(pruning, style, families), out_png, out_pdf, style)
 
 
 # ------------------------------------------------------------------ generic lines
@@ -630,7 +651,7 @@ def figure2(in_domain: pd.DataFrame, out_of_domain: pd.DataFrame, out_csv, out_p
 
 # ------------------------------------------------------------------ Tables 2-3
 
-def one_head_table(one_head: pd.DataFrame, out_csv, out_md) -> list[str]:
+def one_head_table(one_head: pd.DataFrame, out_csv, out_md, family: str | None = None) -> list[str]:
     """Tables 2-3: per layer and attention type, the change when only the best head is kept."""
     display = metric_display(_single_value(one_head, "metric", "one-head-per-layer table"))
     table = one_head.assign(layer=one_head["layer"] + 1, best_head=one_head["best_head"] + 1,
@@ -640,10 +661,11 @@ def one_head_table(one_head: pd.DataFrame, out_csv, out_md) -> list[str]:
     table.to_csv(out_csv, index=False)
     types = [t for t in ATTENTION_TYPES if t in set(table["attn_type"])]
     grid = table.pivot(index="layer", columns="attn_type", values="cell")[types]
-    lines = [f"**Tables 2-3** ({table['study'].iloc[0]}): {change_label(table['metric'].iloc[0])} on the test set "
+    labels = type_labels(types)
+    lines = [f"**Tables 2-3** ({study_title(table['study'].iloc[0], family)}): {change_label(table['metric'].iloc[0])} on the test set "
              f"when each layer keeps only its best head (chosen on the selection set); full model "
              f"{format_score(table['metric'].iloc[0], table['score_full'].iloc[0])}. * marks p < {table['alpha'].iloc[0]}.",
-             "", "| Layer | " + " | ".join(TYPE_LABELS[t] for t in types) + " |",
+             "", "| Layer | " + " | ".join(labels[t] for t in types) + " |",
              "|---:|" + "---:|" * len(types)]
     lines += [f"| {layer} | " + " | ".join(grid.loc[layer]) + " |" for layer in grid.index]
     n_sig = int(_as_bool(table["significant"]).sum())
