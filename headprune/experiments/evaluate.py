@@ -13,6 +13,8 @@ import torch
 from tqdm.auto import tqdm
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
+from headprune.experiments.beam_search import beam_search
+from headprune.experiments.beam_search import supports as beam_search_supports
 from headprune.models.heads import full_gates, gated
 
 
@@ -90,12 +92,14 @@ def translate_variants(model, tokenizer, sources: list[str], gates_list: list, *
 
     Sentences are sorted by length and cut into batches of ``batch_size`` so batches pad little;
     the output keeps the input order. The output length is capped at max_len_a * the batch's
-    padded source length + max_len_b. Each generate() runs one batch for as many variants as fit
-    in ``variant_batch_size`` sentences. ``masking`` says how a gate of 0 masks a head
-    (``heads.gated``): "zero" output or "uniform" attention.
+    padded source length + max_len_b. Each beam search runs one batch for as many variants as fit
+    in ``variant_batch_size`` sentences: ``beam_search.beam_search`` (finished sentences leave the
+    batch) where it computes what generate() does, else generate(). ``masking`` says how a gate of 0
+    masks a head (``heads.gated``): "zero" output or "uniform" attention.
     """
     device = device or next(model.parameters()).device
     model.eval()
+    fast = beam_search_supports(model) is None
     order = sorted(range(len(sources)), key=lambda i: len(sources[i].split()))
     out: list[list[str | None]] = [[None] * len(sources) for _ in gates_list]
     for start in tqdm(range(0, len(order), batch_size), desc="translate", disable=not progress):
@@ -105,11 +109,15 @@ def translate_variants(model, tokenizer, sources: list[str], gates_list: list, *
         max_new = int(max_len_a * encoded["input_ids"].shape[1] + max_len_b)
         first = 0
         for group in variant_groups(gates_list, batch_size, variant_batch_size):
-            with gated(model, stack_gates(model, group), masking=masking):
-                generated = model.generate(**{k: _repeated(v, len(group)) for k, v in encoded.items()},
-                                           num_beams=beam, length_penalty=lenpen, early_stopping=True,
-                                           max_new_tokens=max_new, max_length=None, do_sample=False,
-                                           past_key_values=SourceSharingCache.for_model(model))
+            if fast:  # finished sentences leave the batch; the same translations as generate()
+                best = beam_search(model, encoded, group, beam=beam, lenpen=lenpen, max_new=max_new, masking=masking)
+                generated = torch.stack([tokens for variant in best for tokens in variant])
+            else:
+                with gated(model, stack_gates(model, group), masking=masking):
+                    generated = model.generate(**{k: _repeated(v, len(group)) for k, v in encoded.items()},
+                                               num_beams=beam, length_penalty=lenpen, early_stopping=True,
+                                               max_new_tokens=max_new, max_length=None, do_sample=False,
+                                               past_key_values=SourceSharingCache.for_model(model))
             texts = tokenizer.batch_decode(generated, skip_special_tokens=True)
             for row, text in enumerate(texts):
                 out[first + row // len(index)][index[row % len(index)]] = text

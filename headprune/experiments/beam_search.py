@@ -1,0 +1,203 @@
+"""Beam search for encoder-decoder translation in which a finished sentence leaves the batch.
+
+transformers' generate() runs every row of a batch until the last sentence of the batch is done, so
+a batch costs its rows times its longest output: about 40% of the demo's decoding went to sentences
+that were already finished, and more when gate variants share a generate() and one variant babbles
+to the length cap. fairseq drops finished sentences from the batch; so does this search. It also
+runs the encoder once per distinct encoder gate setting, not once per variant: a variant that only
+masks decoder heads reads the full model's encoder states, which are the same numbers.
+
+It computes what ``model.generate(num_beams=beam, length_penalty=lenpen, early_stopping=True,
+max_new_tokens=max_new, do_sample=False)`` computes, step for step (transformers 5's beam search:
+2 x beam candidates per sentence, a hypothesis finishes with EOS among the best ``beam`` candidates
+or at the length cap, scores divided by length ** lenpen, a sentence is done when it holds ``beam``
+finished hypotheses), so the translations are generate()'s; tests/test_beam_search.py checks that
+sentence for sentence. It handles the logits processors translation models use (forced BOS, as
+NLLB and mBART's target language; forced EOS at the cap, as fairseq); ``supports`` says whether a
+model asks for nothing else, and the caller falls back to generate() when it does.
+
+Each row of the batch carries its own gate variant (``heads.gated`` with one gate setting per row),
+so rows can leave in any order.
+"""
+from __future__ import annotations
+
+import torch
+from transformers import GenerationConfig
+
+from headprune.models.heads import ENC_SELF, full_gates, gated
+
+NEG = -1.0e9  # transformers' "never pick this" score
+
+
+# Generation settings this search reads (or that change nothing it computes); a model whose
+# generation config sets anything else to a non-default value (no_repeat_ngram_size, bad_words_ids,
+# repetition_penalty, min_new_tokens, ...) is left to generate().
+_HANDLED = {"bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id", "forced_bos_token_id",
+            "forced_eos_token_id", "max_length", "num_beams", "early_stopping", "length_penalty", "use_cache",
+            "output_attentions", "output_hidden_states", "output_scores", "output_logits", "return_dict_in_generate",
+            "transformers_version", "_from_model_config", "do_sample", "max_new_tokens", "cache_implementation",
+            "temperature", "top_k", "top_p"}  # sampling settings: unused without do_sample
+
+
+def unhandled_settings(generation_config) -> list[str]:
+    """The generation settings beam_search does not apply (would make generate() compute otherwise)."""
+    defaults = GenerationConfig().to_dict()
+    return sorted(key for key, value in generation_config.to_dict().items()
+                  if key not in _HANDLED and value != defaults.get(key))
+
+
+def supports(model) -> str | None:
+    """Why this search would not reproduce the model's generate() (None: it does)."""
+    if not model.config.is_encoder_decoder:
+        return "not an encoder-decoder"
+    eos = model.generation_config.eos_token_id
+    if isinstance(eos, list) and len(eos) != 1:
+        return f"{len(eos)} EOS tokens"
+    if model.generation_config.decoder_start_token_id is None and model.config.decoder_start_token_id is None:
+        return "no decoder start token"
+    unhandled = unhandled_settings(model.generation_config)
+    if unhandled:
+        return f"its generation config sets {', '.join(unhandled)} (logits processors besides forced BOS/EOS)"
+    return None
+
+
+def _token(value):
+    return value[0] if isinstance(value, list) else value
+
+
+def _gather(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """tensor[b, index[b, j], ...] for (batch, slots, ...) tensors."""
+    while index.dim() < tensor.dim():
+        index = index.unsqueeze(-1)
+    return torch.take_along_dim(tensor, index, dim=1)
+
+
+def _row_gates(settings: list[dict], rows: torch.Tensor, types) -> dict:
+    """One gate setting per row: settings[rows[r]], stacked (rows, layers, heads) per attention type."""
+    return {t: torch.stack([s[t] for s in settings])[rows] for t in types}
+
+
+@torch.no_grad()
+def beam_search(model, encoded: dict, gates_list: list, *, beam: int, lenpen: float, max_new: int,
+                masking: str = "zero") -> list[list[torch.Tensor]]:
+    """Best hypothesis (token ids, decoder start first) per gate setting and per sentence of ``encoded``
+    (input_ids and attention_mask of one batch); a setting of None is the full model."""
+    device = encoded["input_ids"].device
+    n, variants, K = encoded["input_ids"].shape[0], len(gates_list), beam
+    config = model.generation_config
+    eos = _token(config.eos_token_id)
+    pad = config.pad_token_id if config.pad_token_id is not None else eos
+    start = config.decoder_start_token_id if config.decoder_start_token_id is not None \
+        else model.config.decoder_start_token_id
+    max_length = 1 + max_new  # the decoder start token is the prompt
+    problem = supports(model)
+    if problem is not None:
+        raise ValueError(f"beam_search would not compute what this model's generate() does: {problem}")
+    forced_bos, forced_eos = config.forced_bos_token_id, config.forced_eos_token_id
+
+    gated_any = any(g is not None for g in gates_list)
+    settings = [g if g is not None else full_gates(model) for g in gates_list] if gated_any else []
+    decoder_types = [t for t in (settings[0] if settings else {}) if t != ENC_SELF]
+
+    # The encoder once per distinct encoder gate setting (the full model's for decoder-only variants).
+    keys, encoder_of = [], []
+    for g in gates_list:
+        key = None if g is None or ENC_SELF not in g or bool((g[ENC_SELF] == 1).all()) else g[ENC_SELF]
+        match = next((i for i, k in enumerate(keys) if (k is None) == (key is None)
+                      and (k is None or torch.equal(k, key))), None)
+        if match is None:
+            keys.append(key)
+            match = len(keys) - 1
+        encoder_of.append(match)
+    ids = encoded["input_ids"].repeat(len(keys), 1)
+    mask = encoded["attention_mask"].repeat(len(keys), 1)
+    encoder_gates = None
+    if any(k is not None for k in keys):
+        on = torch.ones_like(next(k for k in keys if k is not None))
+        encoder_gates = {ENC_SELF: torch.stack([k if k is not None else on for k in keys]).repeat_interleave(n, 0)}
+    with gated(model, encoder_gates, masking=masking):
+        encoder_states = model.get_encoder()(input_ids=ids, attention_mask=mask, return_dict=True).last_hidden_state
+
+    # Rows: (variant, sentence, beam), variant-major. A sentence is a (variant, sentence) pair.
+    sentence_variant = torch.arange(variants, device=device).repeat_interleave(n)
+    sentence_index = torch.arange(n, device=device).repeat(variants)
+    encoder_row = torch.tensor(encoder_of, device=device)[sentence_variant] * n + sentence_index
+    row_encoder = encoder_row.repeat_interleave(K)
+    states, source_mask = encoder_states[row_encoder], mask[row_encoder]
+    row_variant = sentence_variant.repeat_interleave(K)
+    gates = _row_gates(settings, row_variant, decoder_types) if gated_any else None
+    alive = torch.arange(variants * n, device=device)  # which sentences the batch rows still hold
+
+    B = variants * n
+    running = torch.full((B, K, max_length), pad, dtype=torch.long, device=device)
+    running[:, :, 0] = start
+    running_scores = torch.zeros((B, K), device=device)
+    running_scores[:, 1:] = NEG  # the first step picks from one beam: all beams are the same
+    finished = running.clone()
+    finished_scores = torch.full((B, K), NEG, device=device)
+    finished_flags = torch.zeros((B, K), dtype=torch.bool, device=device)
+    may_improve = torch.ones((B, 1), dtype=torch.bool, device=device)
+    top_k_mask = torch.arange(2 * K, device=device) < K
+    best: list[list] = [[None] * n for _ in range(variants)]
+    cache = _cache(model)
+    cur_len = 1
+    while B:
+        with gated(model, gates, masking=masking):
+            logits = model(encoder_outputs=(states,), attention_mask=source_mask,
+                           decoder_input_ids=running[:, :, cur_len - 1].reshape(B * K, 1),
+                           past_key_values=cache, use_cache=True).logits[:, -1, :]
+        log_probs = torch.log_softmax(logits.float(), dim=-1)
+        forced = forced_bos if cur_len == 1 else forced_eos if cur_len == max_length - 1 else None
+        if forced is not None:
+            log_probs = torch.full_like(log_probs, float("-inf"))
+            log_probs[:, forced] = 0
+        vocab = log_probs.shape[-1]
+        scores = (log_probs.view(B, K, vocab) + running_scores[:, :, None]).view(B, K * vocab)
+        top_scores, top_index = torch.topk(scores, 2 * K)
+        parent = top_index // vocab
+        candidates = _gather(running, parent)
+        candidates[:, :, cur_len] = top_index % vocab
+        hits = (candidates[:, :, cur_len] == eos) | (cur_len + 1 >= max_length)
+
+        continuing = top_scores + hits.float() * NEG
+        keep = torch.topk(continuing, K)[1]
+        running, running_scores = _gather(candidates, keep), _gather(continuing, keep)
+        beam_index = _gather(parent, keep) + torch.arange(B, device=device)[:, None] * K
+
+        final_scores = top_scores / ((cur_len + 1 - 1) ** lenpen)
+        final_scores = final_scores + finished_flags.all(-1, keepdim=True).float() * NEG  # early stopping
+        final_scores = final_scores + (~may_improve).float() * NEG
+        final_scores = final_scores + (~(hits & top_k_mask)).float() * NEG
+        merged = torch.topk(torch.cat((finished_scores, final_scores), 1), K)[1]
+        finished = _gather(torch.cat((finished, candidates), 1), merged)
+        finished_scores = _gather(torch.cat((finished_scores, final_scores), 1), merged)
+        finished_flags = _gather(torch.cat((finished_flags, hits & top_k_mask), 1), merged)
+        cur_len += 1
+        worst = torch.where(finished_flags, finished_scores.min(1, keepdim=True)[0], NEG)
+        may_improve = may_improve & (running_scores[:, :1] / ((cur_len - 1) ** lenpen) > worst).any(-1, keepdim=True)
+
+        done = finished_flags.all(-1) | ~may_improve[:, 0] | (cur_len >= max_length)
+        for b in done.nonzero()[:, 0].tolist():
+            sentence = int(alive[b])
+            best[sentence // n][sentence % n] = finished[b, 0]
+        rows = beam_index.flatten()
+        if done.any():
+            kept = (~done).nonzero()[:, 0]
+            alive, running, running_scores = alive[kept], running[kept], running_scores[kept]
+            finished, finished_scores = finished[kept], finished_scores[kept]
+            finished_flags, may_improve = finished_flags[kept], may_improve[kept]
+            kept_rows = (kept[:, None] * K + torch.arange(K, device=device)).flatten()
+            rows = beam_index[kept].flatten()
+            states, source_mask = states[kept_rows], source_mask[kept_rows]
+            if gates is not None:
+                gates = {t: g[kept_rows] for t, g in gates.items()}
+            cache.cross_attention_cache.reorder_cache(kept_rows)
+            B = len(kept)
+        cache.self_attention_cache.reorder_cache(rows)
+    return best
+
+
+def _cache(model):
+    from headprune.experiments.evaluate import SourceSharingCache  # evaluate imports this module
+
+    return SourceSharingCache.for_model(model)
