@@ -1,6 +1,6 @@
 """What the single-head ablation sweep costs against the work it does, from one run on one machine.
 
-    (a) one full-model evaluation of the test set, in a warm process (the unit of real work);
+    (a) one full-model evaluation of the test set, in a warm process (the unit of real work; median of 3);
     (b) the sweep over all N heads, one process per head (load the model, evaluate one head);
     (c) the sweep as the pipeline runs it: one process per job of ``--heads-per-job`` heads, each
         loading the model folder once and evaluating its heads in batched gate variants
@@ -40,14 +40,19 @@ from pathlib import Path  # noqa: E402
 
 
 def demo_studies(workdir: Path) -> list[dict]:
-    """The demo's translation and MNLI-like studies, as a finished demo run left them."""
+    """The demo's translation and MNLI-like studies, as a finished demo run left them, evaluated with the
+    demo config's variant batch sizes."""
+    import yaml
+
     translation = {"name": "demo_en_fr", "kind": "translation",
                    "folder": workdir / "data/demo/checkpoints/demo_en_fr.model",
                    "source": workdir / "data/demo/testsets/newstest2013.en",
                    "reference": workdir / "data/demo/testsets/newstest2013.fr"}
     mnli = {"name": "mnli", "kind": "classification", "folder": workdir / "results/demo/models/mnli",
             "tsv": workdir / "data/demo/glue/mnli/dev.tsv"}
+    rows = yaml.safe_load((Path(__file__).resolve().parents[1] / "demo" / "config.yaml").read_text())["ablation"]
     for study in (translation, mnli):
+        study["variant_batch_size"] = rows.get("variant_batch_size", {}).get(study["kind"], 256)
         for key in ("folder", "source", "reference", "tsv"):
             if key in study and not Path(study[key]).exists():
                 raise FileNotFoundError(f"{study[key]}: run the demo in {workdir} first (README)")
@@ -103,7 +108,8 @@ def random_study(size: str, folder: Path, items: int, seed: int = 0) -> dict:
 def worker(study: dict, heads: list[str], device: str, threads: int, batch_size: int, variant_batch_size: int,
            warm: bool = False) -> dict:
     """Load the model folder and evaluate each head off (or the full model) in one pass; times in seconds.
-    ``warm``: evaluate once untimed first (caches, lazy initialization), then time the second run."""
+    ``warm``: evaluate once untimed first (caches, lazy initialization), then time three runs and report
+    their median (a full-model evaluation of the demo's models takes 0.1-0.5 s: one run is noisy)."""
     import torch
 
     from headprune.experiments.runs import EvalSet, EvalSettings, gates_without, parse_head_name, run_variants
@@ -124,10 +130,17 @@ def worker(study: dict, heads: list[str], device: str, threads: int, batch_size:
         evalset = EvalSet("classification", labels, pairs, "accuracy")
     evaluated = time.perf_counter()
     gates = [None if head == "full" else gates_without(model, [parse_head_name(head)]) for head in heads]
-    settings = EvalSettings(batch_size=batch_size, variant_batch_size=variant_batch_size)
+    settings = EvalSettings(batch_size=batch_size, variant_batch_size=int(study.get("variant_batch_size",
+                                                                                  variant_batch_size)))
     if warm:
         run_variants(model, tokenizer, evalset, gates, settings)
-        evaluated = time.perf_counter()
+        times = []
+        for _ in range(3):
+            began = time.perf_counter()
+            run_variants(model, tokenizer, evalset, gates, settings)
+            times.append(time.perf_counter() - began)
+        return {"start": loaded - STARTED, "load": evaluated - loaded, "eval": sorted(times)[1],
+                "variants": len(gates), "heads": heads}
     outputs = run_variants(model, tokenizer, evalset, gates, settings)
     if device.startswith("cuda"):
         torch.cuda.synchronize()
@@ -177,7 +190,10 @@ def sweep(study: dict, args) -> dict:
             run_worker(study, heads[:1], args, forked=True)
         for k in args.heads_per_job:
             jobs = [heads[i:i + k] for i in range(0, n, k)]
-            timed = [run_worker(study, job, args, forked=forked) for job in jobs[:args.sample or len(jobs)]]
+            # each job --repeats times, its median wall time kept: a demo job takes about a second, and one
+            # run of it on a shared machine can be off by a third
+            timed = [sorted((run_worker(study, job, args, forked=forked) for _ in range(args.repeats)),
+                            key=lambda timing: timing[0])[args.repeats // 2] for job in jobs[:args.sample or len(jobs)]]
             last = timed[-1][1]
             pipeline.append({"c": sum(wall for wall, _ in timed) / len(timed) * len(jobs), "jobs": len(jobs),
                              "heads_per_job": k, "measured": len(timed), "load": last["load"],
@@ -195,8 +211,10 @@ def main():
     parser.add_argument("--batch-size", type=int, default=100)
     parser.add_argument("--heads-per-job", type=int, nargs="+", default=[4], help="ablation.heads_per_job: one or more")
     parser.add_argument("--variant-batch-size", type=int, default=256,
-                        help="(gate setting, item) rows per forward or generate() (EvalSettings.variant_batch_size)")
+                        help="(gate setting, item) rows per forward or generate() (EvalSettings.variant_batch_size); "
+                             "with --demo, the demo config's ablation.variant_batch_size of each study's kind")
     parser.add_argument("--sample", type=int, default=0, help="processes of each kind actually run (0: all)")
+    parser.add_argument("--repeats", type=int, default=1, help="(c): runs of each job, the median kept")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--heads", help=argparse.SUPPRESS)
     parser.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)
@@ -219,11 +237,12 @@ def main():
     with tempfile.TemporaryDirectory(prefix="ablation-sweep-") as scratch:
         studies = demo_studies(args.demo) if args.demo else [random_study(args.model, Path(scratch), args.items)]
         print(f"device {args.device}, {args.threads} thread(s) per process, batch size {args.batch_size}, "
-              f"variant batch size {args.variant_batch_size}, {os.cpu_count()} cores")
+              f"{os.cpu_count()} cores")
         for study in studies:
             r = sweep(study, args)
             n, a = r["heads"], r["a"]
-            print(f"\n{r['study']} ({r['heads']} heads)")
+            print(f"\n{r['study']} ({r['heads']} heads, variant batch size "
+                  f"{study.get('variant_batch_size', args.variant_batch_size)})")
             print(f"  (a) one full-model evaluation          {a:8.2f} s    N a = {n * a:8.1f} s")
             print(f"  (b) one process per head               {r['b']:8.1f} s    b / (N a) = {r['b'] / (n * a):.2f}"
                   f"    ({r['b_measured']} processes run)")

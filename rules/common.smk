@@ -260,14 +260,17 @@ def eval_settings(study, bleu, masking="zero"):
     """How a study's model is evaluated (headprune.experiments.runs.EvalSettings); ``masking`` is how a switched-off
     head is replaced: a zero output (the paper) or uniform attention over its keys."""
     kind = study_kind(study)
+    rows = config["ablation"].get("variant_batch_size", {}).get(kind, 256)
     if kind == "translation":
         t = config["translation"]
         batch_size = MODELS[study].get("batch_size", t["batch_size"]) if study in MODELS else t["batch_size"]
-        return {"batch_size": batch_size, "beam": t["beam"], "lenpen": t["lenpen"], "bleu": bleu, "masking": masking}
+        return {"batch_size": batch_size, "beam": t["beam"], "lenpen": t["lenpen"], "bleu": bleu, "masking": masking,
+                "variant_batch_size": rows}
     if kind == "language_modeling":
-        return {"batch_size": MODELS[study]["batch_size"], "masking": masking}
+        return {"batch_size": MODELS[study]["batch_size"], "masking": masking, "variant_batch_size": rows}
     batch_size = MODELS[study].get("batch_size", 64) if study in MODELS else config["bert"]["eval_batch_size"]
-    return {"batch_size": batch_size, "max_length": config["bert"]["finetune"]["max_length"], "masking": masking}
+    return {"batch_size": batch_size, "max_length": config["bert"]["finetune"]["max_length"], "masking": masking,
+            "variant_batch_size": rows}
 
 
 def study_params(study):

@@ -15,7 +15,8 @@ from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
 from headprune.experiments.beam_search import beam_search
 from headprune.experiments.beam_search import supports as beam_search_supports
-from headprune.models.heads import full_gates, gated
+from headprune.experiments.shared_layers import forward_variants
+from headprune.models.heads import gated, stack_gates
 
 
 class SourceSharingCache(EncoderDecoderCache):
@@ -40,16 +41,12 @@ def variant_groups(gates_list: list, batch_size: int, variant_batch_size: int) -
     return [gates_list[start:start + size] for start in range(0, len(gates_list), size)]
 
 
-def stack_gates(model, group: list):
-    """One group's gates as ``gated`` takes them: a single setting as it is, several stacked (None: all on)."""
-    if len(group) == 1:
-        return group[0]
-    group = [gates if gates is not None else full_gates(model) for gates in group]
-    return {t: torch.stack([gates[t] for gates in group]) for t in group[0]}
-
-
 def _repeated(tensor: torch.Tensor, times: int) -> torch.Tensor:
     return tensor.repeat(times, *[1] * (tensor.dim() - 1))
+
+
+def _logits(model, inputs):
+    return model(**inputs).logits
 
 
 @torch.no_grad()
@@ -58,20 +55,17 @@ def predict_classes_variants(model, batches: list[dict], gates_list: list, *, va
     """(variants, examples) predicted class indices (argmax of the logits), one row per gate setting.
 
     ``masking`` says how a gate of 0 masks a head (``heads.gated``): "zero" output or "uniform" attention.
+    Variants share the layers below their first masked head (``shared_layers.forward_variants``).
     """
     device = device or next(model.parameters()).device
     model.eval()
     keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if batches and k in batches[0]]
-    batch_size = max((len(batch["input_ids"]) for batch in batches), default=1)
     predictions = []
     for batch in tqdm(batches, desc="classify", disable=not progress):
-        rows = []
-        for group in variant_groups(gates_list, batch_size, variant_batch_size):
-            inputs = {k: _repeated(batch[k], len(group)).to(device) for k in keys}
-            with gated(model, stack_gates(model, group), masking=masking):
-                logits = model(**inputs).logits
-            rows.append(logits.argmax(-1).unflatten(0, (len(group), -1)).cpu().numpy())
-        predictions.append(np.concatenate(rows))
+        inputs = {k: batch[k].to(device) for k in keys}
+        logits = forward_variants(model, inputs, gates_list, _logits, variant_batch_size=variant_batch_size,
+                                  masking=masking)
+        predictions.append(torch.stack(logits).argmax(-1).cpu().numpy())
     if not predictions:
         return np.zeros((len(gates_list), 0), dtype=int)
     return np.concatenate(predictions, axis=1)

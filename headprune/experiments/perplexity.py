@@ -68,26 +68,29 @@ def window_nll_variants(model, batches: list[dict], gates_list: list, *, variant
                         device=None, progress: bool = False, masking: str = "zero") -> list[list[tuple[float, int]]]:
     """Per gate setting (None: all heads), per window: (summed next-token NLL, predicted tokens).
 
-    Several settings share a forward pass (batched gate variants, ``headprune.models.heads.gated``)."""
-    from headprune.experiments.evaluate import stack_gates, variant_groups
-    from headprune.models.heads import gated
+    Several settings share a forward pass (batched gate variants, ``headprune.models.heads.gated``), and
+    the layers below their first masked head (``shared_layers.forward_variants``)."""
+    from headprune.experiments.shared_layers import forward_variants
 
     device = device or model.get_input_embeddings().weight.device  # the first GPU of a model spread over several
     model.eval()
     out: list[list] = [[] for _ in gates_list]
     for batch in tqdm(batches, desc="perplexity", disable=not progress):
-        rows, length = batch["input_ids"].shape
-        first = 0
-        for group in variant_groups(gates_list, rows, variant_batch_size):
-            ids = batch["input_ids"].to(device).repeat(len(group), 1)
-            with gated(model, stack_gates(model, group), masking=masking):
-                logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[:, :-1].float()
-            nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].to(logits.device).reshape(-1),
-                                                    reduction="none").view(len(group) * rows, length - 1).sum(-1)
-            for k in range(len(group)):
-                out[first + k] += [[float(v), length - 1] for v in nll[k * rows:(k + 1) * rows].tolist()]
-            first += len(group)
+        ids = batch["input_ids"].to(device)
+        per_variant = forward_variants(model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, gates_list,
+                                       _window_nll, variant_batch_size=variant_batch_size, masking=masking)
+        for k, nll in enumerate(per_variant):
+            out[k] += [[float(v), ids.shape[1] - 1] for v in nll.tolist()]
     return out
+
+
+def _window_nll(model, inputs):
+    """Summed next-token NLL of each row."""
+    ids = inputs["input_ids"]
+    logits = model(**inputs).logits[:, :-1].float()
+    targets = ids[:, 1:].to(logits.device)
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                                             reduction="none").view(targets.shape).sum(-1)
 
 
 def perplexity(outputs) -> float:

@@ -145,6 +145,15 @@ def full_gates(model, value: float = 1.0) -> dict[str, torch.Tensor]:
     return {t: torch.full((layers, heads), float(value)) for t, (layers, heads) in head_shape(model).items()}
 
 
+def stack_gates(model, group: list):
+    """Several gate settings as ``gated`` takes them: (variants, layers, heads) per attention type (None:
+    all on); a single setting as it is."""
+    if len(group) == 1:
+        return group[0]
+    group = [gates if gates is not None else full_gates(model) for gates in group]
+    return {t: torch.stack([gates[t] for gates in group]) for t in group[0]}
+
+
 @dataclass
 class HeadCapture:
     """What the gate hook saw in one forward pass, for importance scores."""

@@ -1,0 +1,144 @@
+"""Gate variants of a one-stack model share the layers below their first masked head.
+
+A variant that masks heads of layer l only computes, in layers 0 .. l-1, what the full model
+computes there, and in layer l the same head outputs until its gates act on them (at the output
+projection). So a batch is run once through those layers with the outputs recorded, and each
+variant's forward replays them (the modules return the recorded outputs, repeated once per
+variant) and computes from layer l's output projection on. Ablating every head of a 12-layer BERT
+this way does about half the layer work of running each variant whole. Whatever the model does between its layers
+(DeBERTa's convolution after layer 0, the final norm) still runs on the same values, so the outputs
+are the variants' own: tests/test_shared_layers.py checks them against running each variant whole.
+
+It applies to models with one stack of layers holding every attention head (encoders, decoder-only
+LMs); an encoder-decoder runs each variant whole (its beam search shares the encoder instead).
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Callable
+
+import torch
+from torch import nn
+
+from headprune.models.heads import adapter_for, gated, stack_gates
+
+
+class _Recorded(Exception):
+    """Raised after the last layer whose outputs the variants need: the rest of the pass is not needed."""
+
+
+def layer_stack(model) -> nn.ModuleList | None:
+    """The ModuleList whose i-th module holds layer i's attention heads, when every head is in it."""
+    sites = adapter_for(model).sites(model)
+    if not sites or len({site.attn_type for site in sites}) != 1:
+        return None
+    layers = max(site.layer for site in sites) + 1
+    for module in model.modules():
+        if isinstance(module, nn.ModuleList) and len(module) == layers and all(
+                any(m is site.attention for m in module[site.layer].modules()) for site in sites):
+            return module
+    return None
+
+
+def first_masked_layer(gates, layers: int) -> int:
+    """The lowest layer with a gate other than 1 (``layers`` when there is none)."""
+    if gates is None:
+        return layers
+    masked = torch.stack([(torch.as_tensor(g) != 1).any(-1) for g in gates.values()]).any(0).nonzero()
+    return int(masked[0]) if len(masked) else layers
+
+
+def _repeat_rows(value, rows: int, times: int):
+    """Every tensor in a layer's output with ``rows`` rows, repeated ``times`` times, variant-major."""
+    if isinstance(value, torch.Tensor) and value.dim() and value.shape[0] == rows:
+        return value.repeat(times, *[1] * (value.dim() - 1))
+    if isinstance(value, (tuple, list)):
+        return type(value)(_repeat_rows(v, rows, times) for v in value)
+    return value
+
+
+def attention_modules(model) -> list[nn.Module] | None:
+    """Per layer, the module that computes the heads' outputs before the output projection (BERT's
+    ``BertSelfAttention``), when the projection (where a gate acts) is outside it; None for families whose
+    attention module holds its output projection (GPT-2, Llama, DistilBERT)."""
+    sites = sorted(adapter_for(model).sites(model), key=lambda site: site.layer)
+    if any(any(m is site.output for m in site.attention.modules()) for site in sites):
+        return None
+    return [site.attention for site in sites]
+
+
+@contextlib.contextmanager
+def _recording(modules: list[nn.Module], outputs: dict, stop_after: nn.Module | None):
+    """Record each module's output (by module) during one pass; with ``stop_after``, end the pass there."""
+    def hook(module, args, output):
+        outputs[module] = output
+        if module is stop_after:
+            raise _Recorded
+
+    handles = [module.register_forward_hook(hook) for module in modules]
+    try:
+        yield
+    except _Recorded:
+        pass
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@contextlib.contextmanager
+def _replaying(outputs: dict, rows: int, times: int):
+    """Each module returns its recorded output, its rows repeated ``times`` times, instead of computing it."""
+    # accelerate wraps a dispatched module's forward in an instance attribute: put it back afterwards
+    own = {module: module.__dict__.get("forward") for module in outputs}
+    try:
+        for module, output in outputs.items():
+            module.forward = lambda *args, _output=_repeat_rows(output, rows, times), **kwargs: _output
+        yield
+    finally:
+        for module, forward in own.items():
+            if forward is None:
+                module.__dict__.pop("forward", None)
+            else:
+                module.forward = forward
+
+
+def forward_variants(model, inputs: dict, gates_list: list, forward: Callable, *, variant_batch_size: int,
+                     masking: str = "zero") -> list:
+    """``forward(model, inputs)`` (rows first) for every gate setting (None: the full model), its rows
+    repeated once per variant of a group, groups of up to ``variant_batch_size`` rows.
+
+    On a one-stack model a variant whose first masked head is in layer f replays the full model's
+    layers below f, and (zero masking, attention module apart from the output projection) layer f's
+    head outputs before the gates act: one recording pass computes them for all variants."""
+    rows = next(iter(inputs.values())).shape[0]
+    per_group = max(1, variant_batch_size // rows)
+    stack = layer_stack(model)
+    layers = len(stack) if stack is not None else 0
+    attention = attention_modules(model) if stack is not None and masking == "zero" else None
+    firsts = [first_masked_layer(gates, layers) if stack is not None else 0 for gates in gates_list]
+    masked = [f for f in firsts if f < layers]
+    replays = {f: ([stack[j] for j in range(f)] if f < layers else []) + ([attention[f]] if attention and f < layers else [])
+               for f in set(firsts)}
+    wanted = [module for f in masked for module in replays[f]]
+    results: list = [None] * len(gates_list)
+    recorded: dict = {}
+    if wanted:
+        full = [i for i, f in enumerate(firsts) if f == layers]  # variants that mask nothing: this very pass
+        last = attention[max(masked)] if attention else stack[max(masked) - 1]  # the last module the pass needs
+        output = None
+        with torch.no_grad(), _recording(list(dict.fromkeys(wanted)), recorded, None if full else last):
+            output = forward(model, inputs)
+        for i in full:
+            results[i] = output
+    for first in sorted(set(firsts)):
+        todo = [i for i, f in enumerate(firsts) if f == first and results[i] is None]
+        for start in range(0, len(todo), per_group):
+            chunk = todo[start:start + per_group]
+            repeated = {k: v.repeat(len(chunk), *[1] * (v.dim() - 1)) for k, v in inputs.items()}
+            replay = {module: recorded[module] for module in replays[first]}
+            with _replaying(replay, rows, len(chunk)), \
+                    gated(model, stack_gates(model, [gates_list[i] for i in chunk]), masking=masking):
+                output = forward(model, repeated)
+            for k, i in enumerate(chunk):
+                results[i] = output[k * rows:(k + 1) * rows]
+    return results
