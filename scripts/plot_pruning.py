@@ -12,8 +12,13 @@ import pandas as pd
 from headprune.experiments import figures
 from headprune.workflow import logged, model_families
 
+def paths(named):
+    """A named input as a list: Snakemake gives one file as a str, a list of them as a list."""
+    return [named] if isinstance(named, str) else list(named)
+
+
 with logged(snakemake) as log:
-    pruning = pd.concat([pd.read_csv(path) for path in snakemake.input.pruning], ignore_index=True)
+    pruning = pd.concat([pd.read_csv(path) for path in paths(snakemake.input.pruning)], ignore_index=True)
     draw = getattr(figures, snakemake.params.figure)
     log.info("wrote %s", draw(pruning, snakemake.output.png, snakemake.output.pdf, dict(snakemake.params.style),
-                              families=model_families(snakemake.input.full)))
+                              families=model_families(paths(snakemake.input.full))))
