@@ -117,3 +117,26 @@ def test_classification_and_perplexity_use_it_with_the_same_results():
     for gates, mine in zip(gates_list, together):
         alone = window_nll_variants(lm, windows, [gates], variant_batch_size=64)[0]
         assert [n for n, _ in mine] == pytest.approx([n for n, _ in alone], abs=1e-4)
+
+
+def test_a_model_dispatched_by_accelerate_gives_the_same_gated_perplexities(tmp_path):
+    """A model spread by a device map (here one layer offloaded to disk, as a map spreads layers over
+    GPUs) runs under accelerate's hooks: gates and shared layers must work through them."""
+    from transformers import AutoModelForCausalLM
+
+    model, batch = build("llama_gqa")
+    model.save_pretrained(tmp_path / "model")
+    device_map = {"model.embed_tokens": "cpu", "model.rotary_emb": "cpu", "model.layers.0": "cpu",
+                  "model.layers.1": "disk", "model.norm": "cpu", "lm_head": "cpu"}
+    spread = AutoModelForCausalLM.from_pretrained(tmp_path / "model", device_map=device_map, attn_implementation="eager",
+                                                  offload_folder=tmp_path / "offload").eval()
+    wrappers = [layer.__dict__.get("forward") for layer in layer_stack(spread)]
+    assert all(w is not None for w in wrappers)  # accelerate's dispatch wrappers
+    windows = [{"input_ids": batch["input_ids"]}]
+    gates_list = [None, gates_without(model, [("dec_self", 1, 1)]), gates_without(model, [("dec_self", 0, 2)])]
+    expected = [[nll for nll, _ in variant] for variant in window_nll_variants(model, windows, gates_list)]
+    got = [[nll for nll, _ in variant] for variant in window_nll_variants(spread, windows, gates_list)]
+    for mine, theirs in zip(got, expected):
+        assert mine == pytest.approx(theirs, abs=1e-4)
+    assert [layer.__dict__.get("forward") for layer in layer_stack(spread)] == wrappers
+    assert expected[1] != pytest.approx(expected[0], abs=1e-3)  # the gates changed something

@@ -162,9 +162,16 @@ def classify_step(model) -> Callable[[dict], torch.Tensor]:
 
 def translate_step(model, beam: int = 5, lenpen: float = 1.0, max_len_a: float = 1.2,
                    max_len_b: int = 10) -> Callable[[dict], torch.Tensor]:
-    """Beam search with the evaluation's settings (``evaluate.translate``); returns token ids."""
+    """Beam search as the evaluation runs it (``evaluate.translate``: finished sentences leave the batch
+    where ``beam_search`` reproduces the model's generate(), else generate()); returns token ids."""
+    from headprune.experiments.beam_search import beam_search, supports
+
+    shrinking = supports(model) is None
+
     def step(inputs):
         max_new = int(max_len_a * inputs["input_ids"].shape[1] + max_len_b)
+        if shrinking:
+            return torch.stack(beam_search(model, inputs, [None], beam=beam, lenpen=lenpen, max_new=max_new)[0])
         return model.generate(**inputs, num_beams=beam, length_penalty=lenpen, early_stopping=True,
                               max_new_tokens=max_new, max_length=None, do_sample=False,
                               past_key_values=SourceSharingCache.for_model(model))
