@@ -11,28 +11,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 from tqdm.auto import tqdm
-from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
-from headprune.experiments.beam_search import beam_search
+from headprune.experiments.beam_search import SourceSharingCache, beam_search
 from headprune.experiments.beam_search import supports as beam_search_supports
 from headprune.experiments.shared_layers import forward_variants
 from headprune.models.heads import gated, stack_gates
-
-
-class SourceSharingCache(EncoderDecoderCache):
-    """An encoder-decoder cache whose beam reordering leaves the cross-attention entries alone.
-
-    Beam search reorders the cache every step, but a step only picks among the beams of the same
-    sentence, and those share one source: their cross-attention keys and values are the same rows.
-    Copying them anyway (transformers does) took a quarter of the demo's decoding time.
-    """
-
-    @classmethod
-    def for_model(cls, model):
-        return cls(DynamicCache(config=model.config), DynamicCache(config=model.config))
-
-    def reorder_cache(self, beam_idx):
-        self.self_attention_cache.reorder_cache(beam_idx)
 
 
 def variant_groups(gates_list: list, batch_size: int, variant_batch_size: int) -> list[list]:

@@ -35,7 +35,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from headprune.experiments.evaluate import SourceSharingCache
+from headprune.experiments.beam_search import SourceSharingCache, beam_search, supports
 from headprune.experiments.runs import HeadId, gates_without, importance_order
 from headprune.models.heads import adapter_for, gated
 from headprune.models.prune import count_heads, prune_heads
@@ -164,8 +164,6 @@ def translate_step(model, beam: int = 5, lenpen: float = 1.0, max_len_a: float =
                    max_len_b: int = 10) -> Callable[[dict], torch.Tensor]:
     """Beam search as the evaluation runs it (``evaluate.translate``: finished sentences leave the batch
     where ``beam_search`` reproduces the model's generate(), else generate()); returns token ids."""
-    from headprune.experiments.beam_search import beam_search, supports
-
     shrinking = supports(model) is None
 
     def step(inputs):
