@@ -21,6 +21,8 @@ so rows can leave in any order.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 from transformers import GenerationConfig
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
@@ -56,9 +58,14 @@ _HANDLED = {"bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token
             "temperature", "top_k", "top_p"}  # sampling settings: unused without do_sample
 
 
+@functools.cache
+def _default_settings() -> dict:
+    return GenerationConfig().to_dict()
+
+
 def unhandled_settings(generation_config) -> list[str]:
     """The generation settings beam_search does not apply (would make generate() compute otherwise)."""
-    defaults = GenerationConfig().to_dict()
+    defaults = _default_settings()
     return sorted(key for key, value in generation_config.to_dict().items()
                   if key not in _HANDLED and value != defaults.get(key))
 
@@ -76,10 +83,6 @@ def supports(model) -> str | None:
     if unhandled:
         return f"its generation config sets {', '.join(unhandled)} (logits processors besides forced BOS/EOS)"
     return None
-
-
-def _token(value):
-    return value[0] if isinstance(value, list) else value
 
 
 def _gather(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -102,7 +105,7 @@ def beam_search(model, encoded: dict, gates_list: list, *, beam: int, lenpen: fl
     device = encoded["input_ids"].device
     n, variants, K = encoded["input_ids"].shape[0], len(gates_list), beam
     config = model.generation_config
-    eos = _token(config.eos_token_id)
+    eos = config.eos_token_id[0] if isinstance(config.eos_token_id, list) else config.eos_token_id
     pad = config.pad_token_id if config.pad_token_id is not None else eos
     start = config.decoder_start_token_id if config.decoder_start_token_id is not None \
         else model.config.decoder_start_token_id
@@ -116,16 +119,14 @@ def beam_search(model, encoded: dict, gates_list: list, *, beam: int, lenpen: fl
     settings = [g if g is not None else full_gates(model) for g in gates_list] if gated_any else []
     decoder_types = [t for t in (settings[0] if settings else {}) if t != ENC_SELF]
 
-    # The encoder once per distinct encoder gate setting (the full model's for decoder-only variants).
-    keys, encoder_of = [], []
+    # The encoder once per distinct encoder gate setting (None: all on, as for decoder-only variants).
+    distinct: dict = {}  # setting (as a tuple) -> (index, gates)
+    encoder_of = []
     for g in gates_list:
         key = None if g is None or ENC_SELF not in g or bool((g[ENC_SELF] == 1).all()) else g[ENC_SELF]
-        match = next((i for i, k in enumerate(keys) if (k is None) == (key is None)
-                      and (k is None or torch.equal(k, key))), None)
-        if match is None:
-            keys.append(key)
-            match = len(keys) - 1
-        encoder_of.append(match)
+        index, _ = distinct.setdefault(None if key is None else tuple(key.flatten().tolist()), (len(distinct), key))
+        encoder_of.append(index)
+    keys = [key for _, key in distinct.values()]
     ids = encoded["input_ids"].repeat(len(keys), 1)
     mask = encoded["attention_mask"].repeat(len(keys), 1)
     encoder_gates = None
@@ -182,7 +183,7 @@ def beam_search(model, encoded: dict, gates_list: list, *, beam: int, lenpen: fl
         running, running_scores = _gather(candidates, keep), _gather(continuing, keep)
         beam_index = _gather(parent, keep) + torch.arange(B, device=device)[:, None] * K
 
-        final_scores = top_scores / ((cur_len + 1 - 1) ** lenpen)
+        final_scores = top_scores / (cur_len ** lenpen)  # cur_len - 1 tokens generated, and this one
         final_scores = final_scores + finished_flags.all(-1, keepdim=True).float() * NEG  # early stopping
         final_scores = final_scores + (~may_improve).float() * NEG
         final_scores = final_scores + (~(hits & top_k_mask)).float() * NEG
