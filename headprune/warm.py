@@ -48,6 +48,7 @@ PRELOAD = ("numpy", "pandas", "torch", "transformers", "matplotlib.figure", "mat
            "transformers.models.auto.tokenization_auto", "transformers.tokenization_utils_tokenizers",
            "transformers.modeling_layers", "transformers.models.bert.modeling_bert",
            "transformers.models.bert.tokenization_bert",
+           "transformers.models.align",
            "transformers.models.roberta.modeling_roberta", "transformers.models.fsmt.modeling_fsmt",
            "transformers.models.m2m_100.modeling_m2m_100", "transformers.models.llama.modeling_llama")
 
@@ -159,7 +160,20 @@ def _keep_freed_memory():
 
 def _first_ops():
     """Run the operations a model job runs, once, on small tensors: a process's first call of each pays
-    one-off set-up (kernel dispatch, the BLAS library's buffers), which the forked jobs then inherit."""
+    one-off set-up (kernel dispatch, the BLAS library's buffers), which the forked jobs then inherit. On one
+    thread: an OpenMP thread team started here does not exist in a forked child, which then hangs in its
+    first parallel operation (a job that sets no thread count hung in layer_norm)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _tensor_ops()
+    finally:
+        torch.set_num_threads(threads)  # starts no thread: a team starts at the first parallel region
+
+
+def _tensor_ops():
     import torch
 
     with contextlib.suppress(Exception), torch.no_grad():
@@ -178,7 +192,11 @@ def serve(path: str, idle: float = IDLE_SECONDS):
     import importlib
 
     for name in PRELOAD:
-        importlib.import_module(name)
+        with contextlib.suppress(ImportError):  # another transformers version may lay its modules out otherwise
+            importlib.import_module(name)
+    from headprune.models.families import families
+
+    families()  # every family's adapter and transformers model code: a job's first adapter lookup imports them
     _keep_freed_memory()
     _first_ops()
     with contextlib.suppress(Exception):  # an optimization only: transformers builds this table (900 regular

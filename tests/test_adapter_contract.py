@@ -20,6 +20,11 @@ The causal-LM builders live here for now (to move to conftest.py).
 """
 import copy
 import inspect
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -43,6 +48,7 @@ from headprune.models.prenorm import PreNormTransformer
 from headprune.models.prune import count_heads, load_pruned_weights, prune_heads, pruned_heads
 
 BOS, VOCAB = 0, 40
+ROOT = Path(__file__).resolve().parents[1]
 
 
 # --- Tiny causal LMs and their batches ----------------------------------------------------------
@@ -738,6 +744,28 @@ def test_encoder_separator_keys_and_token_types(family):
         assert "token_type_ids" not in inspect.signature(model.forward).parameters
         odd = {**batch, "token_type_ids": torch.ones_like(batch["input_ids"])}
         assert adapter.loss_and_outputs(model, odd)[0].item() == adapter.loss_and_outputs(model, batch)[0].item()
+
+
+def test_a_family_named_after_the_model_type_is_found_without_importing_the_others():
+    """A cluster job (no warm server) looks up its adapter in the family file named after the model type
+    and imports no other family's transformers model code; a type served by a file of another name
+    (m2m_100, xlm-roberta) is still found."""
+    code = textwrap.dedent('''
+        import sys
+        from conftest import tiny_bert
+        from headprune.models.heads import adapter_for
+        assert adapter_for(tiny_bert()).family == "bert"
+        print(sorted(m.rsplit(".", 1)[1] for m in sys.modules if m.startswith("headprune.models.families.")))
+    ''')
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "['bert']"
+    model, _ = build("xlm_roberta")
+    assert model.config.model_type == "xlm-roberta" and adapter_for(model).family == "roberta"
+    model = tiny_m2m100()
+    assert model.config.model_type == "m2m_100" and adapter_for(model).family == "m2m100"
 
 
 def test_a_bert_layout_without_a_family_file_is_not_pruned_as_bert():

@@ -77,3 +77,44 @@ def test_off_unless_asked_on_the_cpu_outside_a_cluster(workdir, setting):
     assert result.returncode == 0, result.stderr
     pid, parent = map(int, (workdir / "result.txt").read_text().split()[:2])
     assert not server_pids(workdir) and parent == os.getpid()  # ran in the process this test started
+
+
+MODEL_JOB = textwrap.dedent('''
+    import sys, types
+    from headprune import warm
+    warm.start(types.SimpleNamespace(config={"warm_start": True, "device": "cpu"}))
+    before = {id(module) for module in sys.modules.values()}
+    from headprune.models.heads import adapter_for
+    from headprune.models.loading import load_classifier
+    model, tokenizer = load_classifier(sys.argv[1])
+    adapter_for(model)
+    model(**tokenizer(["a b"], ["c"], return_tensors="pt"))
+    # (a module entered under a second name, as transformers aliases its tokenizer modules, is not new)
+    new = [name for name, module in sys.modules.items() if id(module) not in before]
+    open("new_modules.txt", "w").write(" ".join(sorted(new)))
+''')
+
+
+def test_a_warm_job_loading_a_model_imports_nothing_new(workdir):
+    """The server preloads what a job's model load and head-adapter lookup import (every family's
+    transformers model code, the tokenizer classes): a forked job imported them anew, 0.3 s of a 0.5 s
+    demo ablation job. The job sets no thread count: a child forked after the server had run an OpenMP
+    thread team hung in its first parallel operation."""
+    from transformers import BertTokenizer
+
+    from conftest import tiny_bert
+
+    vocab = workdir / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c"]) + "\n")
+    tiny_bert().save_pretrained(workdir / "model")
+    BertTokenizer(str(vocab)).save_pretrained(workdir / "model")
+    (workdir / "job.py").write_text(MODEL_JOB)
+    environment = {key: value for key, value in os.environ.items() if key != "SLURM_JOB_ID"}
+    environment.update(PYTHONPATH=str(ROOT), HEADPRUNE_WARM_IDLE="20")
+    for _ in range(2):  # the first starts the server
+        result = subprocess.run([sys.executable, "job.py", str(workdir / "model")], cwd=workdir, env=environment,
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+    assert server_pids(workdir)
+    new = (workdir / "new_modules.txt").read_text().split()
+    assert not [name for name in new if name.startswith(("transformers", "headprune", "torch"))], new
