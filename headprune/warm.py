@@ -40,17 +40,19 @@ IDLE_SECONDS = float(os.environ.get("HEADPRUNE_WARM_IDLE", 60))
 CONNECT_SECONDS = 120  # the server's imports take a few seconds, longer on a busy machine
 PRELOAD = ("numpy", "pandas", "torch", "transformers", "matplotlib.figure", "matplotlib.backends.backend_agg",
            "headprune.workflow", "headprune.models.loading", "headprune.models.heads", "headprune.models.prune",
-           "headprune.models.families", "headprune.scoring.importance", "headprune.scoring.criteria",
-           "headprune.experiments.runs", "headprune.experiments.evaluate", "headprune.experiments.stats",
-           "headprune.experiments.figures", "headprune.data.batching", "headprune.experiments.beam_search",
-           "headprune.experiments.shared_layers", "headprune.experiments.perplexity",
-           # what a job's first model load imports (0.1-0.3 s of a 0.5 s ablation job on the demo):
+           "headprune.models.finetune", "headprune.models.train", "headprune.models.prenorm",
+           "headprune.scoring.importance", "headprune.scoring.criteria", "headprune.scoring.concrete",
+           "headprune.scoring.roles", "headprune.experiments.runs", "headprune.experiments.evaluate",
+           "headprune.experiments.stats", "headprune.experiments.figures", "headprune.data.batching",
+           "headprune.data.bpe", "headprune.experiments.beam_search", "headprune.experiments.shared_layers",
+           "headprune.experiments.perplexity",
+           # what a job's first model load imports (0.1-0.3 s of a 0.5 s ablation job on the demo; the model
+           # code of every family comes with headprune.models.families, in serve):
            "transformers.models.auto.tokenization_auto", "transformers.tokenization_utils_tokenizers",
-           "transformers.modeling_layers", "transformers.models.bert.modeling_bert",
-           "transformers.models.bert.tokenization_bert",
-           "transformers.models.align",
-           "transformers.models.roberta.modeling_roberta", "transformers.models.fsmt.modeling_fsmt",
-           "transformers.models.m2m_100.modeling_m2m_100", "transformers.models.llama.modeling_llama")
+           "transformers.modeling_layers", "transformers.models.bert.tokenization_bert", "transformers.models.align",
+           # what every job's Snakemake preamble imports (0.05-0.15 s), what a figure's PDF and a BLEU
+           # significance test import (0.3 s: fontTools; 1.2 s: compare_mt pulls in nltk)
+           "snakemake.script", "matplotlib.backends.backend_pdf", "compare_mt.scorers")
 
 _in_child = False  # set in a forked child: its start() must let the script run
 CHILD_ENV = "HEADPRUNE_WARM_CHILD"  # and in its environment, for anything it starts
