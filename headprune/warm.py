@@ -169,15 +169,6 @@ def _first_ops():
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    try:
-        _tensor_ops()
-    finally:
-        torch.set_num_threads(threads)  # starts no thread: a team starts at the first parallel region
-
-
-def _tensor_ops():
-    import torch
-
     with contextlib.suppress(Exception), torch.no_grad():
         x = torch.randn(64, 16, 32)
         w = torch.randn(32, 32)
@@ -187,6 +178,7 @@ def _tensor_ops():
         torch.nn.functional.cross_entropy(logits, torch.zeros(len(logits), dtype=torch.long))
         torch.topk(logits, 4)
         torch.nn.functional.embedding(torch.arange(8), w)
+    torch.set_num_threads(threads)  # starts no thread: a team starts at the first parallel region
 
 
 def serve(path: str, idle: float = IDLE_SECONDS):

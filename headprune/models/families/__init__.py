@@ -27,19 +27,22 @@ SHARED = {"causal_lm"}  # modules here that are not a family
 
 
 @functools.cache
+def family_names() -> tuple[str, ...]:
+    """Every module of this package but the shared ones (read from the folder once)."""
+    return tuple(info.name for info in pkgutil.iter_modules(__path__) if info.name not in SHARED)
+
+
+@functools.cache
 def families() -> dict[str, object]:
-    """Family module name -> module, every module of this package but the shared ones."""
-    return {info.name: importlib.import_module(f"{__name__}.{info.name}")
-            for info in pkgutil.iter_modules(__path__) if info.name not in SHARED}
+    """Family module name -> module."""
+    return {name: importlib.import_module(f"{__name__}.{name}") for name in family_names()}
 
 
 def _named_after(model_type) -> object | None:
     """The family module named after the model type (``bert``, ``deberta_v2``), if there is one: a job that
     finds its family there does not import the other families' transformers code (0.3-0.5 s)."""
     name = str(model_type).replace("-", "_")
-    if not name.isidentifier() or name in SHARED or not any(info.name == name for info in pkgutil.iter_modules(__path__)):
-        return None
-    return importlib.import_module(f"{__name__}.{name}")
+    return importlib.import_module(f"{__name__}.{name}") if name in family_names() else None
 
 
 def adapter_for_model(model):
