@@ -114,7 +114,9 @@ def worker(study: dict, heads: list[str], device: str, threads: int, batch_size:
 
     from headprune.experiments.runs import EvalSet, EvalSettings, gates_without, parse_head_name, run_variants
     from headprune.models.loading import load_classifier, load_translation
+    from headprune.workflow import keep_freed_memory
 
+    keep_freed_memory()  # as every pipeline job does (headprune.workflow.logged)
     torch.set_num_threads(threads)
     loaded = time.perf_counter()
     if study["kind"] == "translation":

@@ -146,20 +146,6 @@ def _read_exactly(conn: socket.socket, size: int) -> bytes:
     return data
 
 
-def _keep_freed_memory():
-    """glibc hands every allocation over 128 kB (a batch's activations) back to the kernel when it is freed
-    and maps it anew, page faults and all, until its threshold adapts: a job's first evaluation ran a
-    quarter slower than its second. Raise the thresholds here; the forked jobs inherit them. (Tensors over
-    64 MB, model weights, are still mapped and returned.)"""
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL("libc.so.6")
-        m_trim_threshold, m_mmap_threshold = -1, -3  # malloc.h
-        libc.mallopt(m_mmap_threshold, 64 << 20)
-        libc.mallopt(m_trim_threshold, 256 << 20)
-
-
 def _first_ops():
     """Run the operations a model job runs, once, on small tensors: a process's first call of each pays
     one-off set-up (kernel dispatch, the BLAS library's buffers), which the forked jobs then inherit. On one
@@ -191,7 +177,9 @@ def serve(path: str, idle: float = IDLE_SECONDS):
     from headprune.models.families import families
 
     families()  # every family's adapter and transformers model code: a job's first adapter lookup imports them
-    _keep_freed_memory()
+    from headprune.workflow import keep_freed_memory
+
+    keep_freed_memory()  # the forked jobs inherit it
     _first_ops()
     with contextlib.suppress(Exception):  # an optimization only: transformers builds this table (900 regular
         # expressions, 0.2 s) on a process's first from_pretrained and caches it; build it here, once for all jobs

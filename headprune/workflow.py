@@ -17,9 +17,29 @@ from headprune.data.datasets import read_glue_split, read_lines
 from headprune.experiments.runs import EvalSet
 
 
+def keep_freed_memory():
+    """Let glibc keep the memory of freed tensors for the next ones, up to 1 GB each.
+
+    By default glibc maps an allocation over its threshold (128 kB, rising with freed blocks to at most
+    32 MB) anew and hands it back to the kernel when it is freed, so each batch's activations fault their
+    pages in again: a demo job's first evaluation ran a quarter slower than its second, and a BERT-base
+    job evaluating 144 variants on 2 CPU cores spent 67 s of 163 in the kernel. Kept, it evaluates them
+    24% faster (64 MB: 8%) for 0.8 GB more peak memory (64 MB: 0.5 GB), as freed blocks wait for reuse.
+    Model weights are memory-mapped from safetensors, not allocated. No-op where the C library is not
+    glibc."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL("libc.so.6")
+        m_trim_threshold, m_mmap_threshold = -1, -3  # malloc.h
+        libc.mallopt(m_mmap_threshold, 1 << 30)  # glibc's default rises to at most 32 MB
+        libc.mallopt(m_trim_threshold, 1 << 30)
+
+
 @contextlib.contextmanager
 def logged(snakemake):
     """Send stdout, stderr (tqdm, warnings) and logging of the script to the rule's log file."""
+    keep_freed_memory()  # every job: the rule runs in this process from here on
     # A progress bar redrawn many times a second would fill the log file: redraw rarely.
     os.environ.setdefault("TQDM_MININTERVAL", "10")
     log_path = Path(snakemake.log[0])

@@ -121,6 +121,47 @@ def test_jobs_without_a_model_do_not_import_torch():
     assert result.stdout.strip() == "[]"
 
 
+FAULTS_OF_LATER_BATCHES = """
+import resource, sys, types
+import torch
+from headprune.workflow import logged
+
+def batches():
+    faults = []
+    for i in range(12):  # a batch's activations: 256 MB and 48-64 MB, written, then freed
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        hidden = torch.empty(64 << 20).fill_(1.0)
+        kept = torch.empty(1000)  # a small tensor allocated between them, as a model's are
+        del hidden
+        torch.empty((12 + i % 5) << 20).fill_(2.0)
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    return sum(faults[6:])  # once the first batches have sized the heap
+
+if sys.argv[1] == "job":
+    with logged(types.SimpleNamespace(log=[sys.argv[2]], rule="job")):
+        faults = batches()
+else:
+    faults = batches()
+print(faults)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator")
+def test_a_job_keeps_the_memory_of_freed_activations(tmp_path):
+    """Every job (headprune.workflow.logged) keeps the memory of freed activations for the next batch: once
+    the heap has grown to a batch's size, later batches fault no pages in, where a plain process faults
+    every page of every batch in again (glibc maps blocks over 32 MB anew each time)."""
+    def faults(*how):
+        result = subprocess.run([sys.executable, "-c", FAULTS_OF_LATER_BATCHES, *how], capture_output=True,
+                                text=True, cwd=ROOT)
+        assert result.returncode == 0, result.stderr
+        return int(result.stdout.split()[-1])
+
+    pages = 6 * ((256 << 20) + (14 << 22)) // 4096  # the six later batches' pages
+    assert faults("plain") > 0.9 * pages
+    assert faults("job", str(tmp_path / "job.log")) < 0.1 * pages
+
+
 def test_learned_gates_and_head_roles_by_config(tmp_path):
     """experiments.concrete: one concrete_gates job per penalty and study, each after the study's importance
     (its I_h order is the comparison); experiments.head_roles: the parser's model fetched once (stanza),

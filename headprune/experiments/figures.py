@@ -30,12 +30,10 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from headprune.experiments.metrics import better_sign
+from headprune.models.attention_types import ATTENTION_TYPES, TYPE_LABELS
 
 log = logging.getLogger(__name__)
 
-# Same names as headprune.models.heads; repeated here so plotting does not import torch.
-ATTENTION_TYPES = ("enc_self", "enc_dec", "dec_self")
-TYPE_LABELS = {"enc_self": "Enc-Enc", "enc_dec": "Enc-Dec", "dec_self": "Dec-Dec"}
 # A decoder-only LM has one attention type, stored as dec_self; "Dec-Dec" would say it has an encoder.
 CAUSAL_LABEL = "Causal self-attention"
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import pandas as pd
 
 from headprune.experiments.metrics import better_sign
+from headprune.models.attention_types import TYPE_LABELS
 
 REPRODUCED, NOT_REPRODUCED, NOT_RUN = "reproduced", "not reproduced", "not run"
 COLUMNS = ("claim", "study", "statement", "evidence", "this_run", "paper", "rule", "verdict")
@@ -37,7 +38,6 @@ DYNAMICS_KEPT = 85.0  # C5: % of the unpruned BLEU the paper's late checkpoints 
 # perplexity (``points_worse``), and every delta is signed by headprune.experiments.metrics.better_sign.
 POINT = {"bleu": 1.0, "accuracy": 0.01, "f1": 0.01, "mcc": 0.01, "perplexity": 1.0}
 UNIT = {"bleu": " BLEU", "accuracy": "% accuracy", "f1": "% F1", "mcc": " MCC x100", "perplexity": " PPL"}
-TYPE_LABELS = {"enc_self": "Enc-Enc", "enc_dec": "Enc-Dec", "dec_self": "Dec-Dec"}
 
 # --- the claims, their rules and the paper's numbers (as the paper reports them) -------------
 

@@ -28,10 +28,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-# The paper's three attention types. BERT has only encoder self-attention.
-ENC_SELF, ENC_DEC, DEC_SELF = "enc_self", "enc_dec", "dec_self"
-ATTENTION_TYPES = (ENC_SELF, ENC_DEC, DEC_SELF)
-TYPE_LABELS = {ENC_SELF: "Enc-Enc", ENC_DEC: "Enc-Dec", DEC_SELF: "Dec-Dec"}
+from headprune.models.attention_types import ATTENTION_TYPES, DEC_SELF, ENC_DEC, ENC_SELF, TYPE_LABELS  # noqa: F401
 
 # How a gate of 0 masks a head: "zero" multiplies its output by the gate (the paper's xi_h, any real
 # gate); "uniform" gives it uniform attention over its allowed keys (gates 0 or 1 only).
