@@ -52,7 +52,10 @@ PRELOAD = ("numpy", "pandas", "torch", "transformers", "matplotlib.figure", "mat
            "transformers.modeling_layers", "transformers.models.bert.tokenization_bert", "transformers.models.align",
            # what every job's Snakemake preamble imports (0.05-0.15 s), what a figure's PDF and a BLEU
            # significance test import (0.3 s: fontTools; 1.2 s: compare_mt pulls in nltk)
-           "snakemake.script", "matplotlib.backends.backend_pdf", "compare_mt.scorers")
+           "snakemake.script", "matplotlib.backends.backend_pdf", "compare_mt.scorers",
+           # what the package imports only where it is used (a cold job needs none of them to evaluate a
+           # classifier): BLEU, p-values, the fairseq checkpoint reader
+           "sacrebleu", "sacremoses", "scipy.stats", "headprune.models.fairseq")
 
 _in_child = False  # set in a forked child: its start() must let the script run
 CHILD_ENV = "HEADPRUNE_WARM_CHILD"  # and in its environment, for anything it starts

@@ -109,16 +109,49 @@ def test_demo_groups_heads_but_ablates_each_alone(tmp_path):
                       "+iterative", "oracle"}
 
 
+def imported(code: str, modules: tuple) -> list:
+    """Which of ``modules`` a fresh Python has imported after running ``code``."""
+    result = subprocess.run([sys.executable, "-c", f"{code}\nimport sys; print(sorted(m for m in {modules!r} "
+                             "if m in sys.modules))"], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    return eval(result.stdout.strip().splitlines()[-1])
+
+
 def test_jobs_without_a_model_do_not_import_torch():
     """Plot, fetch, significance and table jobs start in about a second, not four: the package
-    modules their scripts use import torch and transformers only inside the functions that run a model."""
+    modules their scripts use import torch and transformers only inside the functions that run a model,
+    scipy.stats (0.8 s) only for a test's p-value and sacremoses (0.8 s) only for BLEU."""
     modules = ["workflow", "experiments.runs", "experiments.stats", "experiments.figures", "experiments.metrics",
                "experiments.scorecard", "data.datasets", "data.download", "data.parsing", "scoring.criteria"]
-    code = (f"import sys; import {', '.join('headprune.' + m for m in modules)}; "
-            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
+    code = f"import {', '.join('headprune.' + m for m in modules)}"
+    assert imported(code, ("torch", "transformers", "scipy.stats", "sacremoses", "sacrebleu")) == []
+
+
+def test_a_classifier_job_imports_no_translation_or_statistics_code(tmp_path):
+    """A cold job (a cluster job: no warm server) evaluating a BERT head imports what it runs: not the
+    fairseq reader and FSMT's model code (0.3-0.5 s), scipy.stats or sacremoses; a BLEU score imports
+    sacremoses where it is needed."""
+    from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+
+    (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"]) + "\n")
+    BertForSequenceClassification(BertConfig(vocab_size=7, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                                             intermediate_size=32, num_labels=3)).save_pretrained(tmp_path / "model")
+    BertTokenizerFast(str(tmp_path / "vocab.txt")).save_pretrained(tmp_path / "model")
+    job = f"""
+from headprune.experiments.runs import EvalSet, EvalSettings, gates_without, parse_head_name, run_variants, score
+from headprune.models.loading import load_classifier
+from headprune.workflow import load_evalset, load_study_model, logged, write_json
+model, tokenizer = load_classifier({str(tmp_path / "model")!r})
+evalset = EvalSet("classification", [0, 1], [("a b", "b"), ("b", "a a")], "accuracy")
+outputs = run_variants(model, tokenizer, evalset, [gates_without(model, [parse_head_name("enc_self-1-0")])],
+                       EvalSettings(batch_size=2, variant_batch_size=4))
+assert 0 <= score(evalset, outputs[0], "detokenized") <= 1
+"""
+    heavy = ("scipy.stats", "sacremoses", "sacrebleu", "headprune.models.fairseq",
+             "transformers.models.fsmt.modeling_fsmt")
+    assert imported(job, heavy) == []
+    bleu = "from headprune.experiments.metrics import bleu_tokenized; bleu_tokenized(['a b .'], ['a b .'], 'en')"
+    assert imported(bleu, ("sacremoses", "sacrebleu")) == ["sacrebleu", "sacremoses"]
 
 
 FAULTS_OF_LATER_BATCHES = """

@@ -1,10 +1,11 @@
-"""Task metrics: GLUE classification scores and the two BLEU variants the paper reports; which way is better."""
+"""Task metrics: GLUE classification scores and the two BLEU variants the paper reports; which way is better.
+
+sacrebleu and sacremoses are imported where BLEU is computed (sacremoses takes most of a second): every
+job that scores or plots imports this module, most never compute BLEU."""
 
 from functools import lru_cache
 
 import numpy as np
-import sacrebleu
-from sacremoses import MosesTokenizer
 
 CLASSIFICATION_METRICS = ("accuracy", "mcc", "f1")
 LOWER_IS_BETTER = frozenset({"perplexity"})
@@ -58,7 +59,9 @@ def classification_score(metric: str, predictions, labels) -> float:
 
 
 @lru_cache(maxsize=None)
-def _moses(lang: str) -> MosesTokenizer:
+def _moses(lang: str):
+    from sacremoses import MosesTokenizer
+
     return MosesTokenizer(lang=lang)
 
 
@@ -75,12 +78,16 @@ def _check_parallel(hypotheses, references):
 
 def bleu_detokenized(hypotheses: list[str], references: list[str]) -> float:
     """sacrebleu corpus BLEU (13a tokenization, default exp smoothing) on detokenized text."""
+    import sacrebleu
+
     _check_parallel(hypotheses, references)
     return float(sacrebleu.corpus_bleu(list(hypotheses), [list(references)], tokenize="13a").score)
 
 
 def bleu_tokenized(hypotheses: list[str], references: list[str], lang: str) -> float:
     """"Tokenized BLEU" of fairseq's pruning script: Moses-tokenize both sides, BLEU on the tokens."""
+    import sacrebleu
+
     _check_parallel(hypotheses, references)
     hyps = moses_tokenize(hypotheses, lang)
     refs = moses_tokenize(references, lang)

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import torch
 
-from headprune.models.fairseq import is_pre_norm, load_fairseq_translation_model, model_class_for, safe_extract
 from headprune.models.prune import load_pruned_weights
 
 # What a model download needs: its config, safetensors weights (sharded ones with their index) and the
@@ -46,6 +45,8 @@ def load_translation(path, src_lang: str = "en", tgt_lang: str = "fr", device="c
     (FSMT for fairseq's post-norm transformer, headprune.models.prenorm's M2M100 for the pre-norm one)."""
     from transformers import AutoConfig, FSMTTokenizer
 
+    from headprune.models.fairseq import is_pre_norm, load_fairseq_translation_model, model_class_for
+
     path = Path(path)
     if path.is_dir() and (path / "config.json").exists():
         model = load_pruned_weights(model_class_for(AutoConfig.from_pretrained(path)), path)
@@ -62,6 +63,8 @@ def convert_translation_checkpoint(source, dest, src_lang: str = "en", tgt_lang:
     model.safetensors, the tokenizer's files) that every later job loads in a fraction of a second:
     no unpickling, checking or converting per job, and no random initialization (load_translation).
     Written to a temporary sibling and renamed, so a half-written folder is never seen."""
+    from headprune.models.fairseq import load_fairseq_translation_model
+
     dest = Path(dest)
     model, tokenizer = load_fairseq_translation_model(source, src_lang=src_lang, tgt_lang=tgt_lang)
     staging = dest.with_name(f".{dest.name}.partial")
@@ -161,6 +164,7 @@ def fetch_pretrained(source: dict, dest) -> Path:
     fetches a .tar.gz of a model folder (the demo's tiny BERT) and extracts it safely.
     """
     from headprune.data.download import fetch
+    from headprune.models.fairseq import safe_extract
 
     dest = Path(dest)
     if "hub" in source:
