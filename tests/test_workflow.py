@@ -129,7 +129,7 @@ def test_jobs_without_a_model_do_not_import_torch():
 
 def test_a_classifier_job_imports_no_translation_or_statistics_code(tmp_path):
     """A cold job (a cluster job: no warm server) evaluating a BERT head imports what it runs: not the
-    fairseq reader and FSMT's model code (0.3-0.5 s), scipy.stats or sacremoses; a BLEU score imports
+    fairseq reader and FSMT's model code (0.3-0.5 s), scipy.stats, sacremoses or pandas; a BLEU score imports
     sacremoses where it is needed."""
     from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
 
@@ -147,7 +147,7 @@ outputs = run_variants(model, tokenizer, evalset, [gates_without(model, [parse_h
                        EvalSettings(batch_size=2, variant_batch_size=4))
 assert 0 <= score(evalset, outputs[0], "detokenized") <= 1
 """
-    heavy = ("scipy.stats", "sacremoses", "sacrebleu", "headprune.models.fairseq",
+    heavy = ("scipy.stats", "sacremoses", "sacrebleu", "pandas", "headprune.models.fairseq",
              "transformers.models.fsmt.modeling_fsmt")
     assert imported(job, heavy) == []
     bleu = "from headprune.experiments.metrics import bleu_tokenized; bleu_tokenized(['a b .'], ['a b .'], 'en')"

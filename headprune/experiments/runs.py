@@ -12,11 +12,14 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from headprune.experiments import metrics, stats
+
+if TYPE_CHECKING:  # tables are read by the scripts; an evaluation job need not import pandas (0.4 s)
+    import pandas as pd
 
 # The model-side modules (torch, transformers: seconds to import) are imported inside the
 # functions that run a model, so that significance and plotting jobs start fast.
