@@ -180,9 +180,6 @@ def serve(path: str, idle: float = IDLE_SECONDS):
     from headprune.models.families import families
 
     families()  # every family's adapter and transformers model code: a job's first adapter lookup imports them
-    from headprune.workflow import keep_freed_memory
-
-    keep_freed_memory()  # the forked jobs inherit it
     _first_ops()
     with contextlib.suppress(Exception):  # an optimization only: transformers builds this table (900 regular
         # expressions, 0.2 s) on a process's first from_pretrained and caches it; build it here, once for all jobs
