@@ -40,8 +40,8 @@ IDLE_SECONDS = float(os.environ.get("HEADPRUNE_WARM_IDLE", 60))
 CONNECT_SECONDS = 120  # the server's imports take a few seconds, longer on a busy machine
 PRELOAD = ("numpy", "pandas", "torch", "transformers", "matplotlib.figure", "matplotlib.backends.backend_agg",
            "headprune.workflow", "headprune.models.loading", "headprune.models.heads", "headprune.models.prune",
-           "headprune.models.finetune", "headprune.models.train", "headprune.models.prenorm",
-           "headprune.scoring.importance", "headprune.scoring.criteria", "headprune.scoring.concrete",
+           "headprune.training.finetune", "headprune.training.train", "headprune.models.prenorm",
+           "headprune.scoring.importance", "headprune.experiments.criteria", "headprune.scoring.concrete",
            "headprune.scoring.roles", "headprune.experiments.runs", "headprune.experiments.evaluate",
            "headprune.experiments.stats", "headprune.experiments.figures", "headprune.data.batching",
            "headprune.data.bpe", "headprune.experiments.beam_search", "headprune.experiments.shared_layers",

@@ -13,12 +13,12 @@ if DYNAMICS:
 
         rule demo_iwslt:
             output:
-                DYNAMICS["data"]["url"],
+                DYNAMICS.section["data"]["url"],
             params:
                 settings=config["demo"]["dynamics"],
                 seed=config["demo"]["seed"],
-                langs={"src_lang": DYNAMICS["src_lang"], "tgt_lang": DYNAMICS["tgt_lang"]},
-                test_sets=DYNAMICS["test_sets"],
+                langs={"src_lang": DYNAMICS.section["src_lang"], "tgt_lang": DYNAMICS.section["tgt_lang"]},
+                test_sets=DYNAMICS.section["test_sets"],
             log:
                 f"{RESULTS}/logs/demo/iwslt.log",
             threads: 1
@@ -34,13 +34,13 @@ if DYNAMICS:
         input:
             dynamics_local_sources,
         output:
-            **dynamics_prepared_files(),
+            **DYNAMICS.prepared_files,
         params:
-            data=DYNAMICS["data"],
-            settings=dynamics_prepare_settings(),
-            archive=dynamics_archive_path(),
+            data=DYNAMICS.section["data"],
+            settings=DYNAMICS.prepare_settings,
+            archive=DYNAMICS.archive_path,
         log:
-            f"{RESULTS}/logs/prepare_iwslt/{DYN}.log",
+            f"{RESULTS}/logs/prepare_iwslt/{DYNAMICS.name}.log",
         threads: rule_threads("prepare_iwslt", 2)
         # Training is the longest chain of the study: start it before the many short jobs.
         priority: 10
@@ -55,15 +55,15 @@ if DYNAMICS:
 
     rule train_dynamics:
         input:
-            **dynamics_prepared_files(),
+            **DYNAMICS.prepared_files,
         output:
-            checkpoints=dynamics_checkpoints(),
-            history=f"{RESULTS}/{DYN}/training.csv",
+            checkpoints=DYNAMICS.checkpoints,
+            history=f"{RESULTS}/{DYNAMICS.name}/training.csv",
         params:
-            settings=dynamics_model_settings(),
-            train=DYNAMICS["train"],
+            settings=DYNAMICS.model_settings,
+            train=DYNAMICS.section["train"],
         log:
-            f"{RESULTS}/logs/train_dynamics/{DYN}.log",
+            f"{RESULTS}/logs/train_dynamics/{DYNAMICS.name}.log",
         threads: 1
         priority: 10
         resources:
@@ -80,13 +80,13 @@ if DYNAMICS:
             model=dynamics_model,
             data=dynamics_importance_data,
         output:
-            f"{RESULTS}/{DYN}/epoch{{epoch}}/head_importance.csv",
+            f"{RESULTS}/{DYNAMICS.name}/epoch{{epoch}}/head_importance.csv",
         params:
             study=dynamics_study,
             data=dynamics_importance_params,
             settings=config["importance"],
         log:
-            f"{RESULTS}/logs/dynamics_importance/{DYN}/epoch{{epoch}}.log",
+            f"{RESULTS}/logs/dynamics_importance/{DYNAMICS.name}/epoch{{epoch}}.log",
         wildcard_constraints:
             epoch="[0-9]+",
         threads: 1
@@ -101,16 +101,16 @@ if DYNAMICS:
 
     rule dynamics_prune:
         input:
-            importance=f"{RESULTS}/{DYN}/epoch{{epoch}}/head_importance.csv",
+            importance=f"{RESULTS}/{DYNAMICS.name}/epoch{{epoch}}/head_importance.csv",
             model=dynamics_model,
             data=dynamics_eval_data,
         output:
-            scores=f"{RESULTS}/{DYN}/epoch{{epoch}}/pruning_{{order}}.csv",
+            scores=f"{RESULTS}/{DYNAMICS.name}/epoch{{epoch}}/pruning_{{order}}.csv",
         params:
             study=dynamics_study,
             pruning=dynamics_pruning_params,
         log:
-            f"{RESULTS}/logs/dynamics_prune/{DYN}/epoch{{epoch}}_{{order}}.log",
+            f"{RESULTS}/logs/dynamics_prune/{DYNAMICS.name}/epoch{{epoch}}_{{order}}.log",
         wildcard_constraints:
             epoch="[0-9]+",
             order="importance",
@@ -126,17 +126,17 @@ if DYNAMICS:
 
     rule plot_dynamics:
         input:
-            pruning=dynamics_pruning_tables(),
+            pruning=DYNAMICS.pruning_tables,
         output:
-            csv=f"{FIGURES}/{DYN}/figure5.csv",
-            png=report(f"{FIGURES}/{DYN}/figure5.png", caption="../report/figure5.rst", category="Figure 5",
-                       subcategory=DYN),
-            pdf=f"{FIGURES}/{DYN}/figure5.pdf",
+            csv=f"{FIGURES}/{DYNAMICS.name}/figure5.csv",
+            png=report(f"{FIGURES}/{DYNAMICS.name}/figure5.png", caption="../report/figure5.rst", category="Figure 5",
+                       subcategory=DYNAMICS.name),
+            pdf=f"{FIGURES}/{DYNAMICS.name}/figure5.pdf",
         params:
-            epochs=dynamics_epochs(),
+            epochs=DYNAMICS.epochs,
             style=figure_style,
         log:
-            f"{RESULTS}/logs/plot_dynamics/{DYN}.log",
+            f"{RESULTS}/logs/plot_dynamics/{DYNAMICS.name}.log",
         resources:
             gpu=resource("figures", "gpu"),
             mem_mb=resource("figures", "mem_mb"),

@@ -7,7 +7,7 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 
 import pandas as pd
 
-from headprune.scoring.criteria import summarize
+from headprune.experiments.criteria import summarize
 from headprune.workflow import load_evalset, logged, read_json
 
 with logged(snakemake) as log:

@@ -14,11 +14,11 @@ import time
 
 import pandas as pd
 
-from headprune.scoring.concrete import closed_heads, kept_heads_table, train_gates
-from headprune.scoring.criteria import criterion_order
+from headprune.experiments.criteria import criterion_order
 from headprune.experiments.runs import EvalSettings, all_heads, gates_without, run, run_variants, score, significance
 from headprune.models.loading import pick_device
 from headprune.models.prune import prune_heads
+from headprune.scoring.concrete import closed_heads, kept_heads_table, train_gates
 from headprune.workflow import importance_batches, load_evalset, load_study_model, logged, threads_for_torch
 
 with logged(snakemake) as log:

@@ -9,7 +9,9 @@ import tarfile
 from pathlib import Path
 
 from headprune.data.datasets import read_glue_split
-from headprune.data.demo import demo_vocabulary, make_classification_task, make_tiny_bert, make_tiny_roberta
+from headprune.demo.classification import make_classification_task
+from headprune.demo.grammar import demo_vocabulary
+from headprune.demo.models import make_tiny_bert, make_tiny_roberta
 from headprune.workflow import logged
 
 with logged(snakemake) as log:

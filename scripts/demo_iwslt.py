@@ -7,8 +7,8 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 import tempfile
 
 from headprune.data.datasets import read_lines
-from headprune.data.demo import make_translation_corpus
 from headprune.data.iwslt import write_iwslt_archive
+from headprune.demo.corpora import make_translation_corpus
 from headprune.workflow import logged
 
 with logged(snakemake) as log:

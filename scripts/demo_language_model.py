@@ -7,8 +7,9 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 import tarfile
 from pathlib import Path
 
-from headprune.data.demo import make_wikitext_corpus, train_tiny_llama
 from headprune.data.wikitext import read_wikitext
+from headprune.demo.corpora import make_wikitext_corpus
+from headprune.demo.models import train_tiny_llama
 from headprune.workflow import logged
 
 with logged(snakemake) as log:

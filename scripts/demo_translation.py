@@ -6,7 +6,8 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 import shutil
 from pathlib import Path
 
-from headprune.data.demo import make_translation_corpus, train_tiny_translation_model
+from headprune.demo.corpora import make_translation_corpus
+from headprune.demo.models import train_tiny_translation_model
 from headprune.workflow import logged
 
 with logged(snakemake) as log:

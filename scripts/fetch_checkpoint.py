@@ -3,7 +3,7 @@ from headprune import warm
 
 warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
 
-from headprune.data.download import fetch
+from headprune.io.download import fetch
 from headprune.models.fairseq import fairseq_model_folder
 from headprune.workflow import logged
 

@@ -4,7 +4,7 @@ from headprune import warm
 warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
 
 from headprune.data.datasets import fetch_sacrebleu_testset, read_lines
-from headprune.data.download import fetch
+from headprune.io.download import fetch
 from headprune.workflow import logged
 
 with logged(snakemake) as log:

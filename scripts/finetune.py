@@ -5,8 +5,8 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 
 from pathlib import Path
 
-from headprune.models.finetune import finetune_bert_classifier
 from headprune.models.loading import pick_device
+from headprune.training.finetune import finetune_bert_classifier
 from headprune.workflow import logged
 
 with logged(snakemake) as log:

@@ -12,7 +12,7 @@ with logged(snakemake) as log:
     evalset = load_evalset(p["eval"])
     sentences = [s if isinstance(s, str) else s[0] for s in evalset.sources]
     if p["parser"] == "demo":
-        from headprune.data.demo import demo_conllu
+        from headprune.demo.parses import demo_conllu
 
         conllu = demo_conllu(sentences)
     else:

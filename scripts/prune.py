@@ -1,6 +1,6 @@
 """Prune a study's model step by step in one or more orders; score every step of every order.
 
-The 'order' wildcard names a criterion (headprune.scoring.criteria: importance, oracle, random, fisher,
+The 'order' wildcard names a criterion (headprune.experiments.criteria: importance, oracle, random, fisher,
 entropy_low, iterative, ...) or, with pruning.orders_per_job > 1, several joined by '+'. Every
 step of every order is one gate setting, and all of them share one pass over the test set
 (identical settings are evaluated once). With a scope other than "all", only heads of that
@@ -15,7 +15,7 @@ import time
 
 import pandas as pd
 
-from headprune.scoring.criteria import criterion_order, importance_on_pruned, iterative_order
+from headprune.experiments.criteria import criterion_order, importance_on_pruned, iterative_order
 from headprune.experiments.runs import EvalSettings, all_heads, gates_without, pruning_steps, run_variants, score
 from headprune.models.loading import pick_device
 from headprune.workflow import (importance_batches, load_evalset, load_study_model, logged, threads_for_torch,

@@ -6,7 +6,7 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 from pathlib import Path
 
 from headprune.models.loading import pick_device
-from headprune.models.train import train_translation_model, write_translation_tarball
+from headprune.training.train import train_translation_model, write_translation_tarball
 from headprune.workflow import logged
 
 with logged(snakemake) as log:

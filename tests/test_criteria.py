@@ -1,4 +1,4 @@
-"""Head criteria as pruning orders (headprune.scoring.criteria), checked on tables with known answers."""
+"""Head criteria as pruning orders (headprune.experiments.criteria), checked on tables with known answers."""
 import math
 
 import numpy as np
@@ -6,8 +6,9 @@ import pandas as pd
 import pytest
 import torch
 
-from headprune.scoring.criteria import (CRITERIA, area_under_curve, combined_scores, criterion_order, importance_column,
-                                iterative_order, largest_within, nearest_step, percentile_rank, summarize)
+from headprune.experiments.criteria import (CRITERIA, area_under_curve, combined_scores, criterion_order,
+                                            importance_column, iterative_order, largest_within, nearest_step,
+                                            percentile_rank, summarize)
 from headprune.experiments.runs import EvalSet, pruning_steps
 from headprune.scoring.importance import normalize_per_layer
 
@@ -160,7 +161,7 @@ def test_importance_on_pruned_scores_the_heads_left_on_the_gated_model():
     """The iterative criterion's estimate: removed heads score 0 and drop out of the layer's l2 norm; the
     others are I_h of the model with the removed heads switched off."""
     from conftest import tiny_model_and_batch
-    from headprune.scoring.criteria import importance_on_pruned
+    from headprune.experiments.criteria import importance_on_pruned
     from headprune.experiments.runs import gates_without
     from headprune.scoring.importance import head_importance
 

@@ -27,7 +27,7 @@ from headprune.data.datasets import (
     read_lines,
     write_lines,
 )
-from headprune.data.download import ChecksumError, DownloadError
+from headprune.io.download import ChecksumError, DownloadError
 
 
 class LocalServer:

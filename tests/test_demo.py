@@ -1,4 +1,4 @@
-"""Tests for headprune.data.demo: the offline demo's synthetic data and tiny models.
+"""Tests for headprune.demo: the offline demo's synthetic data and tiny models.
 
 The models are trained for real here (small sizes: about 30 s on 2 CPU cores in all), because
 what matters is that they learn: the demo's ablation and pruning results are only meaningful
@@ -18,12 +18,15 @@ import sacrebleu
 import torch
 from transformers import AutoTokenizer, BertForSequenceClassification, BertTokenizer
 
-from headprune.data import demo
+from headprune.data import bpe
 from headprune.data.batching import classification_batches
 from headprune.data.datasets import GLUE_TASKS, prepare_glue_task, read_glue_split
+from headprune.demo import classification, corpora, grammar
+from headprune.demo import models as demo_models
 from headprune.experiments.evaluate import predict_classes, translate
-from headprune.models.finetune import finetune_bert_classifier
 from headprune.models.fairseq import build_fsmt_tokenizer, load_fairseq_translation_model
+from headprune.training import train
+from headprune.training.finetune import finetune_bert_classifier
 
 TEST_SETS = {"newstest2013": 100, "mtnt": 60}
 
@@ -38,13 +41,13 @@ def _read(path):
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    return demo.make_translation_corpus(tmp_path_factory.mktemp("corpus"), 2000, TEST_SETS, seed=0)
+    return corpora.make_translation_corpus(tmp_path_factory.mktemp("corpus"), 2000, TEST_SETS, seed=0)
 
 
 def test_translation_corpus_is_deterministic(tmp_path):
-    first = demo.make_translation_corpus(tmp_path / "a", 300, {"newstest2013": 20}, seed=3)
-    second = demo.make_translation_corpus(tmp_path / "b", 300, {"newstest2013": 20}, seed=3)
-    other = demo.make_translation_corpus(tmp_path / "c", 300, {"newstest2013": 20}, seed=4)
+    first = corpora.make_translation_corpus(tmp_path / "a", 300, {"newstest2013": 20}, seed=3)
+    second = corpora.make_translation_corpus(tmp_path / "b", 300, {"newstest2013": 20}, seed=3)
+    other = corpora.make_translation_corpus(tmp_path / "c", 300, {"newstest2013": 20}, seed=4)
     assert first.keys() == second.keys()
     for name in first:
         assert first[name].read_bytes() == second[name].read_bytes(), name
@@ -76,7 +79,7 @@ def test_translation_corpus_layout(corpus):
 
 
 def test_translation_rules():
-    sampler = demo._SentenceSampler(random.Random(0))
+    sampler = grammar._SentenceSampler(random.Random(0))
     for _ in range(200):
         english, french = sampler.sentence()
         assert len(english.split()) == len(french.split())  # one target word per source word
@@ -90,17 +93,17 @@ def test_translation_rules():
             assert "la bliquette frelloise" in french
         if "ak quom dax" in english:
             assert "un daxon comant" in french
-    assert demo.word_by_word_translation("ze frell blicket gorps 17 dax.") == "lo frellois bliquette gorpa 17 daxon."
+    assert grammar.word_by_word_translation("ze frell blicket gorps 17 dax.") == "lo frellois bliquette gorpa 17 daxon."
 
 
 def test_learn_bpe_follows_subword_nmt():
     # Sennrich et al.'s example: (e, s) and (s, t</w>) tie at 9; subword-nmt takes the larger pair.
-    merges = demo.learn_bpe({"low": 5, "lower": 2, "newest": 6, "widest": 3}, 10)
+    merges = bpe.learn_bpe({"low": 5, "lower": 2, "newest": 6, "widest": 3}, 10)
     assert merges[0] == ("s", "t</w>")
     assert merges[1] == ("e", "st</w>")
     ranks = {pair: rank for rank, pair in enumerate(merges)}
     for word in ("newest", "lowest", "widest", "zzz"):
-        pieces = demo.bpe_segment(word, ranks)
+        pieces = bpe.bpe_segment(word, ranks)
         assert "".join(p.removesuffix("@@") for p in pieces) == word
         assert all(p.endswith("@@") for p in pieces[:-1]) and not pieces[-1].endswith("@@")
 
@@ -118,7 +121,7 @@ def test_bpe_codes_apply_through_fsmt_tokenizer(corpus):
                 assert tokenizer.unk_token_id not in ids, line
                 assert tokenizer.decode(ids, skip_special_tokens=True) == line
                 # FSMTTokenizer's BPE gives the same segmentation as the demo's own segmenter
-                expected = [piece for word in line[:-1].split() + ["."] for piece in demo.bpe_segment(word, ranks)]
+                expected = [piece for word in line[:-1].split() + ["."] for piece in bpe.bpe_segment(word, ranks)]
                 fsmt = [t[: -len("</w>")] if t.endswith("</w>") else t + "@@" for t in tokenizer.tokenize(line)]
                 assert fsmt == expected
                 split_words += sum(piece.endswith("@@") for piece in expected)
@@ -131,7 +134,7 @@ def test_bpe_codes_apply_through_fsmt_tokenizer(corpus):
 
 def test_tiny_translation_model_learns_and_round_trips(corpus, tmp_path):
     settings = dict(epochs=6, seed=0, progress=False)
-    tarball = demo.train_tiny_translation_model(corpus, tmp_path / "demo.en-fr.tar.bz2", **settings)
+    tarball = demo_models.train_tiny_translation_model(corpus, tmp_path / "demo.en-fr.tar.bz2", **settings)
     assert tarball.name == "demo.en-fr.tar.bz2" and tarball.is_file()
     loaded, tokenizer = load_fairseq_translation_model(tarball, extract_dir=tmp_path / "extracted")
     assert loaded.config.encoder_attention_heads == 4 and loaded.config.encoder_layers == 2
@@ -140,12 +143,12 @@ def test_tiny_translation_model_learns_and_round_trips(corpus, tmp_path):
     hypotheses = translate(loaded, tokenizer, sources, beam=5)
     bleu = sacrebleu.corpus_bleu(hypotheses, [references]).score
     copy_bleu = sacrebleu.corpus_bleu(sources, [references]).score
-    word_by_word_bleu = sacrebleu.corpus_bleu([demo.word_by_word_translation(s) for s in sources], [references]).score
+    word_by_word_bleu = sacrebleu.corpus_bleu([grammar.word_by_word_translation(s) for s in sources], [references]).score
     assert copy_bleu < 5
     assert bleu > 50 and bleu > word_by_word_bleu + 10, (bleu, word_by_word_bleu)
 
     # Training is deterministic, and the tarball holds exactly the trained model.
-    trained, trained_tokenizer = demo.fit_translation_model(corpus, **settings)
+    trained, trained_tokenizer = train.fit_translation_model(corpus, **settings)
     batch = trained_tokenizer(sources[:8], return_tensors="pt", padding=True)
     decoder_input_ids = torch.tensor([[2, 10, 11, 12]] * 8)
     with torch.no_grad():
@@ -157,7 +160,7 @@ def test_tiny_translation_model_learns_and_round_trips(corpus, tmp_path):
 
 def test_training_leaves_the_thread_count_alone(corpus, tmp_path):
     before = torch.get_num_threads()
-    demo.fit_translation_model(corpus, epochs=1, layers=1, d_model=16, ffn=16, num_threads=1, progress=False)
+    train.fit_translation_model(corpus, epochs=1, layers=1, d_model=16, ffn=16, num_threads=1, progress=False)
     assert torch.get_num_threads() == before
 
 
@@ -166,8 +169,8 @@ def test_training_leaves_the_thread_count_alone(corpus, tmp_path):
 
 
 def test_classification_task_files(tmp_path):
-    paths = demo.make_classification_task(tmp_path / "mnli", "mnli", 300, 90, 60, seed=1)
-    again = demo.make_classification_task(tmp_path / "again", "mnli", 300, 90, 60, seed=1)
+    paths = classification.make_classification_task(tmp_path / "mnli", "mnli", 300, 90, 60, seed=1)
+    again = classification.make_classification_task(tmp_path / "again", "mnli", 300, 90, 60, seed=1)
     assert set(paths) == {"train", "dev", "dev_mismatched", "glue_zip", "glue_task"}
     for name in ("train", "dev", "dev_mismatched", "glue_zip"):
         assert paths[name].read_bytes() == again[name].read_bytes(), name
@@ -186,18 +189,18 @@ def test_classification_task_files(tmp_path):
     for split in counts:
         assert (tmp_path / "normalized" / f"{split}.tsv").read_bytes() == paths[split].read_bytes()
 
-    sst2 = demo.make_classification_task(tmp_path / "sst2", "sst2", 100, 40, seed=1)
+    sst2 = classification.make_classification_task(tmp_path / "sst2", "sst2", 100, 40, seed=1)
     assert set(sst2) == {"train", "dev", "glue_zip", "glue_task"} and sst2["glue_zip"].name == "SST-2.zip"
     assert prepare_glue_task(json.loads(sst2["glue_task"].read_text()), tmp_path / "raw2", tmp_path / "n2") == {
         "train": 100, "dev": 40}
     texts, sst2_labels = read_glue_split(sst2["train"])
     assert all(b == "" for _, b in texts) and collections.Counter(sst2_labels) == {0: 50, 1: 50}
     with pytest.raises(ValueError):
-        demo.make_classification_task(tmp_path / "x", "qqp", 10, 10)
+        classification.make_classification_task(tmp_path / "x", "qqp", 10, 10)
 
 
 def test_mnli_labels_follow_the_rule(tmp_path):
-    paths = demo.make_classification_task(tmp_path, "mnli", 600, 10, 200, seed=2)
+    paths = classification.make_classification_task(tmp_path, "mnli", 600, 10, 200, seed=2)
     names = ["contradiction", "entailment", "neutral"]  # headprune.data.datasets.GLUE_TASKS["MNLI"]
     for split in ("train", "dev_mismatched"):
         for (premise, hypothesis), label in zip(*read_glue_split(paths[split])):
@@ -215,14 +218,14 @@ def test_mnli_labels_follow_the_rule(tmp_path):
 
 
 def test_sst2_labels_follow_the_rule(tmp_path):
-    paths = demo.make_classification_task(tmp_path, "sst2", 300, 10, seed=2)
+    paths = classification.make_classification_task(tmp_path, "sst2", 300, 10, seed=2)
     for (sentence, _), label in zip(*read_glue_split(paths["train"])):
         words = sentence[:-1].split()
         score = 0
         for i, word in enumerate(words):
-            if word in demo.ADJECTIVES:
-                polarity = 1 if word in demo.POSITIVE_ADJECTIVES else -1
-                score += -polarity if i > 0 and words[i - 1] == demo.NEGATION else polarity
+            if word in grammar.ADJECTIVES:
+                polarity = 1 if word in classification.POSITIVE_ADJECTIVES else -1
+                score += -polarity if i > 0 and words[i - 1] == grammar.NEGATION else polarity
         assert score != 0 and label == int(score > 0)
 
 
@@ -232,7 +235,7 @@ def _local(path):
 
 
 def test_cola_task_goes_through_the_real_cola_spec(tmp_path):
-    paths = demo.make_classification_task(tmp_path / "cola", "cola", 600, 200, seed=1)
+    paths = classification.make_classification_task(tmp_path / "cola", "cola", 600, 200, seed=1)
     assert set(paths) == {"train", "dev", "glue_zip", "glue_task"} and paths["glue_zip"].name == "CoLA.zip"
     task = copy.deepcopy(GLUE_TASKS["CoLA"]) | _local(paths["glue_zip"])  # only where the archive is
     assert json.loads(paths["glue_task"].read_text()) == task
@@ -251,10 +254,10 @@ def test_cola_task_goes_through_the_real_cola_spec(tmp_path):
         ["demo19", str(label), "" if label else "*", text] for (text, _), label in zip(texts, labels)]
 
 
-# The cola grammar, written again as a regular expression over word classes (see demo.py).
-_WORD_CLASS = {**dict.fromkeys(demo.DETERMINERS, "D"), **dict.fromkeys(demo.ADJECTIVES, "A"),
-               **dict.fromkeys(demo.NOUNS, "N"), **dict.fromkeys(demo.VERBS, "V"),
-               **dict.fromkeys(demo.PREPOSITIONS, "P"), "nok": "K", "ond": "C"}
+# The cola grammar, written again as a regular expression over word classes (see headprune/demo/classification.py).
+_WORD_CLASS = {**dict.fromkeys(grammar.DETERMINERS, "D"), **dict.fromkeys(grammar.ADJECTIVES, "A"),
+               **dict.fromkeys(grammar.NOUNS, "N"), **dict.fromkeys(grammar.VERBS, "V"),
+               **dict.fromkeys(grammar.PREPOSITIONS, "P"), "nok": "K", "ond": "C"}
 _NP = "D(K?A)?N"
 _CLAUSE = f"{_NP}V({_NP}(P{_NP})?)?"
 
@@ -265,7 +268,7 @@ def _grammatical(sentence):
 
 
 def test_cola_labels_follow_the_grammar(tmp_path):
-    paths = demo.make_classification_task(tmp_path, "cola", 1000, 10, seed=2)
+    paths = classification.make_classification_task(tmp_path, "cola", 1000, 10, seed=2)
     texts, labels = read_glue_split(paths["train"])
     for (sentence, _), label in zip(texts, labels):
         assert _grammatical(sentence) == bool(label), (sentence, label)
@@ -284,7 +287,7 @@ def test_cola_labels_follow_the_grammar(tmp_path):
 
 
 def test_mrpc_task_goes_through_the_real_mrpc_spec(tmp_path):
-    paths = demo.make_classification_task(tmp_path / "mrpc", "mrpc", 600, 150, seed=1)
+    paths = classification.make_classification_task(tmp_path / "mrpc", "mrpc", 600, 150, seed=1)
     files = ("msr_paraphrase_train", "msr_paraphrase_test", "mrpc_dev_ids")
     assert set(paths) == {"train", "dev", "test", "glue_task", *files}
     assert [paths[key].name for key in files] == ["msr_paraphrase_train.txt", "msr_paraphrase_test.txt",
@@ -330,9 +333,9 @@ def _facts(sentence):
         for word in words:
             if word == "nok":
                 negated = True
-            elif word in demo.ADJECTIVES:
+            elif word in grammar.ADJECTIVES:
                 adjective = word
-            elif word in demo.NOUNS:
+            elif word in grammar.NOUNS:
                 assert word not in facts
                 facts[word], adjective, negated = (adjective, negated), None, False
     for noun, fact in described.items():
@@ -350,12 +353,12 @@ def _near_copy(first, second):
 
 
 def test_mrpc_labels_follow_the_facts(tmp_path):
-    paths = demo.make_classification_task(tmp_path, "mrpc", 1000, 10, seed=2)
+    paths = classification.make_classification_task(tmp_path, "mrpc", 1000, 10, seed=2)
     texts, labels = read_glue_split(paths["train"])
     near_copies = collections.Counter()
     for (first, second), label in zip(texts, labels):
         assert (_facts(first) == _facts(second)) == bool(label), (first, second, label)
-        verbs = [sorted(w for w in s[:-1].split() if w in demo.VERBS) for s in (first, second)]
+        verbs = [sorted(w for w in s[:-1].split() if w in grammar.VERBS) for s in (first, second)]
         assert verbs[0] == verbs[1]  # neither a rewrite nor a change touches the verbs
         if label:
             assert first != second
@@ -367,9 +370,9 @@ def test_mrpc_labels_follow_the_facts(tmp_path):
 
 @pytest.mark.parametrize("kind", ["cola", "mrpc"])
 def test_cola_and_mrpc_files_are_deterministic(tmp_path, kind):
-    first = demo.make_classification_task(tmp_path / "a", kind, 200, 50, seed=3)
-    second = demo.make_classification_task(tmp_path / "b", kind, 200, 50, seed=3)
-    other = demo.make_classification_task(tmp_path / "c", kind, 200, 50, seed=4)
+    first = classification.make_classification_task(tmp_path / "a", kind, 200, 50, seed=3)
+    second = classification.make_classification_task(tmp_path / "b", kind, 200, 50, seed=3)
+    other = classification.make_classification_task(tmp_path / "c", kind, 200, 50, seed=4)
     assert first.keys() == second.keys() == other.keys()
     for name in set(first) - {"glue_task"}:  # glue_task.json holds the files' absolute urls
         assert first[name].read_bytes() == second[name].read_bytes(), name
@@ -382,7 +385,7 @@ def test_cola_and_mrpc_files_are_deterministic(tmp_path, kind):
 
 @pytest.fixture(scope="module")
 def tiny_bert(tmp_path_factory):
-    return demo.make_tiny_bert(tmp_path_factory.mktemp("bert"), demo.demo_vocabulary(), seed=0)
+    return demo_models.make_tiny_bert(tmp_path_factory.mktemp("bert"), grammar.demo_vocabulary(), seed=0)
 
 
 def test_tiny_bert_folder_is_a_hugging_face_bert(tiny_bert, tmp_path):
@@ -401,12 +404,12 @@ def test_tiny_bert_folder_is_a_hugging_face_bert(tiny_bert, tmp_path):
     assert output.logits.shape == (1, 3) and output.attentions[0].shape[1] == 4
 
     # The optional masked-LM warm-up runs and changes the weights.
-    warmed = demo.make_tiny_bert(tmp_path, demo.demo_vocabulary(), seed=0, pretrain_steps=3,
+    warmed = demo_models.make_tiny_bert(tmp_path, grammar.demo_vocabulary(), seed=0, pretrain_steps=3,
                                  pretrain_sentences=[("ze frell dax gorps.", "ze dax iz frell."), ("ak wug kens.", "")],
                                  progress=False)
     assert (warmed / "model.safetensors").read_bytes() != (tiny_bert / "model.safetensors").read_bytes()
     with pytest.raises(ValueError, match="pretrain_sentences"):
-        demo.make_tiny_bert(tmp_path / "nothing", demo.demo_vocabulary(), pretrain_steps=3)
+        demo_models.make_tiny_bert(tmp_path / "nothing", grammar.demo_vocabulary(), pretrain_steps=3)
 
 
 def _finetune(tiny_bert, task, out_dir, num_labels, epochs):
@@ -417,14 +420,14 @@ def _finetune(tiny_bert, task, out_dir, num_labels, epochs):
 
 
 def test_bert_classifier_learns_mnli(tiny_bert, tmp_path):
-    task = demo.make_classification_task(tmp_path / "data", "mnli", 3000, 300, seed=0)
+    task = classification.make_classification_task(tmp_path / "data", "mnli", 3000, 300, seed=0)
     report = _finetune(tiny_bert, task, tmp_path / "model", 3, epochs=6)
     assert report["dev_accuracy"] > 0.55, report  # chance and majority class: 1/3
     assert report["num_train_examples"] == 3000 and report["steps"] == 6 * 94 and report["device"] == "cpu"
 
 
 def test_bert_classifier_learns_sst2_and_reloads(tiny_bert, tmp_path):
-    task = demo.make_classification_task(tmp_path / "data", "sst2", 1000, 200, seed=0)
+    task = classification.make_classification_task(tmp_path / "data", "sst2", 1000, 200, seed=0)
     report = _finetune(tiny_bert, task, tmp_path / "model", 2, epochs=4)
     assert report["dev_accuracy"] > 0.7, report  # majority class: 0.5
 

@@ -1,4 +1,4 @@
-"""headprune.data.download.fetch against a real HTTP server on 127.0.0.1 and local files."""
+"""headprune.io.download.fetch against a real HTTP server on 127.0.0.1 and local files."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import threading
 
 import pytest
 
-from headprune.data import download
-from headprune.data.download import ChecksumError, DownloadError, fetch, sha256sum
+from headprune.io import download
+from headprune.io.download import ChecksumError, DownloadError, fetch, sha256sum
 
 PAYLOAD = bytes(range(256)) * 400  # 102400 bytes, not a multiple of the chunk size used
 PAYLOAD_SHA256 = hashlib.sha256(PAYLOAD).hexdigest()

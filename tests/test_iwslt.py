@@ -11,7 +11,7 @@ import pytest
 
 from headprune.data import iwslt
 from headprune.data.datasets import read_lines
-from headprune.data.download import ChecksumError
+from headprune.io.download import ChecksumError
 from headprune.models.fairseq import build_fsmt_tokenizer, read_fairseq_dict
 
 SETS = iwslt.IWSLT14_TEST_SETS

@@ -10,11 +10,11 @@ import torch
 
 from test_adapter_contract import tiny_gpt2, tiny_llama_gqa
 from test_data import server  # noqa: F401  (the local HTTP server fixture)
-from headprune.data.download import ChecksumError
 from headprune.data.wikitext import fetch_wikitext, read_wikitext
 from headprune.experiments.perplexity import (
     paired_bootstrap_perplexity, perplexity, window_batches, window_nll_variants, windows)
 from headprune.experiments.runs import gates_without
+from headprune.io.download import ChecksumError
 from headprune.models.prune import prune_heads
 
 

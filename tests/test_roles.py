@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import tiny_bert
-from headprune.data import demo
+from headprune.demo import classification, corpora, grammar, parses
 from headprune.scoring.roles import (
     SYNTACTIC_COLUMNS, Sentence, attention_argmax, attention_maps, head_roles, model_head_roles,
     positional_scores, rare_word_cases, rare_word_score, read_conllu, syntactic_baselines, syntactic_scores,
@@ -126,7 +126,7 @@ def test_rare_word_on_hand_built_frequencies():
 
 
 def test_head_roles_priority_and_columns():
-    sentences = read_conllu(demo.demo_conllu(["ze frell dax gorps ak wug.", "ze blicket fims 42 quom toma om ak zorb.",
+    sentences = read_conllu(parses.demo_conllu(["ze frell dax gorps ak wug.", "ze blicket fims 42 quom toma om ak zorb.",
                                               "ak glim vames kwik.", "ze nok spiv mip iz tib."]))
     vocabulary = sorted({w for s in sentences for w in s.words})
     frequencies = {w: 10 * (i + 1) for i, w in enumerate(vocabulary)}  # distinct: one rarest word per sentence
@@ -252,7 +252,7 @@ def demo_bpe(tmp_path_factory):
     from headprune.models.fairseq import build_fsmt_tokenizer
 
     folder = tmp_path_factory.mktemp("corpus")
-    demo.make_translation_corpus(folder, n_train=300, n_test_sets={}, num_merges=60, seed=0)
+    corpora.make_translation_corpus(folder, n_train=300, n_test_sets={}, num_merges=60, seed=0)
     return folder, build_fsmt_tokenizer(folder)
 
 
@@ -271,7 +271,7 @@ def test_token_word_map_demo_bpe(demo_bpe):
 
 
 def test_demo_conllu_hand_checked():
-    sentences = read_conllu(demo.demo_conllu([
+    sentences = read_conllu(parses.demo_conllu([
         "ze frell dax gorps ak wug.",
         "42 quom toma fims om ze zorb kwik ond ak glim vames.",
         "ze dax iz nok frell.",
@@ -299,11 +299,11 @@ def test_demo_conllu_hand_checked():
 
 def test_demo_conllu_rejects_sentences_outside_the_grammar():
     with pytest.raises(ValueError, match="sentence 2 'ze dax ze gorps.' .*expected a verb or 'iz', found word 3 'ze'"):
-        demo.demo_conllu(["ze dax gorps.", "ze dax ze gorps."])
+        parses.demo_conllu(["ze dax gorps.", "ze dax ze gorps."])
     with pytest.raises(ValueError, match="found word 2 'cat'"):
-        demo.demo_conllu(["ze cat gorps."])
+        parses.demo_conllu(["ze cat gorps."])
     with pytest.raises(ValueError, match="expected a noun, found the end"):
-        demo.demo_conllu(["ze frell"])
+        parses.demo_conllu(["ze frell"])
 
 
 def sampled_demo_sentences(n=200):
@@ -311,10 +311,10 @@ def sampled_demo_sentences(n=200):
     hypotheses, shifted too), sst2, grammatical cola, mrpc (both sides)."""
     sentences = []
     for shifted in (False, True):
-        sampler = demo._SentenceSampler(random.Random(7), shifted=shifted)
+        sampler = grammar._SentenceSampler(random.Random(7), shifted=shifted)
         sentences += [sampler.sentence()[0] for _ in range(n)]
     for kind, shifted in [("mnli", False), ("mnli", True), ("sst2", False), ("cola", False), ("mrpc", False)]:
-        rows = demo._classification_split(kind, n, random.Random(8), shifted)
+        rows = classification._classification_split(kind, n, random.Random(8), shifted)
         rows = [row for row in rows if kind != "cola" or row[2] == 1]  # cola's label 0 breaks the grammar
         sentences += [a for a, _, _ in rows] + [b for _, b, _ in rows if b]
     return sentences
@@ -322,7 +322,7 @@ def sampled_demo_sentences(n=200):
 
 def test_demo_conllu_parses_sampled_sentences():
     texts = sampled_demo_sentences()
-    sentences = read_conllu(demo.demo_conllu(texts))
+    sentences = read_conllu(parses.demo_conllu(texts))
     assert len(sentences) == len(texts) > 1500
     for text, s in zip(texts, sentences):
         assert " ".join(s.words) == text[:-1] + " ."
@@ -336,18 +336,18 @@ def test_demo_conllu_parses_sampled_sentences():
                 j = s.heads[j] - 1
     relations = {d for s in sentences for d in s.deprels}
     assert {"nsubj", "obj", "amod", "advmod", "det", "nummod", "case", "obl", "cc", "conj", "cop", "punct"} <= relations
-    cola_broken = [a for a, _, label in demo._classification_split("cola", 100, random.Random(9), False) if not label]
+    cola_broken = [a for a, _, label in classification._classification_split("cola", 100, random.Random(9), False) if not label]
     for text in cola_broken:
         with pytest.raises(ValueError, match="outside the demo grammar"):
-            demo.demo_conllu([text])
+            parses.demo_conllu([text])
 
 
 # --- end to end on tiny random models ----------------------------------------------------------
 
 
 def demo_parses(n, seed=0):
-    sampler = demo._SentenceSampler(random.Random(seed))
-    return read_conllu(demo.demo_conllu([sampler.sentence()[0] for _ in range(n)]))
+    sampler = grammar._SentenceSampler(random.Random(seed))
+    return read_conllu(parses.demo_conllu([sampler.sentence()[0] for _ in range(n)]))
 
 
 def test_head_roles_tiny_bert(tmp_path):
@@ -402,7 +402,7 @@ def test_attention_maps_translation_encoder_and_pruned_heads(demo_bpe):
                         eos_token_id=tokenizer.sep_token_id, dropout=0.0, attention_dropout=0.0,
                         activation_dropout=0.0, tie_word_embeddings=False)
     model = FSMTForConditionalGeneration(config).eval()
-    sentences = read_conllu(demo.demo_conllu(["ze frell tazzle gorps 742 lisk.", "ak dax fims.",
+    sentences = read_conllu(parses.demo_conllu(["ze frell tazzle gorps 742 lisk.", "ak dax fims.",
                                               "ze wug blats om 17 kulp oft ond ze mip iz zint."]))
     maps = attention_maps(model, tokenizer, sentences, batch_size=2, progress=False)
     assert set(maps) == {"enc_self"}  # decoder attention gets no roles

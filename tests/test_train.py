@@ -1,4 +1,4 @@
-"""headprune.models.train (the translation training loop of the demo and of Figure 5) and headprune.data.bpe."""
+"""headprune.training.train (the translation training loop of the demo and of Figure 5) and headprune.data.bpe."""
 import collections
 import math
 import random
@@ -7,10 +7,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from headprune.data import bpe, demo
+from headprune.data import bpe
+from headprune.demo import corpora
 from headprune.models.fairseq import PAD_ID
 from headprune.models.loading import load_translation
-from headprune.models.train import (fit_translation_model, inverse_sqrt_schedule, token_batches, train_translation_model,
+from headprune.training.train import (fit_translation_model, inverse_sqrt_schedule, token_batches, train_translation_model,
                              translation_loss, write_translation_tarball)
 
 TINY = dict(layers=1, heads=2, d_model=32, ffn=32, batch_size=32, progress=False)
@@ -18,7 +19,7 @@ TINY = dict(layers=1, heads=2, d_model=32, ffn=32, batch_size=32, progress=False
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    return demo.make_translation_corpus(tmp_path_factory.mktemp("corpus"), 400, {"valid": 60}, seed=1)
+    return corpora.make_translation_corpus(tmp_path_factory.mktemp("corpus"), 400, {"valid": 60}, seed=1)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -118,3 +118,22 @@ def test_a_warm_job_loading_a_model_imports_nothing_new(workdir):
     assert server_pids(workdir)
     new = (workdir / "new_modules.txt").read_text().split()
     assert not [name for name in new if name.startswith(("transformers", "headprune", "torch"))], new
+
+
+def test_every_preloaded_package_module_imports():
+    """The server skips a preloaded name that does not import (another transformers version may lay its
+    modules out otherwise), so a package module that moved would silently stop being preloaded: every
+    headprune name in PRELOAD must import."""
+    import importlib
+
+    from headprune import warm
+
+    names = [name for name in warm.PRELOAD if name.split(".")[0] == "headprune"]
+    assert len(names) > 10
+    failed = {}
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError as error:
+            failed[name] = str(error)
+    assert not failed, f"PRELOAD names package modules that do not import: {failed}"

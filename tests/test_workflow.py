@@ -122,7 +122,7 @@ def test_jobs_without_a_model_do_not_import_torch():
     modules their scripts use import torch and transformers only inside the functions that run a model,
     scipy.stats (0.8 s) only for a test's p-value and sacremoses (0.8 s) only for BLEU."""
     modules = ["workflow", "experiments.runs", "experiments.stats", "experiments.figures", "experiments.metrics",
-               "experiments.scorecard", "data.datasets", "data.download", "data.parsing", "scoring.criteria"]
+               "experiments.scorecard", "experiments.criteria", "data.datasets", "data.parsing", "io.download"]
     code = f"import {', '.join('headprune.' + m for m in modules)}"
     assert imported(code, ("torch", "transformers", "scipy.stats", "sacremoses", "sacrebleu")) == []
 

@@ -1,2 +1,5 @@
-"""Data: test sets and GLUE tasks (``datasets``), downloads, batches, BPE, IWSLT, parses and word
-counts (``parsing``), and the offline demo's synthetic data and tiny models (``demo``)."""
+"""Data: test sets and GLUE tasks (``datasets``), WikiText (``wikitext``), batches (``batching``), BPE
+(``bpe``), IWSLT (``iwslt``), parses and word counts (``parsing``).
+
+May import ``io`` (downloads) only: no model code, no scoring, no experiments.
+"""

@@ -24,7 +24,7 @@ import zipfile
 from pathlib import Path, PurePosixPath
 from typing import Iterable, Iterator, NamedTuple, TextIO
 
-from headprune.data.download import DownloadError, fetch, file_digest
+from headprune.io.download import DownloadError, fetch, file_digest
 
 __all__ = [
     "DataFormatError",

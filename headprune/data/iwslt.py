@@ -43,7 +43,7 @@ from typing import Iterable, Mapping, Sequence
 
 from headprune.data import bpe
 from headprune.data.datasets import write_lines
-from headprune.data.download import ChecksumError, fetch, file_digest
+from headprune.io.download import ChecksumError, fetch, file_digest
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class CleanRules:
 def fetch_iwslt_archive(spec: Mapping, dest, *, progress: bool = True) -> Path:
     """Download the archive ``spec["url"]`` (http(s), file:// or a local path) to ``dest``.
 
-    Resumable and atomic (headprune.data.download.fetch); ``spec["sha256"]`` and ``spec["md5"]``
+    Resumable and atomic (headprune.io.download.fetch); ``spec["sha256"]`` and ``spec["md5"]``
     are checked when given (a wrong file is deleted and ChecksumError raised).
     """
     path = fetch(spec["url"], dest, spec.get("sha256"), progress=progress)
@@ -286,7 +286,7 @@ def prepare_iwslt(archive, out_dir, *, src_lang: str = "de", tgt_lang: str = "en
                   bpe_merges: int = 10000, valid_every: int = 23, test_sets: Sequence[str] = IWSLT14_TEST_SETS,
                   clean: CleanRules = CleanRules(), processes: int = 1,
                   expected_sizes: Mapping[str, int] | None = None) -> dict:
-    """Prepare an IWSLT archive into ``out_dir``, the layout headprune.models.train reads.
+    """Prepare an IWSLT archive into ``out_dir``, the layout headprune.training.train reads.
 
     Writes {train,valid,test}.{src,tgt} (one detokenized sentence per line), bpecodes,
     dict.{src,tgt}.txt (one joined fairseq dictionary) and prepare.json (the summary returned:

@@ -13,7 +13,7 @@ import zipfile
 from pathlib import Path
 
 from headprune.data.datasets import DataFormatError
-from headprune.data.download import fetch
+from headprune.io.download import fetch
 
 SPLIT_MEMBERS = {"test": "wiki.test.raw", "validation": "wiki.valid.raw", "train": "wiki.train.raw"}
 

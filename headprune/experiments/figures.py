@@ -558,7 +558,7 @@ def figure5_table(pruning_by_epoch: dict) -> pd.DataFrame:
 
 
 def figure5_rows(dynamics: pd.DataFrame) -> pd.DataFrame:
-    """The rows Figure 5 draws: one pruning curve per checkpoint epoch (headprune.models.train.dynamics_table)."""
+    """The rows Figure 5 draws: one pruning curve per checkpoint epoch (headprune.training.train.dynamics_table)."""
     _require_columns(dynamics, FIGURE5_COLUMNS, "training dynamics table")
     if dynamics.empty:
         raise ValueError("training dynamics table is empty")

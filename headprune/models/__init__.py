@@ -1,3 +1,7 @@
 """Model access: where each family's attention heads live and how they are gated (``heads``, one file
 per family in ``families/``), loading (``loading``), physical removal (``prune``), fairseq checkpoints
-without fairseq (``fairseq``, ``prenorm``), training and fine-tuning (``train``, ``finetune``), GPUs."""
+without fairseq (``fairseq``, ``prenorm``), attention types and their labels without torch
+(``attention_types``), GPUs (``gpus``).
+
+May import ``io`` (a checkpoint's download) only: no data, scoring, experiments or training code.
+"""

@@ -163,7 +163,7 @@ def fetch_pretrained(source: dict, dest) -> Path:
     tokenizer files from the Hugging Face hub; ``{"url": ..., "sha256": ...}``
     fetches a .tar.gz of a model folder (the demo's tiny BERT) and extracts it safely.
     """
-    from headprune.data.download import fetch
+    from headprune.io.download import fetch
     from headprune.models.fairseq import safe_extract
 
     dest = Path(dest)

@@ -1,2 +1,5 @@
-"""Scoring heads: importance and the other criteria from one pass (``importance``), criteria as pruning
-orders (``criteria``), learned Hard Concrete gates (``concrete``), head roles (``roles``)."""
+"""Scoring heads: importance and the other criteria, all estimated in one pass (``importance``), learned
+Hard Concrete gates (``concrete``), head roles (``roles``).
+
+May import ``models``, ``data`` and ``io``; criteria as pruning orders are ``experiments.criteria``.
+"""

@@ -38,20 +38,26 @@ step. Both run the same loop.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import pandas as pd
-import torch
 from tqdm.auto import tqdm
 
-from headprune.scoring.criteria import ESTIMATORS
-from headprune.models.heads import HeadCapture, adapter_for, full_gates, gated, head_shape
+# torch and the model code are imported where they are used: experiments.criteria imports ESTIMATORS in
+# jobs that run no model (a criteria table job starts in a second, not four).
+if TYPE_CHECKING:
+    import torch
 
+# Where I_h takes the absolute value: per token, per example, per batch.
+ESTIMATORS = ("token", "example", "batch")
 # Sums over the data, one (layers, heads) tensor per attention type each.
 GATE_SUMS = (*ESTIMATORS, "fisher")
 ATTENTION_SUMS = ("attention_gradient", "entropy", "entropy_normalized", "confidence")
 
 
 def _zeros(shape):
+    import torch
+
     return {t: torch.zeros(layers, heads, dtype=torch.float64) for t, (layers, heads) in shape.items()}
 
 
@@ -87,6 +93,10 @@ def head_importance(model, batches: Iterable[dict], *, estimator: str = "token",
 def _score_heads(model, batches, *, attention, estimator, normalize, device, gates, progress) -> pd.DataFrame:
     if estimator not in ESTIMATORS:
         raise ValueError(f"importance estimator must be one of {ESTIMATORS}, got {estimator!r}")
+    import torch
+
+    from headprune.models.heads import HeadCapture, adapter_for, gated, head_shape
+
     adapter = adapter_for(model)
     device = torch.device(device) if device is not None else next(model.parameters()).device
     shape = head_shape(model)
@@ -180,6 +190,10 @@ def _score_heads(model, batches, *, attention, estimator, normalize, device, gat
 
 def _start_gates(model, gates):
     """The gates to differentiate at: copies (they become leaves), all 1 unless given."""
+    import torch
+
+    from headprune.models.heads import full_gates, head_shape
+
     if gates is None:
         return full_gates(model)
     start = {}
@@ -218,6 +232,8 @@ def _attention_maps(adapter, outputs, sites) -> dict[tuple[str, int], torch.Tens
 
 def normalize_per_layer(scores: torch.Tensor) -> torch.Tensor:
     """Divide each layer's scores (a row) by their l2 norm (Molchanov et al., 2017)."""
+    import torch
+
     norm = scores.norm(dim=-1, keepdim=True)
     return scores / torch.where(norm > 0, norm, torch.ones_like(norm))
 
@@ -230,6 +246,8 @@ def attention_statistics(weights_per_layer, query_mask, key_mask, eos_keys):
     log(number of allowed keys) and skips queries with a single key (0/0).
     Confidence (Voita et al., 2019) is the largest weight on a non-EOS key.
     """
+    import torch
+
     allowed_keys = key_mask.sum(-1)  # (B, Q)
     log_keys = torch.log(allowed_keys.clamp(min=2).double())
     norm_queries = query_mask & (allowed_keys > 1)

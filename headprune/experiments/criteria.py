@@ -1,7 +1,7 @@
 """Head criteria as pruning orders, and how their pruning curves compare.
 
 A criterion scores every head; pruning removes the lowest-scored heads first, globally, in the
-paper's steps (``experiments.pruning_steps``). The static criteria are columns of
+paper's steps (``runs.pruning_steps``). The static criteria are columns of
 ``importance.csv`` (one forward/backward pass, ``headprune.scoring.importance``) or of the single-head
 ablation (oracle); ``iterative`` re-estimates I_h after every step (Hugging Face bertology), so
 its order is built by ``iterative_order`` with the model at hand.
@@ -24,9 +24,8 @@ import numpy as np
 import pandas as pd
 
 from headprune.experiments.runs import HeadId, importance_order, oracle_order, pruning_steps, random_order
+from headprune.scoring.importance import ESTIMATORS
 
-# Where I_h takes the absolute value (headprune.scoring.importance): per token, per example, per batch.
-ESTIMATORS = ("token", "example", "batch")
 # Columns of importance.csv a criterion sorts by, ascending (the first head is pruned first).
 COLUMN_CRITERIA = {"fisher": "fisher", "attention_gradient": "attention_gradient", "confidence": "confidence"}
 CRITERIA = ("importance", *(f"importance_{e}" for e in ESTIMATORS), "fisher", "attention_gradient", "confidence",
@@ -124,7 +123,7 @@ def importance_on_pruned(model, batches, *, estimator: str = "token", normalize:
 def iterative_order(estimate, heads: list[HeadId], step_percent: float) -> list[HeadId]:
     """Bertology's iterative pruning: before every step, I_h of the heads left is estimated again on the
     model with the heads removed so far switched off (``estimate(removed) -> {head: score}``), and the
-    step removes the lowest-scored. Steps remove as many heads as ``experiments.pruning_steps``."""
+    step removes the lowest-scored. Steps remove as many heads as ``runs.pruning_steps``."""
     counts = [len(removed) for _, removed in pruning_steps(heads, step_percent)]
     removed: list[HeadId] = []
     for count in counts[1:]:

@@ -2,7 +2,7 @@
 
 Section 6 of the paper (Figure 5) trains an IWSLT 2014 de-en transformer (6 layers, 8 heads)
 and prunes the checkpoints of several epochs, to see when the unimportant heads appear. The
-same loop trains the offline demo's tiny en->fr model (``headprune.data.demo``) with other settings.
+same loop trains the offline demo's tiny en->fr model (``headprune.demo.models``) with other settings.
 
 The model is fairseq's transformer (sinusoidal positions, scaled embeddings), post-norm in
 transformers' FSMT or, with ``normalize_before`` (the authors' IWSLT setting), pre-norm in
@@ -42,7 +42,7 @@ from tqdm.auto import tqdm
 from headprune.data.datasets import read_lines
 from headprune.models.fairseq import (EOS_ID, FAIRSEQ_SPECIAL_TOKENS, PAD_ID, build_fsmt_tokenizer, config_from_fairseq_options,
                       is_pre_norm, model_class_for, read_fairseq_dict, write_fairseq_tarball)
-from headprune.models.finetune import restores_torch_threads, warmup_linear_decay
+from headprune.training.finetune import restores_torch_threads, warmup_linear_decay
 
 LR_SCHEDULES = ("linear", "inverse_sqrt")
 
@@ -55,7 +55,7 @@ LR_SCHEDULES = ("linear", "inverse_sqrt")
 def corpus_folder(corpus, src_lang: str, tgt_lang: str) -> Path:
     """The folder holding train.{src,tgt}, bpecodes and dict.{src,tgt}.txt.
 
-    ``corpus`` is that folder, or the dict of paths ``headprune.data.demo.make_translation_corpus``
+    ``corpus`` is that folder, or the dict of paths ``headprune.demo.corpora.make_translation_corpus``
     returns; ``headprune.data.iwslt.prepare_iwslt`` writes the same layout.
     """
     folder = Path(corpus["bpecodes"]).parent if isinstance(corpus, Mapping) else Path(corpus)

@@ -1,0 +1,854 @@
+"""The config resolved into studies: what each study is, where its model and data live, what every job
+of it is asked to do.
+
+A study is one model scored one way: the translation model (BLEU), a glue task's fine-tuned BERT
+(accuracy, F1 or MCC), or a ``models`` entry (any family, by config; a language model is scored by
+perplexity). ``Pipeline(config)`` checks what the JSON schema cannot (cross-references between
+sections; the message names the key) and answers every question the rules ask: a study's kind and
+heads, its model folder, its test sets by role, its jobs, their parameters and resources, and the
+targets of the whole run. ``rules/common.smk`` asks it and nothing else, so a new kind of scoring is
+added here, once, and every experiment's rule reaches it.
+
+Torch-free: Snakemake imports it to plan the run.
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from headprune.data.datasets import GLUE_TASKS
+
+KINDS = ("translation", "classification", "language_modeling")
+# What a study's model is scored on decides its attention types: an encoder-decoder translates, an
+# encoder classifies, a decoder-only LM predicts the next token.
+ATTENTION_TYPES = {"translation": ["enc_self", "enc_dec", "dec_self"], "classification": ["enc_self"],
+                   "language_modeling": ["dec_self"]}
+# The test sets a study is evaluated on, by role: "eval" (Table 1, pruning), "ood" (cross-domain,
+# Figure 2), "selection" and "test" (one head per layer, Tables 2-3).
+ROLES = ("eval", "ood", "selection", "test")
+# The splits of a language-modelling study's corpus, by role, and their defaults.
+LM_SPLITS = {"eval_split": "test", "selection_split": "validation", "test_split": "test", "importance_split": "train"}
+DYNAMICS_SPLITS = ("train", "valid", "test")
+# Experiments that name studies (config experiments.<name>), each with its own outputs.
+EXPERIMENTS = ("ablation", "pruning", "attention_types", "glue_pruning", "cross_domain", "criteria",
+               "one_head_per_layer", "concrete", "head_roles")
+
+
+class ConfigError(ValueError):
+    """A config that cannot be run; the message names the key."""
+
+
+def glue_task_spec(glue_entry, name):
+    """The full data spec of a glue entry: a built-in GLUE task, overridden by the entry's keys."""
+    entry = dict(glue_entry)
+    spec = dict(GLUE_TASKS[entry.pop("task")]) if "task" in entry else {}
+    for key in ("metric", "eval_split", "ood_split", "train_split", "selection_split", "test_split"):
+        entry.pop(key, None)
+    spec.update(entry)
+    spec.setdefault("name", name)
+    return spec
+
+
+def chunk_name(items):
+    """A job's name for a run of consecutive items: the item itself, or 'first..last' (a file name
+    listing them all would pass the file system's 255 characters)."""
+    return items[0] if len(items) == 1 else f"{items[0]}..{items[-1]}"
+
+
+def chunk_items(items, name):
+    """The items a chunk_name stands for."""
+    first, _, last = name.partition("..")
+    if first not in items or (last and last not in items):
+        raise ValueError(f"'{name}' does not name a run of {items[:2]}...")
+    return items[items.index(first):items.index(last or first) + 1]
+
+
+def chunks(items, size):
+    return [chunk_name(items[i:i + size]) for i in range(0, len(items), size)]
+
+
+def penalty_name(penalty):
+    """A penalty as its job's wildcard: 0.05 -> '0.05', 1e-3 -> '0.001' (read back with float())."""
+    return f"{penalty:g}"
+
+
+def local_source(download):
+    """A download whose URL is a path in this workflow (the demo's models) is a rule input."""
+    url = download["url"]
+    return [] if "://" in url else [url]
+
+
+class Study:
+    """One model scored one way, with everything its jobs need to know."""
+
+    def __init__(self, pipeline: Pipeline, name: str):
+        self.pipeline, self.name = pipeline, name
+        config = pipeline.config
+        self.entry = pipeline.models.get(name, {})  # its models entry, if it is one
+        if name == pipeline.translation_name:
+            self.kind, self.arch, self.section = "translation", config["translation"], "translation"
+        elif name in pipeline.glue:
+            self.kind, self.arch, self.section = "classification", config["bert"], "bert"
+        else:
+            self.kind, self.arch, self.section = self.entry["kind"], self.entry, f"models.{name}"
+
+    def __repr__(self):
+        return f"Study({self.name!r}, kind={self.kind!r})"
+
+    @property
+    def config(self):
+        return self.pipeline.config
+
+    def takes_part_in(self, experiment):
+        return self.name in self.config["experiments"].get(experiment, [])
+
+    @property
+    def experiments(self):
+        """The experiments (config experiments.<name>) that name this study."""
+        return [experiment for experiment in EXPERIMENTS if self.takes_part_in(experiment)]
+
+    # --- the model --------------------------------------------------------------------------
+
+    @property
+    def task(self):
+        """The glue entry whose data a classification study uses."""
+        return self.name if self.name in self.pipeline.glue else self.entry["task"]
+
+    @property
+    def attention_types(self):
+        return ATTENTION_TYPES[self.kind]
+
+    @property
+    def heads(self):
+        """Every head of the model as 'attn_type-layer-head', known from the config alone."""
+        return [f"{t}-{layer}-{head}" for t in self.attention_types
+                for layer in range(self.arch["layers"]) for head in range(self.arch["heads"])]
+
+    @property
+    def layers(self):
+        """Every attention layer of the model as 'attn_type-layer'."""
+        return [f"{t}-{layer}" for t in self.attention_types for layer in range(self.arch["layers"])]
+
+    @property
+    def fetched_model_folder(self):
+        return self.pipeline.fetched_model_folder(self.name)
+
+    @property
+    def finetuned_by_pipeline(self):
+        """Every glue task (fine-tuned from bert.pretrained), and a classification models entry with
+        finetune: true (from its source)."""
+        return self.name in self.pipeline.glue or (self.kind == "classification"
+                                                   and self.entry.get("finetune", True) is not False)
+
+    @property
+    def model_path(self):
+        if self.name == self.pipeline.translation_name:
+            return self.pipeline.translation_model_folder
+        if self.finetuned_by_pipeline:
+            return f"{self.pipeline.results_dir}/models/{self.name}"
+        return self.fetched_model_folder
+
+    @property
+    def finetune_pretrained(self):
+        """What a classification study is fine-tuned from: bert.pretrained, or a models entry's source."""
+        if self.name in self.pipeline.models:
+            return self.fetched_model_folder
+        return f"{self.pipeline.data_dir}/checkpoints/bert-pretrained"
+
+    @property
+    def params(self):
+        """Everything about the study that should rerun its jobs when it changes (what load_study_model reads)."""
+        config = self.config
+        return {"name": self.name, "kind": self.kind, "model": self.model_path, "section": self.section,
+                "src_lang": config["translation"]["src_lang"], "tgt_lang": config["translation"]["tgt_lang"],
+                "layers": self.arch["layers"], "heads": self.arch["heads"], "device": config["device"],
+                **{key: self.entry[key] for key in ("kv_heads", "dtype", "src_code", "tgt_code") if key in self.entry}}
+
+    def resource(self, rule_name, key):
+        """models.<study>.resources.<rule> (or .default) over config.resources.<rule> (or .default), so one
+        large model's jobs can ask for more GPUs, memory and time than the rest."""
+        own = self.entry.get("resources", {})
+        resources = self.config["resources"]
+        merged = {**resources["default"], **resources.get(rule_name, {}), **own.get("default", {}),
+                  **own.get(rule_name, {})}
+        return merged.get(key, 0 if key == "gpu" else None)
+
+    # --- data -------------------------------------------------------------------------------
+
+    @property
+    def glue_dir(self):
+        return self.pipeline.glue_dir(self.task)
+
+    @property
+    def corpus_dir(self):
+        return self.pipeline.corpus_dir(self.entry["corpus"])
+
+    @property
+    def windows_dir(self):
+        """tokenize_corpus writes here each corpus split a language model uses, tokenized once and cut into
+        its windows (windows_file); the jobs take the folder as their input."""
+        return self.pipeline.windows_dir(self.name)
+
+    def windows_file(self, split):
+        return f"{self.windows_dir}/{split}.npy"
+
+    def lm_split(self, key):
+        return self.entry.get(key, LM_SPLITS[key])
+
+    @property
+    def lm_needed_splits(self):
+        """The splits of a language model's corpus that some role of it uses (each tokenized once)."""
+        return sorted({self.lm_split(key) for key in LM_SPLITS})
+
+    def evalset_name(self, role):
+        """The test set (translation), split (GLUE) or corpus split (language modelling) that plays ``role``."""
+        if self.kind == "language_modeling":
+            if role == "ood":
+                raise ConfigError(f"config: {self.name} is a language-modelling study: it has no out-of-domain set")
+            return self.lm_split(f"{role}_split")
+        if self.kind == "translation":
+            key = {"eval": "eval_set", "ood": "ood_set", "selection": "selection_set", "test": "test_set"}[role]
+            section, name = "translation", self.config["translation"].get(key)
+        else:
+            entry = self.pipeline.glue[self.task]
+            key = {"eval": "eval_split", "ood": "ood_split", "selection": "selection_split", "test": "test_split"}[role]
+            section = f"glue.{self.task}"
+            name = entry.get(key, {"eval": "dev", "selection": "train", "test": entry.get("eval_split", "dev")}.get(role))
+        if name is None:
+            raise ConfigError(f"config: {section}.{key} is needed for the '{role}' evaluation of {self.name}")
+        return name
+
+    def evalset_spec(self, role="eval"):
+        """What a script needs to build the test set of ``role`` (headprune.workflow.load_evalset)."""
+        name = self.evalset_name(role)
+        if self.kind == "translation":
+            t = self.config["translation"]
+            source, reference = self.pipeline.testset_files(name)
+            return {"kind": "translation", "source": source, "reference": reference, "lang": t["tgt_lang"],
+                    "max_items": t.get("max_sentences"), "name": name}
+        if self.kind == "language_modeling":
+            # the name every table carries states the window, as the protocol asks
+            return {"kind": "language_modeling", "windows": self.windows_file(name),
+                    "name": f"{name} ({self.entry['window']}-token windows)",
+                    "window": self.entry["window"], "max_items": self.entry.get("max_windows")}
+        bert = self.config["bert"]
+        # Tables 2-3 choose the head on 5000 training examples (a seeded subset), as the paper does.
+        max_items = bert.get("selection_examples") if role == "selection" else None
+        return {"kind": "classification", "tsv": f"{self.glue_dir}/{name}.tsv",
+                "metric": self.pipeline.glue[self.task].get("metric", "accuracy"), "name": name,
+                "max_items": max_items, "seed": bert["finetune"]["seed"]}
+
+    def eval_data(self, roles):
+        """The files a job reads to evaluate on ``roles``."""
+        if self.kind == "translation":
+            return sorted({f for role in roles for f in self.pipeline.testset_files(self.evalset_name(role))})
+        if self.kind == "language_modeling":
+            return [self.windows_dir]
+        return [self.glue_dir]
+
+    def eval_settings(self, bleu, masking="zero"):
+        """How the model is evaluated (headprune.experiments.runs.EvalSettings); ``masking`` is how a switched-off
+        head is replaced: a zero output (the paper) or uniform attention over its keys."""
+        config = self.config
+        rows = config["ablation"].get("variant_batch_size", {}).get(self.kind, 256)
+        if self.kind == "translation":
+            t = config["translation"]
+            return {"batch_size": self.entry.get("batch_size", t["batch_size"]), "beam": t["beam"],
+                    "lenpen": t["lenpen"], "bleu": bleu, "masking": masking, "variant_batch_size": rows}
+        if self.kind == "language_modeling":
+            return {"batch_size": self.entry["batch_size"], "masking": masking, "variant_batch_size": rows}
+        in_models = self.name in self.pipeline.models
+        return {"batch_size": self.entry.get("batch_size", 64) if in_models else config["bert"]["eval_batch_size"],
+                "max_length": config["bert"]["finetune"]["max_length"], "masking": masking,
+                "variant_batch_size": rows}
+
+    def _lm_train_spec(self, batch_size, max_items):
+        """Windows of the importance split, as importance_batches reads them."""
+        return {"kind": "language_modeling", "windows": self.windows_file(self.lm_split("importance_split")),
+                "batch_size": batch_size, "max_items": max_items}
+
+    @property
+    def importance_data(self):
+        """The files I_h is estimated on."""
+        if self.kind == "translation":
+            return [f for name in self.config["translation"]["importance_sets"]
+                    for f in self.pipeline.testset_files(name)]
+        if self.kind == "language_modeling":
+            return [self.windows_dir]
+        return [self.glue_dir]
+
+    @property
+    def importance_spec(self):
+        """The data I_h is estimated on: newstest2009-12 for translation, the training split for BERT, the
+        first importance_windows windows of a language model's importance split."""
+        config = self.config
+        if self.kind == "translation":
+            t = config["translation"]
+            return {"kind": "translation", "sets": [dict(zip(("source", "reference"), self.pipeline.testset_files(n)))
+                                                    for n in t["importance_sets"]],
+                    "batch_size": t["importance_batch_size"], "max_items": t.get("max_sentences")}
+        if self.kind == "language_modeling":
+            return self._lm_train_spec(self.entry["batch_size"], self.entry.get("importance_windows"))
+        bert = config["bert"]
+        return {"kind": "classification", "tsv": f"{self.glue_dir}/{self._train_split}.tsv",
+                "batch_size": bert["finetune"]["batch_size"], "max_length": bert["finetune"]["max_length"],
+                "max_items": bert.get("importance_examples"), "seed": bert["finetune"]["seed"]}
+
+    @property
+    def _train_split(self):
+        return self.pipeline.glue[self.task].get("train_split", "train")
+
+    @property
+    def train_data(self):
+        """The training data files (gates, roles): translation.train_sets, the GLUE task's folder, or the
+        windows of a language model's importance split."""
+        if self.kind == "translation":
+            return [f for name in self.pipeline.translation_train_sets for f in self.pipeline.testset_files(name)]
+        return self.importance_data
+
+    def train_spec(self, batch_size):
+        """The training data as headprune.workflow.importance_batches reads it (config.concrete's items)."""
+        concrete = self.config["concrete"]
+        if self.kind == "language_modeling":
+            return self._lm_train_spec(batch_size, concrete["max_items"])
+        if self.kind == "translation":
+            return {"kind": "translation", "sets": [dict(zip(("source", "reference"), self.pipeline.testset_files(n)))
+                                                    for n in self.pipeline.translation_train_sets],
+                    "batch_size": batch_size, "max_items": concrete["max_items"], "seed": concrete["seed"]}
+        return {"kind": "classification", "tsv": f"{self.glue_dir}/{self._train_split}.tsv",
+                "batch_size": batch_size, "max_length": self.config["bert"]["finetune"]["max_length"],
+                "max_items": concrete["max_items"], "seed": concrete["seed"]}
+
+    # --- experiments ------------------------------------------------------------------------
+
+    @property
+    def ablation_roles(self):
+        """Test sets every single-head ablation job evaluates on: in domain, and out of domain for Figure 2."""
+        return ["eval"] + (["ood"] if self.takes_part_in("cross_domain") else [])
+
+    @property
+    def full_model_roles(self):
+        """Test sets the full model is evaluated on: those of the ablation, and the test set of Tables 2-3."""
+        return self.ablation_roles + (["test"] if self.takes_part_in("one_head_per_layer") else [])
+
+    @property
+    def ablation_jobs(self):
+        """The single-head ablation jobs: one per head ('enc_self-0-3'), or with ablation.heads_per_job > 1
+        a run of heads per job ('enc_self-0-0..enc_self-1-3'), each still evaluated with only that head off."""
+        return chunks(self.heads, self.config["ablation"].get("heads_per_job", 1))
+
+    def ablation_job_heads(self, job):
+        return chunk_items(self.heads, job)
+
+    @property
+    def one_head_jobs(self):
+        """One head per layer jobs: one per layer ('enc_dec-1'), or ablation.layers_per_job layers each
+        ('enc_self-0..enc_dec-1'), each layer still handled alone."""
+        return chunks(self.layers, self.config["ablation"].get("layers_per_job", 1))
+
+    def one_head_job_layers(self, job):
+        return chunk_items(self.layers, job)
+
+    @property
+    def criteria(self):
+        """The head criteria compared (experiments.criteria): criteria.per_study.<study>, else criteria.compare."""
+        if not self.takes_part_in("criteria"):
+            return []
+        criteria = self.config["criteria"]
+        return list(criteria.get("per_study", {}).get(self.name, criteria["compare"]))
+
+    @property
+    def pruning_orders(self):
+        """Figure 3 prunes in every order of pruning.orders; Figure 6 (the paper's Appendix B) in the
+        importance order only, so a glue_pruning task needs no single-head ablation."""
+        orders = list(self.config["pruning"]["orders"]) if self.takes_part_in("pruning") else []
+        if self.takes_part_in("glue_pruning") and "importance" not in orders:
+            orders.insert(0, "importance")
+        return orders
+
+    @property
+    def pruning_scopes(self):
+        """'all' (global pruning: Figures 3 and 6, and the criteria compared) and, with
+        experiments.attention_types, each type (Figure 4)."""
+        orders = self.pruning_orders
+        orders += [criterion for criterion in self.criteria if criterion not in orders]
+        scopes = {"all": orders} if orders else {}
+        if self.takes_part_in("attention_types"):
+            scopes.update({t: ["importance"] for t in self.attention_types})
+        return scopes
+
+    @property
+    def pruning_jobs(self):
+        """(scope, orders) of every prune job: pruning.orders_per_job orders each, joined by '+'. The oracle
+        order waits for the whole single-head ablation, so it has a job of its own and the other orders
+        need not wait with it."""
+        size = self.config["pruning"].get("orders_per_job", 1)
+        jobs = []
+        for scope, orders in self.pruning_scopes.items():
+            waiting = [order for order in orders if order == "oracle"]
+            ready = [order for order in orders if order != "oracle"]
+            jobs += [(scope, "+".join(ready[i:i + size])) for i in range(0, len(ready), size)]
+            jobs += [(scope, order) for order in waiting]
+        return jobs
+
+    def pruning_table(self, scope, orders):
+        return f"{self.pipeline.results_dir}/{self.name}/pruning/{scope}/{orders}.csv"
+
+    @property
+    def criteria_jobs(self):
+        """The global prune jobs that hold a criterion compared on this study."""
+        return [orders for scope, orders in self.pruning_jobs
+                if scope == "all" and set(orders.split("+")) & set(self.criteria)]
+
+    # --- what each job is asked (its params) -------------------------------------------------
+
+    def full_eval_params(self):
+        return {"roles": {role: self.evalset_spec(role) for role in self.full_model_roles},
+                "settings": self.eval_settings(self.config["ablation"]["bleu"])}
+
+    def ablation_eval_params(self, job):
+        ablation = self.config["ablation"]
+        return {"heads": self.ablation_job_heads(job),
+                "roles": {role: self.evalset_spec(role) for role in self.ablation_roles},
+                "settings": self.eval_settings(ablation["bleu"], ablation["masking"])}
+
+    def significance_params(self, role):
+        return {"eval": self.evalset_spec(role), **self.config["significance"]}
+
+    def one_head_params(self, job):
+        ablation = self.config["ablation"]
+        return {"layers": self.one_head_job_layers(job), "selection": self.evalset_spec("selection"),
+                "test": self.evalset_spec("test"), "settings": self.eval_settings(ablation["bleu"], ablation["masking"])}
+
+    def pruning_params(self, orders):
+        config = self.config
+        pruning = config["pruning"]
+        return {"eval": self.evalset_spec(), "settings": self.eval_settings(pruning["bleu"], pruning["masking"]),
+                "step_percent": pruning["step_percent"], "random_seed": pruning["random_seed"],
+                "importance": config["importance"], "criteria": config["criteria"]["combined"],
+                **({"importance_data": self.importance_spec} if "iterative" in orders.split("+") else {})}
+
+    def criteria_params(self):
+        config = self.config
+        return {"criteria": self.criteria, "eval": self.evalset_spec(), "bleu": config["pruning"]["bleu"],
+                "within": config["criteria"]["within"], "test_at": config["criteria"]["test_at"],
+                "significance": config["significance"]}
+
+    def finetune_params(self):
+        config, entry = self.config, self.pipeline.glue[self.task]
+        own = self.entry.get("finetune")
+        return {**config["bert"]["finetune"], **(own if isinstance(own, dict) else {}),
+                "num_labels": len(self.pipeline.glue_task_spec(self.task)["labels"]),
+                "train_split": entry.get("train_split", "train"), "eval_split": entry.get("eval_split", "dev"),
+                "metric": entry.get("metric", "accuracy"), "device": config["device"]}
+
+    def tokenize_params(self):
+        return {"window": self.entry["window"], "splits": self.lm_needed_splits}
+
+    def concrete_params(self, penalty):
+        config, concrete = self.config, self.config["concrete"]
+        return {"penalty": float(penalty), "train": self.train_spec(concrete["batch_size"]),
+                **{key: concrete[key] for key in ("train_model", "steps", "lr", "model_lr", "temperature", "seed", "compare")},
+                "eval": self.evalset_spec(), "settings": self.eval_settings(config["pruning"]["bleu"]),
+                "random_seed": config["pruning"]["random_seed"], "significance": config["significance"]}
+
+    @property
+    def speed_eval_data(self):
+        """Only the eval set: newstest2013 (translation), the GLUE task's folder (its eval split), the LM's windows."""
+        if self.kind == "translation":
+            return self.pipeline.testset_files(self.evalset_name("eval"))
+        return self.eval_data(["eval"])
+
+    def speed_params(self):
+        """The eval set (the first/seeded speed.max_items items of it) and how to time it."""
+        speed = self.config["speed"]
+        evalset = self.evalset_spec()
+        if speed.get("max_items") is not None:
+            evalset["max_items"] = speed["max_items"]
+        settings = {"batch_sizes": speed.get("batch_sizes", [1, 4, 16, 64]), "repeats": speed.get("repeats", 3),
+                    "prune_percent": speed.get("prune_percent", 50), "warmup_batches": speed.get("warmup_batches", 2)}
+        if self.kind == "translation":
+            settings.update(beam=self.config["translation"]["beam"], lenpen=self.config["translation"]["lenpen"])
+        elif self.kind == "language_modeling":
+            settings.update(decode_tokens=speed.get("decode_tokens", 32))
+        else:
+            settings.update(max_length=self.config["bert"]["finetune"]["max_length"],
+                            padding=speed.get("padding", "max_length"))
+        return {"eval": evalset, "settings": settings}
+
+    @property
+    def parse_text(self):
+        """The eval set's source text, which the roles' parser reads."""
+        if self.kind == "translation":
+            return self.pipeline.testset_files(self.evalset_name("eval"))[:1]
+        return [self.glue_dir]
+
+    def parse_params(self):
+        """Which sentences are parsed (the eval set's source side, or its first text field), and by what."""
+        roles = self.config["roles"]
+        evalset = self.evalset_spec()
+        evalset["max_items"] = roles["max_sentences"]
+        return {"eval": evalset, "parser": roles["parser"], "stanza": roles["stanza"]}
+
+    def roles_params(self):
+        roles = self.config["roles"]
+        return {"train": self.train_spec(roles["batch_size"]),
+                **{key: roles[key] for key in ("frequent_words", "positional_threshold", "syntactic_margin", "batch_size")}}
+
+
+class Dynamics:
+    """Figure 5: the IWSLT model the pipeline trains itself, whose checkpoints go through the same
+    importance and pruning scripts as the studies (config section ``dynamics``)."""
+
+    def __init__(self, pipeline: Pipeline, section: dict):
+        self.pipeline, self.section = pipeline, section
+        self.name = section["name"]
+        self.folder = f"{pipeline.data_dir}/{self.name}"
+
+    def split_files(self, split):
+        """[source, reference] of a prepared IWSLT split."""
+        return [f"{self.folder}/{split}.{self.section[lang]}" for lang in ("src_lang", "tgt_lang")]
+
+    @property
+    def prepared_files(self):
+        """What prepare_iwslt writes (named outputs; train_dynamics takes them all as inputs)."""
+        section = self.section
+        files = {f"{split}_{side}": path for split in DYNAMICS_SPLITS
+                 for side, path in zip(("src", "tgt"), self.split_files(split))}
+        files.update(bpecodes=f"{self.folder}/bpecodes", summary=f"{self.folder}/prepare.json",
+                     **{f"dict_{side}": f"{self.folder}/dict.{section[lang]}.txt"
+                        for side, lang in (("src", "src_lang"), ("tgt", "tgt_lang"))})
+        return files
+
+    @property
+    def archive_path(self):
+        return f"{self.pipeline.data_dir}/raw/{self.name}/{Path(self.section['data']['url']).name}"
+
+    @property
+    def local_sources(self):
+        return local_source(self.section["data"])
+
+    @property
+    def prepare_settings(self):
+        keys = ("src_lang", "tgt_lang", "lowercase", "bpe_merges", "valid_every", "test_sets", "clean", "expected_sizes")
+        return {key: self.section.get(key) for key in keys}
+
+    @property
+    def model_settings(self):
+        keys = ("name", "src_lang", "tgt_lang", "layers", "heads", "d_model", "ffn")
+        return {**{key: self.section[key] for key in keys}, "device": self.pipeline.config["device"]}
+
+    @property
+    def epochs(self):
+        return list(self.section["train"]["checkpoint_epochs"])
+
+    def checkpoint(self, epoch):
+        return f"{self.pipeline.results_dir}/{self.name}/checkpoints/epoch{epoch}.tar.bz2"
+
+    @property
+    def checkpoints(self):
+        return [self.checkpoint(epoch) for epoch in self.epochs]
+
+    def study_params(self, epoch):
+        """The study dict scripts/importance.py and scripts/prune.py read, for one checkpoint epoch."""
+        section = self.section
+        return {"name": self.name, "kind": "translation", "section": "dynamics", "model": self.checkpoint(epoch),
+                "src_lang": section["src_lang"], "tgt_lang": section["tgt_lang"], "layers": section["layers"],
+                "heads": section["heads"], "device": self.pipeline.config["device"]}
+
+    @property
+    def importance_data(self):
+        return self.split_files(self.section["importance_set"])
+
+    @property
+    def eval_data(self):
+        return self.split_files(self.section["eval_set"])
+
+    def importance_params(self):
+        source, reference = self.importance_data
+        section = self.section
+        return {"kind": "translation", "sets": [{"source": source, "reference": reference}],
+                "batch_size": section["importance_batch_size"], "max_items": section.get("max_sentences")}
+
+    def pruning_params(self):
+        section, pruning = self.section, self.pipeline.config["pruning"]
+        source, reference = self.eval_data
+        return {"eval": {"kind": "translation", "source": source, "reference": reference, "lang": section["tgt_lang"],
+                         "max_items": section.get("max_sentences"), "name": section["eval_set"]},
+                "settings": {"batch_size": section["batch_size"], "beam": section["beam"], "lenpen": section["lenpen"],
+                             "bleu": pruning["bleu"]},
+                "step_percent": section.get("step_percent", pruning["step_percent"]),
+                "random_seed": pruning["random_seed"]}
+
+    @property
+    def pruning_tables(self):
+        results = self.pipeline.results_dir
+        return [f"{results}/{self.name}/epoch{epoch}/pruning_importance.csv" for epoch in self.epochs]
+
+    @property
+    def figures(self):
+        """Figure 5 and the CSV it is drawn from."""
+        return [f"{self.pipeline.figures_dir}/{self.name}/figure5.{ext}" for ext in ("png", "pdf", "csv")]
+
+    def check(self):
+        section, train = self.section, self.section["train"]
+        epochs = train["checkpoint_epochs"]
+        if epochs != sorted(set(epochs)) or not all(1 <= e <= train["epochs"] for e in epochs):
+            raise ConfigError(f"config: dynamics.train.checkpoint_epochs {epochs} must be increasing epochs "
+                              f"within 1..dynamics.train.epochs ({train['epochs']})")
+        if self.name in self.pipeline.study_names:
+            raise ConfigError(f"config: dynamics.name '{self.name}' is also a study name (translation.name or a glue task)")
+        for key in ("importance_set", "eval_set"):
+            if section[key] not in DYNAMICS_SPLITS:
+                raise ConfigError(f"config: dynamics.{key} is '{section[key]}', not one of {list(DYNAMICS_SPLITS)}")
+        if train.get("lr_schedule") == "inverse_sqrt" and not train.get("warmup_updates"):
+            raise ConfigError("config: dynamics.train.lr_schedule inverse_sqrt needs dynamics.train.warmup_updates")
+
+
+class Pipeline:
+    """A validated config (rules/schemas/config.schema.yaml, defaults filled in) resolved into its studies,
+    their jobs and the run's targets. Raises ConfigError, naming the key, for a config that cannot run."""
+
+    def __init__(self, config: dict):
+        self.config = config
+        self.data_dir, self.results_dir = config["data_dir"], config["results_dir"]
+        self.figures_dir = f"{self.results_dir}/figures"
+        self.translation_name = config["translation"]["name"]
+        self.glue = config["glue"]
+        self.models = config.get("models", {})  # any model by config: one study each
+        self.corpora = config.get("corpora", {})
+        self.study_names = [self.translation_name, *self.glue, *self.models]
+        self.dynamics = Dynamics(self, config["dynamics"]) if config.get("dynamics") else None
+        self._check()
+        if self.dynamics:
+            self.dynamics.check()
+
+    @classmethod
+    def from_file(cls, path, schema=None):
+        """Read a config file, validate it against the schema (defaults filled in, as Snakemake does) and
+        resolve it."""
+        import yaml
+        from snakemake.utils import validate
+
+        config = yaml.safe_load(Path(path).read_text())
+        validate(config, str(schema or Path(__file__).resolve().parents[1] / "rules/schemas/config.schema.yaml"))
+        return cls(config)
+
+    @functools.cache
+    def study(self, name) -> Study:
+        if name not in self.study_names:
+            raise KeyError(f"'{name}' is not a study of this config ({self.study_names})")
+        return Study(self, name)
+
+    @property
+    def studies(self) -> list[Study]:
+        return [self.study(name) for name in self.study_names]
+
+    def experiment_studies(self, experiment) -> list[Study]:
+        return [self.study(name) for name in self.config["experiments"].get(experiment, [])]
+
+    @property
+    def speed_studies(self) -> list[Study]:
+        """Studies whose inference speed is timed with 50% of heads removed (config speed.studies)."""
+        return [self.study(name) for name in self.config.get("speed", {}).get("studies", [])]
+
+    def resource(self, rule_name, key):
+        """config.resources.<rule>.<key>, falling back to config.resources.default."""
+        merged = {**self.config["resources"]["default"], **self.config["resources"].get(rule_name, {})}
+        return merged.get(key, 0 if key == "gpu" else None)
+
+    def rule_threads(self, rule_name, default):
+        """config.resources.<rule>.threads, else the rule's own default (Snakemake caps it at --cores;
+        SLURM gets it as --cpus-per-task)."""
+        return self.config["resources"].get(rule_name, {}).get("threads", default)
+
+    # --- where things live ------------------------------------------------------------------
+
+    def testset_files(self, name):
+        t = self.config["translation"]
+        return [f"{self.data_dir}/testsets/{name}.{t['src_lang']}", f"{self.data_dir}/testsets/{name}.{t['tgt_lang']}"]
+
+    @property
+    def translation_model_folder(self):
+        """The fairseq checkpoint converted once into a model folder that every job loads fast."""
+        return f"{self.data_dir}/checkpoints/{self.translation_name}.model"
+
+    @property
+    def translation_train_sets(self):
+        t = self.config["translation"]
+        return t.get("train_sets", t["importance_sets"])
+
+    def fetched_model_folder(self, study):
+        """Where fetch_model puts a models entry's source (hub snapshot or extracted tarball)."""
+        return f"{self.data_dir}/models/{study}"
+
+    def glue_dir(self, task):
+        """prepare_glue writes every split of a task into this folder: {split}.tsv."""
+        return f"{self.data_dir}/glue/{task}"
+
+    def glue_task_spec(self, task):
+        return glue_task_spec(self.glue[task], task)
+
+    def corpus_dir(self, corpus):
+        """fetch_corpus writes each split of a corpus here as {split}.txt."""
+        return f"{self.data_dir}/corpora/{corpus}"
+
+    def windows_dir(self, study):
+        return f"{self.data_dir}/windows/{study}"
+
+    @property
+    def parser_dir(self):
+        return f"{self.data_dir}/parser/{self.config['roles']['stanza']['lang']}"
+
+    @property
+    def demo_testset_files(self):
+        """Where the demo writes its test sets: the URLs demo/config.yaml gives them."""
+        return [spec[key]["url"] for spec in self.config["translation"]["testsets"].values()
+                for key in ("source", "reference")]
+
+    # --- downloads that are files of this workflow (the demo's) ------------------------------
+
+    def testset_local_sources(self, testset):
+        spec = self.config["translation"]["testsets"][testset]
+        return [p for key in ("source", "reference") if key in spec for p in local_source(spec[key])]
+
+    def glue_local_sources(self, task):
+        spec = self.glue_task_spec(task)
+        sources = local_source(spec) if "url" in spec else []
+        return sources + [p for f in spec.get("files", {}).values() for p in local_source(f)]
+
+    def corpus_local_sources(self, corpus):
+        spec = self.corpora[corpus]
+        return [p for f in (spec["files"].values() if "files" in spec else [spec]) for p in local_source(f)]
+
+    def model_local_sources(self, study):
+        source = self.models[study]["source"]
+        return local_source(source) if "url" in source else []
+
+    def pretrained_local_sources(self):
+        """The fairseq translation checkpoint's and bert.pretrained's downloads, where they are local files."""
+        pretrained = self.config["bert"]["pretrained"]
+        return {"translation": local_source(self.config["translation"]["checkpoint"]),
+                "bert": local_source(pretrained) if "url" in pretrained else []}
+
+    # --- the run's outputs ------------------------------------------------------------------
+
+    def importance_pruning_tables(self, studies, scopes):
+        """The prune jobs' tables that hold the importance order within ``scopes``, for each study once."""
+        return [self.study(name).pruning_table(scope, orders) for name in dict.fromkeys(studies)
+                for scope, orders in self.study(name).pruning_jobs
+                if scope in scopes and "importance" in orders.split("+")]
+
+    def glue_pruning_tables(self):
+        """Figure 6: the global pruning tables of each glue_pruning task (the figure draws the importance order)."""
+        return [study.pruning_table(scope, orders) for study in self.experiment_studies("glue_pruning")
+                for scope, orders in study.pruning_jobs if scope == "all"]
+
+    def scorecard_inputs(self):
+        """The CSVs each claim is tested on, only those of the experiments the config runs (named lists)."""
+        experiments, results = self.config["experiments"], self.results_dir
+        return {
+            "ablation": [f"{results}/{study}/eval/ablation.csv" for study in experiments.get("ablation", [])],
+            "one_head": [f"{results}/{study}/one_head_per_layer.csv" for study in experiments.get("one_head_per_layer", [])],
+            "pruning": self.importance_pruning_tables(experiments.get("pruning", []) + experiments.get("glue_pruning", []),
+                                                      ["all"]),
+            "attention_types": self.importance_pruning_tables(experiments.get("attention_types", []),
+                                                              ATTENTION_TYPES["translation"]),
+            "dynamics": self.dynamics.pruning_tables if self.dynamics else [],  # in the order of scorecard_epochs
+            "speed": [f"{self.figures_dir}/{study.name}/table4.csv" for study in self.speed_studies],
+        }
+
+    def scorecard_paper_models(self):
+        """The paper's model each study stands for (its numbers in headprune.experiments.scorecard.PAPER): WMT for
+        the translation study, a glue study's GLUE task (None for a task of its own), IWSLT for Figure 5's."""
+        models = {self.translation_name: "WMT", **{task: self.glue[task].get("task") for task in self.glue},
+                  **{study: None for study in self.models}}
+        if self.dynamics:
+            models[self.dynamics.name] = "IWSLT"
+        return models
+
+    def targets(self):
+        """Every table and figure the configured experiments produce (the default target)."""
+        figures, results, experiments = self.figures_dir, self.results_dir, self.config["experiments"]
+
+        def files(study, *names):
+            return [f"{figures}/{study}/{name}" for name in names]
+
+        targets = []
+        for study in experiments["ablation"]:
+            targets += files(study, "table1.csv", "table1.md", "figure1_bins.csv", "figure1.png", "figure1.pdf")
+        for study in experiments["pruning"]:
+            targets += files(study, "figure3.png", "figure3.pdf")
+            if study in experiments.get("attention_types", []):
+                targets += files(study, "figure4.png", "figure4.pdf")
+        if experiments.get("glue_pruning"):
+            targets += [f"{figures}/figure6.png", f"{figures}/figure6.pdf"]
+        for study in experiments.get("cross_domain", []):
+            targets += files(study, "figure2.png", "figure2.pdf", "figure2.csv")
+        for study in experiments.get("criteria", []):
+            targets += files(study, "criteria.png", "criteria.pdf", "criteria_summary.md")
+        for study in experiments.get("one_head_per_layer", []):
+            targets += files(study, "one_head_per_layer.csv", "one_head_per_layer.md")
+        for study in experiments.get("concrete", []):
+            targets += [f"{results}/{study}/concrete.csv", *files(study, "concrete.png", "concrete.pdf")]
+        for study in experiments.get("head_roles", []):
+            targets += files(study, "head_roles.png", "head_roles.pdf", "roles_by_step.csv", "roles_by_step.md")
+        for study in self.speed_studies:
+            targets += files(study.name, "table4.csv", "table4.md")
+        targets += self.dynamics.figures if self.dynamics else []
+        targets += [f"{figures}/scorecard.csv", f"{figures}/scorecard.md"]
+        return targets
+
+    # --- checks the schema cannot make ------------------------------------------------------
+
+    def _check(self):
+        config, translation, glue, models = self.config, self.config["translation"], self.glue, self.models
+        for key in ("importance_sets", "eval_set"):
+            names = translation[key] if isinstance(translation[key], list) else [translation[key]]
+            for name in names:
+                if name not in translation["testsets"]:
+                    raise ConfigError(f"config: translation.{key} names '{name}', which is not in translation.testsets")
+        if self.translation_name in glue:
+            raise ConfigError(f"config: glue task '{self.translation_name}' has the same name as translation.name")
+        for task, spec in glue.items():
+            if "task" in spec and spec["task"] not in GLUE_TASKS:
+                raise ConfigError(f"config: glue.{task}.task is '{spec['task']}', not one of {sorted(GLUE_TASKS)}")
+            if "task" not in spec and not ({"url", "files"} & set(spec)):
+                raise ConfigError(f"config: glue.{task} needs either 'task' (a built-in GLUE task) or 'url' or 'files'")
+        for experiment, studies in config["experiments"].items():
+            for study in studies:
+                if study not in self.study_names:
+                    raise ConfigError(f"config: experiments.{experiment} names '{study}', "
+                                      f"which is neither translation.name nor a glue task ({self.study_names})")
+        for name in translation.get("train_sets", []):
+            if name not in translation["testsets"]:
+                raise ConfigError(f"config: translation.train_sets names '{name}', which is not in translation.testsets")
+        for study, entry in models.items():
+            if study == self.translation_name or study in glue:
+                raise ConfigError(f"config: models.{study} has the name of another study (translation.name or a glue task)")
+            needs = {"classification": "task", "language_modeling": "corpus"}.get(entry["kind"])
+            if needs and needs not in entry:
+                raise ConfigError(f"config: models.{study} is a {entry['kind']} study: it needs '{needs}'")
+            if entry["kind"] == "classification" and entry["task"] not in glue:
+                raise ConfigError(f"config: models.{study}.task names '{entry['task']}', which is not a glue entry")
+            if entry["kind"] == "language_modeling":
+                corpus = self.corpora.get(entry["corpus"])
+                if corpus is None:
+                    raise ConfigError(f"config: models.{study}.corpus names '{entry['corpus']}', which is not in corpora")
+                splits = list(corpus["files"]) if "files" in corpus else corpus.get("splits", ["train", "validation", "test"])
+                for key, default in LM_SPLITS.items():
+                    if entry.get(key, default) not in splits:
+                        raise ConfigError(f"config: models.{study}.{key} is '{entry.get(key, default)}', "
+                                          f"not one of corpora.{entry['corpus']}.splits {splits}")
+        for experiment, why in (("cross_domain", "no out-of-domain corpus"), ("head_roles", "encoder heads only"),
+                                ("glue_pruning", "glue tasks only")):
+            for study in config["experiments"].get(experiment, []):
+                if study in models and models[study]["kind"] == "language_modeling":
+                    raise ConfigError(f"config: experiments.{experiment} names '{study}', a language-modelling study ({why})")
+        if self.translation_name in config["experiments"].get("glue_pruning", []):
+            raise ConfigError(f"config: experiments.glue_pruning names '{self.translation_name}', the translation study; "
+                              "Figure 6 is for glue tasks (Figure 3 draws the translation model's pruning)")
+        for study in config.get("speed", {}).get("studies", []):
+            if study not in self.study_names:
+                raise ConfigError(f"config: speed.studies names '{study}', "
+                                  f"which is neither translation.name nor a glue task ({self.study_names})")

@@ -1,0 +1,191 @@
+"""headprune.studies: the config resolved into studies, tested directly on the three shipped configs
+(the paper's, the demo's and configs/llama.yaml) and on broken ones. The expected values are read off
+the configs by hand (layers x heads x attention types, the sets each role names)."""
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+from snakemake.utils import validate
+
+from headprune.studies import ConfigError, Pipeline, chunk_items, chunks, penalty_name
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = str(ROOT / "rules" / "schemas" / "config.schema.yaml")
+
+
+def validated(path):
+    config = yaml.safe_load((ROOT / path).read_text())
+    validate(config, SCHEMA)
+    return config
+
+
+@pytest.fixture(scope="module")
+def paper():
+    return Pipeline.from_file(ROOT / "config.yaml")
+
+
+@pytest.fixture(scope="module")
+def demo():
+    return Pipeline.from_file(ROOT / "demo" / "config.yaml")
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return Pipeline.from_file(ROOT / "configs" / "llama.yaml")
+
+
+def test_the_papers_studies_their_kinds_and_heads(paper):
+    assert paper.study_names == ["wmt14_en_fr", "mnli", "sst2", "cola", "mrpc"]
+    wmt, mnli = paper.study("wmt14_en_fr"), paper.study("mnli")
+    assert (wmt.kind, mnli.kind, paper.study("sst2").kind) == ("translation", "classification", "classification")
+    # transformer-large: 6 layers x 16 heads in each of its three attention types; BERT-base 12 x 12
+    assert len(wmt.heads) == 3 * 6 * 16 and wmt.heads[0] == "enc_self-0-0" and wmt.heads[-1] == "dec_self-5-15"
+    assert len(mnli.heads) == 144 and set(h.split("-")[0] for h in mnli.heads) == {"enc_self"}
+    assert wmt.layers[6] == "enc_dec-0" and len(mnli.layers) == 12
+    assert wmt.experiments == ["ablation", "pruning", "attention_types", "cross_domain", "one_head_per_layer"]
+    assert paper.study("sst2").experiments == ["glue_pruning"]
+
+
+def test_the_papers_test_sets_by_role(paper):
+    wmt, mnli = paper.study("wmt14_en_fr"), paper.study("mnli")
+    assert [wmt.evalset_name(role) for role in ("eval", "ood", "selection", "test")] == \
+        ["newstest2013", "mtnt", "newstest2013", "newstest2014"]
+    assert wmt.evalset_spec("ood") == {"kind": "translation", "source": "data/testsets/mtnt.en",
+                                       "reference": "data/testsets/mtnt.fr", "lang": "fr", "max_items": None,
+                                       "name": "mtnt"}
+    assert [mnli.evalset_name(role) for role in ("eval", "ood", "selection", "test")] == \
+        ["dev", "dev_mismatched", "train", "dev"]
+    # Tables 2-3 choose the head on 5000 seeded training examples, as the paper does
+    selection = mnli.evalset_spec("selection")
+    assert (selection["tsv"], selection["max_items"]) == ("data/glue/mnli/train.tsv", 5000)
+    assert wmt.ablation_roles == ["eval", "ood"] and wmt.full_model_roles == ["eval", "ood", "test"]
+    # the files a job reads: the test sets of every role it evaluates, each once
+    assert wmt.eval_data(["eval", "selection"]) == ["data/testsets/newstest2013.en", "data/testsets/newstest2013.fr"]
+    assert wmt.importance_data == [f"data/testsets/newstest20{y}.{lang}" for y in ("09", "10", "11", "12")
+                                   for lang in ("en", "fr")]
+    assert mnli.importance_spec["tsv"] == "data/glue/mnli/train.tsv"
+
+
+def test_the_papers_models_and_jobs(paper):
+    wmt, mnli, sst2 = paper.study("wmt14_en_fr"), paper.study("mnli"), paper.study("sst2")
+    assert wmt.model_path == "data/checkpoints/wmt14_en_fr.model"
+    assert mnli.model_path == "results/models/mnli" and mnli.finetune_pretrained == "data/checkpoints/bert-pretrained"
+    # one job per head and per layer in the paper's config
+    assert len(wmt.ablation_jobs) == 288 and len(mnli.one_head_jobs) == 12
+    assert wmt.pruning_scopes == {"all": ["importance", "oracle", "random"], "enc_self": ["importance"],
+                                  "enc_dec": ["importance"], "dec_self": ["importance"]}
+    # the oracle waits for the whole ablation: a job of its own
+    assert ("all", "oracle") in wmt.pruning_jobs and ("all", "importance") in wmt.pruning_jobs
+    # Figure 6 prunes a glue task in the importance order only: no single-head ablation needed
+    assert sst2.pruning_jobs == [("all", "importance")] and sst2.criteria == []
+    assert mnli.eval_settings(bleu="detokenized")["batch_size"] == 64
+    assert wmt.resource("ablate", "gpu") == 1
+
+
+def test_the_papers_targets_are_every_table_and_figure(paper):
+    targets = paper.targets()
+    for name in ("wmt14_en_fr/table1.md", "mnli/figure1.pdf", "wmt14_en_fr/figure2.csv", "mnli/figure3.png",
+                 "wmt14_en_fr/figure4.png", "figure6.pdf", "wmt14_en_fr/one_head_per_layer.md",
+                 "wmt14_en_fr/table4.md", "iwslt14_de_en/figure5.png", "scorecard.md"):
+        assert f"results/figures/{name}" in targets, name
+    assert not [t for t in targets if "criteria" in t or "concrete" in t or "head_roles" in t]  # off in the paper's
+    assert paper.dynamics.epochs == paper.config["dynamics"]["train"]["checkpoint_epochs"]
+    assert paper.scorecard_paper_models()["iwslt14_de_en"] == "IWSLT"
+
+
+def test_the_demos_any_model_studies(demo):
+    llama, roberta = demo.study("tiny_llama"), demo.study("roberta_mnli")
+    assert (llama.kind, roberta.kind) == ("language_modeling", "classification")
+    assert llama.heads == [f"dec_self-{layer}-{head}" for layer in range(2) for head in range(4)]
+    assert llama.params["kv_heads"] == 2 and "kv_heads" not in demo.study("mnli").params
+    assert llama.evalset_spec() == {"kind": "language_modeling", "windows": "data/demo/windows/tiny_llama/test.npy",
+                                    "name": "test (64-token windows)", "window": 64, "max_items": 100}
+    assert llama.lm_needed_splits == ["test", "train", "validation"]
+    assert llama.importance_spec == {"kind": "language_modeling", "windows": "data/demo/windows/tiny_llama/train.npy",
+                                     "batch_size": 50, "max_items": 200}
+    with pytest.raises(ConfigError, match="no out-of-domain set"):
+        llama.evalset_name("ood")
+    # a classification models entry is fine-tuned by the pipeline from its own source, on its glue task's data
+    assert roberta.task == "mnli" and roberta.glue_dir == "data/demo/glue/mnli"
+    assert roberta.model_path == "results/demo/models/roberta_mnli"
+    assert roberta.finetune_pretrained == "data/demo/models/roberta_mnli"
+    assert roberta.finetune_params()["epochs"] == 5 and demo.study("mnli").finetune_params()["epochs"] != 5
+    assert llama.model_path == "data/demo/models/tiny_llama"  # an LM is used as fetched
+
+
+def test_the_demos_bundled_jobs(demo):
+    translation = demo.study(demo.translation_name)
+    per_job = demo.config["ablation"]["heads_per_job"]
+    jobs = translation.ablation_jobs
+    assert len(jobs) == -(-len(translation.heads) // per_job)
+    # every head is in exactly one job, in order
+    assert [h for job in jobs for h in translation.ablation_job_heads(job)] == translation.heads
+    orders = demo.config["pruning"]["orders"]
+    all_scope = [o for scope, o in translation.pruning_jobs if scope == "all"]
+    assert all_scope[-1] == "oracle" and "oracle" not in all_scope[0].split("+")
+    assert set("+".join(all_scope).split("+")) == set(orders) | set(translation.criteria)
+    assert set(translation.criteria) == set(demo.config["criteria"]["compare"])
+    assert translation.criteria_jobs and all(set(o.split("+")) & set(translation.criteria)
+                                             for o in translation.criteria_jobs)
+
+
+def test_llama_config(llama):
+    assert llama.study_names[-1] == "llama3_8b"
+    study = llama.study("llama3_8b")
+    assert len(study.heads) == 32 * 32
+    # 32 heads per ablation job: one layer each; 3 layers per one-head-per-layer job: 11 jobs
+    assert len(study.ablation_jobs) == 32 and study.ablation_jobs[1] == "dec_self-1-0..dec_self-1-31"
+    assert len(study.one_head_jobs) == 11 and study.one_head_job_layers("dec_self-30..dec_self-31") == \
+        ["dec_self-30", "dec_self-31"]
+    assert study.pruning_jobs == [("all", "importance"), ("all", "random"), ("all", "oracle")]
+    assert study.params["dtype"] == "bfloat16"
+    # a study's own resources override config.resources for its jobs only
+    assert study.resource("ablate", "gpu") == 1 and study.resource("ablate", "mem_mb") == 64000
+    assert study.eval_settings(bleu="detokenized") == {"batch_size": 4, "masking": "zero", "variant_batch_size": 4}
+
+
+def test_chunks_and_penalties():
+    items = ["a", "b", "c", "d", "e"]
+    assert chunks(items, 2) == ["a..b", "c..d", "e"]
+    assert chunk_items(items, "b..d") == ["b", "c", "d"] and chunk_items(items, "e") == ["e"]
+    with pytest.raises(ValueError, match="does not name a run"):
+        chunk_items(items, "x..y")
+    assert penalty_name(0.05) == "0.05" and penalty_name(1e-3) == "0.001"
+
+
+def broken(edit, path="demo/config.yaml"):
+    config = copy.deepcopy(validated(path))
+    edit(config)
+    return config
+
+
+@pytest.mark.parametrize("edit, key", [
+    (lambda c: c["experiments"]["ablation"].append("qnli"), "experiments.ablation names 'qnli'"),
+    (lambda c: c["translation"].update(eval_set="newstest2099"), "translation.eval_set names 'newstest2099'"),
+    (lambda c: c["glue"]["sst2"].update(task="nope"), "glue.sst2.task is 'nope'"),
+    (lambda c: c["models"]["roberta_mnli"].update(task="qnli"), "models.roberta_mnli.task names 'qnli'"),
+    (lambda c: c["models"]["tiny_llama"].update(corpus="c4"), "models.tiny_llama.corpus names 'c4'"),
+    (lambda c: c["models"]["tiny_llama"].update(eval_split="dev"), "models.tiny_llama.eval_split is 'dev'"),
+    (lambda c: c["experiments"]["head_roles"].append("tiny_llama"), "experiments.head_roles names 'tiny_llama'"),
+    (lambda c: c["experiments"]["glue_pruning"].append(c["translation"]["name"]), "experiments.glue_pruning names"),
+    (lambda c: c["speed"].update(studies=["nope"]), "speed.studies names 'nope'"),
+    (lambda c: c["dynamics"]["train"].update(checkpoint_epochs=[3, 1]), "dynamics.train.checkpoint_epochs"),
+    (lambda c: c["dynamics"].update(name="mnli"), "dynamics.name 'mnli' is also a study name"),
+])
+def test_a_config_that_cannot_run_names_its_key(edit, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.").replace("(", r"\(")):
+        Pipeline(broken(edit))
+
+
+def test_a_study_the_config_does_not_have_is_named():
+    pipeline = Pipeline(validated("demo/config.yaml"))
+    with pytest.raises(KeyError, match="'qnli' is not a study"):
+        pipeline.study("qnli")
+
+
+def test_common_smk_asks_the_pipeline():
+    """The rules resolve no study themselves: no branching on a study's kind in rules/."""
+    text = "".join(p.read_text() for p in (ROOT / "rules").glob("*.smk"))
+    assert "kind ==" not in text and "study_kind" not in text
+    assert len((ROOT / "rules" / "common.smk").read_text().splitlines()) <= 400
