@@ -14,6 +14,7 @@ include: "rules/dynamics.smk"
 include: "rules/speed.smk"
 include: "rules/concrete.smk"
 include: "rules/roles.smk"
+include: "rules/retrieval.smk"
 include: "rules/report.smk"
 
 

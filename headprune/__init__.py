@@ -11,4 +11,69 @@ The package's rooms import downward only (``tests/test_layering.py`` checks it),
 - ``training``: training and fine-tuning models; imports ``experiments`` and below;
 - ``demo``: the offline demo's synthetic world; imports ``training`` and below;
 - the workflow modules (``workflow``, ``warm``, ``studies``): the pipeline's glue; import anything but ``demo``.
+
+The public API below is the package's own names, imported lazily on first use (PEP 562): ``import headprune``
+imports nothing else (no torch), so the Snakemake rules that import ``headprune.studies`` start fast.
+Examples in the names' docstrings use the README's tiny Llama (``model, tokenizer = load_model("tiny")``, ``text``,
+``evalset = evalset_from_text(tokenizer, text, window=16)``); ``tests/test_api.py`` runs them.
+
+- load a model: ``load_model`` (hub id, model folder, pruned folder, fairseq tarball), ``guess_kind``;
+- mask heads: ``gated``, ``full_gates``, ``gates_without``, ``head_shape``, ``all_heads``;
+- score heads: ``head_scores`` (I_h and every other criterion), ``criterion_order``, ``CRITERIA``;
+- test sets: ``EvalSet``, ``EvalSettings``, ``evalset_from_text``, ``evalset_from_tsv``, ``evalset_batches``;
+- evaluate: ``run``, ``score``, ``compare_to_full``, ``bleu_detokenized``, ``bleu_tokenized``,
+  ``classification_score`` (accuracy, F1, MCC), ``perplexity``, ``retrieval_accuracy``;
+- the single-head sweep with significance: ``single_head_sweep`` (a table like eval/ablation.csv);
+- pruning: ``pruning_curve`` (a table like pruning.csv), ``remove_heads`` (physical pruning), ``save_pruned``
+  (a folder that ``load_model``, and plain transformers with ``trust_remote_code=True``, load back pruned).
 """
+
+_NAMES = {
+    "models.loading": ("load_model", "guess_kind"),
+    "models.heads": ("gated", "full_gates", "head_shape"),
+    "models.export": ("save_pruned",),
+    "scoring.importance": ("head_scores",),
+    "experiments.criteria": ("criterion_order", "CRITERIA"),
+    "experiments.runs": ("EvalSet", "EvalSettings", "all_heads", "gates_without", "run", "score", "compare_to_full"),
+    "experiments.sweeps": ("evalset_from_text", "evalset_from_tsv", "evalset_batches", "single_head_sweep",
+                           "pruning_curve", "remove_heads"),
+    "experiments.metrics": ("bleu_detokenized", "bleu_tokenized", "classification_score"),
+    "experiments.perplexity": ("perplexity",),
+    "experiments.retrieval": ("retrieval_accuracy",),
+}
+__all__ = [name for names in _NAMES.values() for name in names]
+
+
+def __getattr__(name):
+    """Import a public name's module on first use (the imports are spelled out for tests/test_layering.py)."""
+    where = next((module for module, names in _NAMES.items() if name in names), None)
+    if where == "models.loading":
+        from headprune.models import loading as module
+    elif where == "models.heads":
+        from headprune.models import heads as module
+    elif where == "models.export":
+        from headprune.models import export as module
+    elif where == "scoring.importance":
+        from headprune.scoring import importance as module
+    elif where == "experiments.criteria":
+        from headprune.experiments import criteria as module
+    elif where == "experiments.runs":
+        from headprune.experiments import runs as module
+    elif where == "experiments.sweeps":
+        from headprune.experiments import sweeps as module
+    elif where == "experiments.metrics":
+        from headprune.experiments import metrics as module
+    elif where == "experiments.perplexity":
+        from headprune.experiments import perplexity as module
+    elif where == "experiments.retrieval":
+        from headprune.experiments import retrieval as module
+    else:
+        raise AttributeError(f"module 'headprune' has no attribute {name!r}")
+    value = getattr(module, name)
+    globals()[name] = value  # later uses skip __getattr__
+    return value
+
+
+def __dir__():
+    return sorted({*globals(), *__all__})
+

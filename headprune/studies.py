@@ -3,7 +3,9 @@ of it is asked to do.
 
 A study is one model scored one way: the translation model (BLEU), a glue task's fine-tuned BERT
 (accuracy, F1 or MCC), or a ``models`` entry (any family, by config; a language model is scored by
-perplexity). ``Pipeline(config)`` checks what the JSON schema cannot (cross-references between
+perplexity, and a ``retrieval`` entry scores a language-modelling study's model on finding a needle in a
+haystack). A new kind of scoring is a new kind here (its test sets by role, its evaluation settings)
+and an EvalSet kind in ``headprune.experiments.runs``; every experiment's rule then runs on it. ``Pipeline(config)`` checks what the JSON schema cannot (cross-references between
 sections; the message names the key) and answers every question the rules ask: a study's kind and
 heads, its model folder, its test sets by role, its jobs, their parameters and resources, and the
 targets of the whole run. ``rules/common.smk`` asks it and nothing else, so a new kind of scoring is
@@ -18,11 +20,11 @@ from pathlib import Path
 
 from headprune.data.datasets import GLUE_TASKS
 
-KINDS = ("translation", "classification", "language_modeling")
+KINDS = ("translation", "classification", "language_modeling", "retrieval")
 # What a study's model is scored on decides its attention types: an encoder-decoder translates, an
 # encoder classifies, a decoder-only LM predicts the next token.
 ATTENTION_TYPES = {"translation": ["enc_self", "enc_dec", "dec_self"], "classification": ["enc_self"],
-                   "language_modeling": ["dec_self"]}
+                   "language_modeling": ["dec_self"], "retrieval": ["dec_self"]}
 # The test sets a study is evaluated on, by role: "eval" (Table 1, pruning), "ood" (cross-domain,
 # Figure 2), "selection" and "test" (one head per layer, Tables 2-3).
 ROLES = ("eval", "ood", "selection", "test")
@@ -31,7 +33,12 @@ LM_SPLITS = {"eval_split": "test", "selection_split": "validation", "test_split"
 DYNAMICS_SPLITS = ("train", "valid", "test")
 # Experiments that name studies (config experiments.<name>), each with its own outputs.
 EXPERIMENTS = ("ablation", "pruning", "attention_types", "glue_pruning", "cross_domain", "criteria",
-               "one_head_per_layer", "concrete", "head_roles")
+               "one_head_per_layer", "concrete", "head_roles", "retrieval_heads")
+# A retrieval study's settings the config leaves out (rules/schemas/config.schema.yaml describes them).
+RETRIEVAL_DEFAULTS = {"needles_per_setting": 1, "needle": "The special magic number is {value}.",
+                      "question": "What is the special magic number mentioned in the text?", "answer_prefix": "",
+                      "value_digits": 5, "chat_template": True, "max_new_tokens": 32, "seed": 0}
+LANGUAGE_MODELS = ("language_modeling", "retrieval")  # decoder-only LMs: their heads' roles are their own
 
 
 class ConfigError(ValueError):
@@ -91,6 +98,10 @@ class Study:
             self.kind, self.arch, self.section = "classification", config["bert"], "bert"
         else:
             self.kind, self.arch, self.section = self.entry["kind"], self.entry, f"models.{name}"
+        # a retrieval study scores the model of a language-modelling study: its architecture, its corpus
+        self.lm = pipeline.study(self.entry["model"]) if self.kind == "retrieval" else self
+        if self.lm is not self:
+            self.arch, self.section = self.lm.arch, self.lm.section
 
     def __repr__(self):
         return f"Study({self.name!r}, kind={self.kind!r})"
@@ -142,6 +153,8 @@ class Study:
 
     @property
     def model_path(self):
+        if self.lm is not self:
+            return self.lm.model_path
         if self.name == self.pipeline.translation_name:
             return self.pipeline.translation_model_folder
         if self.finetuned_by_pipeline:
@@ -162,15 +175,16 @@ class Study:
         return {"name": self.name, "kind": self.kind, "model": self.model_path, "section": self.section,
                 "src_lang": config["translation"]["src_lang"], "tgt_lang": config["translation"]["tgt_lang"],
                 "layers": self.arch["layers"], "heads": self.arch["heads"], "device": config["device"],
-                **{key: self.entry[key] for key in ("kv_heads", "dtype", "src_code", "tgt_code") if key in self.entry}}
+                **{key: self.lm.entry[key] for key in ("kv_heads", "dtype", "src_code", "tgt_code") if key in self.lm.entry}}
 
     def resource(self, rule_name, key):
         """models.<study>.resources.<rule> (or .default) over config.resources.<rule> (or .default), so one
-        large model's jobs can ask for more GPUs, memory and time than the rest."""
-        own = self.entry.get("resources", {})
-        resources = self.config["resources"]
-        merged = {**resources["default"], **resources.get(rule_name, {}), **own.get("default", {}),
-                  **own.get(rule_name, {})}
+        large model's jobs can ask for more GPUs, memory and time than the rest; a retrieval study takes its
+        language model's, under its own."""
+        resources, own = self.config["resources"], self.entry.get("resources", {})
+        lm = self.lm.entry.get("resources", {}) if self.lm is not self else {}  # a retrieval study runs its LM's model
+        merged = {**resources["default"], **resources.get(rule_name, {}), **lm.get("default", {}),
+                  **lm.get(rule_name, {}), **own.get("default", {}), **own.get(rule_name, {})}
         return merged.get(key, 0 if key == "gpu" else None)
 
     # --- data -------------------------------------------------------------------------------
@@ -187,13 +201,29 @@ class Study:
     def windows_dir(self):
         """tokenize_corpus writes here each corpus split a language model uses, tokenized once and cut into
         its windows (windows_file); the jobs take the folder as their input."""
-        return self.pipeline.windows_dir(self.name)
+        return self.pipeline.windows_dir(self.lm.name)
 
     def windows_file(self, split):
         return f"{self.windows_dir}/{split}.npy"
 
     def lm_split(self, key):
-        return self.entry.get(key, LM_SPLITS[key])
+        return self.lm.entry.get(key, LM_SPLITS[key])
+
+    @property
+    def retrieval(self):
+        """A retrieval study's settings, defaults filled in."""
+        return {**RETRIEVAL_DEFAULTS, **{key: self.entry[key] for key in (*RETRIEVAL_DEFAULTS, "context_lengths", "depths")
+                                          if key in self.entry}}
+
+    @property
+    def items_dir(self):
+        """make_retrieval_items writes here the needle-in-a-haystack items of each split a role uses
+        ({split}.jsonl, token ids of the model), once, so that every job scores the same items."""
+        return f"{self.pipeline.data_dir}/retrieval/{self.name}"
+
+    def retrieval_items_params(self):
+        splits = sorted({self.evalset_name(role) for role in ("eval", "selection", "test")})
+        return {"splits": splits, **self.retrieval}
 
     @property
     def lm_needed_splits(self):
@@ -202,9 +232,11 @@ class Study:
 
     def evalset_name(self, role):
         """The test set (translation), split (GLUE) or corpus split (language modelling) that plays ``role``."""
-        if self.kind == "language_modeling":
+        if self.kind in LANGUAGE_MODELS:
             if role == "ood":
                 raise ConfigError(f"config: {self.name} is a language-modelling study: it has no out-of-domain set")
+            if self.kind == "retrieval" and role == "eval":
+                return self.entry.get("haystack_split", self.lm_split("eval_split"))
             return self.lm_split(f"{role}_split")
         if self.kind == "translation":
             key = {"eval": "eval_set", "ood": "ood_set", "selection": "selection_set", "test": "test_set"}[role]
@@ -226,6 +258,10 @@ class Study:
             source, reference = self.pipeline.testset_files(name)
             return {"kind": "translation", "source": source, "reference": reference, "lang": t["tgt_lang"],
                     "max_items": t.get("max_sentences"), "name": name}
+        if self.kind == "retrieval":
+            lengths = "/".join(map(str, self.retrieval["context_lengths"]))
+            return {"kind": "retrieval", "items": f"{self.items_dir}/{name}.jsonl",
+                    "name": f"needle in a haystack, {name} split ({lengths}-token contexts)", "max_items": None}
         if self.kind == "language_modeling":
             # the name every table carries states the window, as the protocol asks
             return {"kind": "language_modeling", "windows": self.windows_file(name),
@@ -244,19 +280,29 @@ class Study:
             return sorted({f for role in roles for f in self.pipeline.testset_files(self.evalset_name(role))})
         if self.kind == "language_modeling":
             return [self.windows_dir]
+        if self.kind == "retrieval":
+            return [self.items_dir]
         return [self.glue_dir]
+
+    def masking(self, default):
+        """How this study's ablation and pruning mask a head: models.<study>.masking over the experiment's."""
+        return self.entry.get("masking", default)
 
     def eval_settings(self, bleu, masking="zero"):
         """How the model is evaluated (headprune.experiments.runs.EvalSettings); ``masking`` is how a switched-off
         head is replaced: a zero output (the paper) or uniform attention over its keys."""
         config = self.config
         rows = config["ablation"].get("variant_batch_size", {}).get(self.kind, 256)
+        streaming = {key: config["streaming"][key] for key in ("sink", "recent")} if masking == "streaming" else {}
         if self.kind == "translation":
             t = config["translation"]
             return {"batch_size": self.entry.get("batch_size", t["batch_size"]), "beam": t["beam"],
                     "lenpen": t["lenpen"], "bleu": bleu, "masking": masking, "variant_batch_size": rows}
         if self.kind == "language_modeling":
-            return {"batch_size": self.entry["batch_size"], "masking": masking, "variant_batch_size": rows}
+            return {"batch_size": self.entry["batch_size"], "masking": masking, "variant_batch_size": rows, **streaming}
+        if self.kind == "retrieval":
+            return {"batch_size": self.entry["batch_size"], "masking": masking, "variant_batch_size": rows,
+                    "max_new_tokens": self.retrieval["max_new_tokens"], **streaming}
         in_models = self.name in self.pipeline.models
         return {"batch_size": self.entry.get("batch_size", 64) if in_models else config["bert"]["eval_batch_size"],
                 "max_length": config["bert"]["finetune"]["max_length"], "masking": masking,
@@ -268,8 +314,15 @@ class Study:
                 "batch_size": batch_size, "max_items": max_items}
 
     @property
+    def importance_table(self):
+        """importance.csv: a retrieval study prunes by its language model's (I_h estimated on perplexity)."""
+        return f"{self.pipeline.results_dir}/{self.lm.name}/importance.csv"
+
+    @property
     def importance_data(self):
         """The files I_h is estimated on."""
+        if self.lm is not self:
+            return self.lm.importance_data
         if self.kind == "translation":
             return [f for name in self.config["translation"]["importance_sets"]
                     for f in self.pipeline.testset_files(name)]
@@ -282,6 +335,8 @@ class Study:
         """The data I_h is estimated on: newstest2009-12 for translation, the training split for BERT, the
         first importance_windows windows of a language model's importance split."""
         config = self.config
+        if self.lm is not self:
+            return self.lm.importance_spec
         if self.kind == "translation":
             t = config["translation"]
             return {"kind": "translation", "sets": [dict(zip(("source", "reference"), self.pipeline.testset_files(n)))
@@ -309,8 +364,8 @@ class Study:
     def train_spec(self, batch_size):
         """The training data as headprune.workflow.importance_batches reads it (config.concrete's items)."""
         concrete = self.config["concrete"]
-        if self.kind == "language_modeling":
-            return self._lm_train_spec(batch_size, concrete["max_items"])
+        if self.kind in LANGUAGE_MODELS:
+            return self.lm._lm_train_spec(batch_size, concrete["max_items"])
         if self.kind == "translation":
             return {"kind": "translation", "sets": [dict(zip(("source", "reference"), self.pipeline.testset_files(n)))
                                                     for n in self.pipeline.translation_train_sets],
@@ -410,7 +465,7 @@ class Study:
         ablation = self.config["ablation"]
         return {"heads": self.ablation_job_heads(job),
                 "roles": {role: self.evalset_spec(role) for role in self.ablation_roles},
-                "settings": self.eval_settings(ablation["bleu"], ablation["masking"])}
+                "settings": self.eval_settings(ablation["bleu"], self.masking(ablation["masking"]))}
 
     def significance_params(self, role):
         return {"eval": self.evalset_spec(role), **self.config["significance"]}
@@ -418,12 +473,13 @@ class Study:
     def one_head_params(self, job):
         ablation = self.config["ablation"]
         return {"layers": self.one_head_job_layers(job), "selection": self.evalset_spec("selection"),
-                "test": self.evalset_spec("test"), "settings": self.eval_settings(ablation["bleu"], ablation["masking"])}
+                "test": self.evalset_spec("test"),
+                "settings": self.eval_settings(ablation["bleu"], self.masking(ablation["masking"]))}
 
     def pruning_params(self, orders):
         config = self.config
         pruning = config["pruning"]
-        return {"eval": self.evalset_spec(), "settings": self.eval_settings(pruning["bleu"], pruning["masking"]),
+        return {"eval": self.evalset_spec(), "settings": self.eval_settings(pruning["bleu"], self.masking(pruning["masking"])),
                 "step_percent": pruning["step_percent"], "random_seed": pruning["random_seed"],
                 "importance": config["importance"], "criteria": config["criteria"]["combined"],
                 **({"importance_data": self.importance_spec} if "iterative" in orders.split("+") else {})}
@@ -492,8 +548,32 @@ class Study:
 
     def roles_params(self):
         roles = self.config["roles"]
+        if self.kind in LANGUAGE_MODELS:
+            return {"windows": self.evalset_spec("eval") if self.kind == "language_modeling"
+                    else self.lm.evalset_spec("eval"), "items": self.evalset_spec("eval") if self.kind == "retrieval" else None,
+                    "max_windows": roles["lm_windows"], "induction": roles["induction"], "batch_size": roles["batch_size"],
+                    "max_new_tokens": self.retrieval["max_new_tokens"] if self.kind == "retrieval" else None,
+                    "kv_heads": self.lm.entry.get("kv_heads")}
         return {"train": self.train_spec(roles["batch_size"]),
                 **{key: roles[key] for key in ("frequent_words", "positional_threshold", "syntactic_margin", "batch_size")}}
+
+    def head_roles_inputs(self):
+        """What the head_roles job reads: an encoder's parsed source sentences and training data (Voita's roles),
+        a language model's text windows and, for a retrieval study, its needle-in-a-haystack items."""
+        inputs = {"model": self.model_path, "importance": self.importance_table}
+        if self.kind in LANGUAGE_MODELS:
+            return {**inputs, "windows": self.lm.windows_dir, **({"needles": self.items_dir} if self.kind == "retrieval" else {})}
+        return {**inputs, "parses": f"{self.pipeline.results_dir}/{self.name}/roles/source.conllu", "train": self.train_data}
+
+    def retrieval_heads_params(self):
+        """Wu et al.'s experiment: the top-K heads by retrieval score masked, against K random heads."""
+        settings = self.config["retrieval_heads"]
+        heads = len(self.heads)
+        return {"k": [k for k in settings["k"] if k <= heads], "random_sets": settings["random_sets"],
+                "retrieval": self.evalset_spec("eval"), "perplexity": self.lm.evalset_spec("eval"),
+                "retrieval_settings": self.eval_settings(self.config["pruning"]["bleu"]),
+                "perplexity_settings": self.lm.eval_settings(self.config["pruning"]["bleu"]),
+                "significance": self.config["significance"]}
 
 
 class Dynamics:
@@ -756,6 +836,8 @@ class Pipeline:
                                                               ATTENTION_TYPES["translation"]),
             "dynamics": self.dynamics.pruning_tables if self.dynamics else [],  # in the order of scorecard_epochs
             "speed": [f"{self.figures_dir}/{study.name}/table4.csv" for study in self.speed_studies],
+            "roles": [f"{results}/{study}/head_roles.csv" for study in experiments.get("retrieval_heads", [])],
+            "retrieval_heads": [f"{results}/{study}/retrieval_heads.csv" for study in experiments.get("retrieval_heads", [])],
         }
 
     def scorecard_paper_models(self):
@@ -766,6 +848,11 @@ class Pipeline:
         if self.dynamics:
             models[self.dynamics.name] = "IWSLT"
         return models
+
+    def scored_side_by_side(self) -> list[Study]:
+        """Retrieval studies whose language model is ablated and pruned with them: one figure shows both scores."""
+        both = set(self.config["experiments"]["ablation"]) & set(self.config["experiments"]["pruning"])
+        return [study for study in self.studies if study.kind == "retrieval" and {study.name, study.lm.name} <= both]
 
     def targets(self):
         """Every table and figure the configured experiments produce (the default target)."""
@@ -793,6 +880,11 @@ class Pipeline:
             targets += [f"{results}/{study}/concrete.csv", *files(study, "concrete.png", "concrete.pdf")]
         for study in experiments.get("head_roles", []):
             targets += files(study, "head_roles.png", "head_roles.pdf", "roles_by_step.csv", "roles_by_step.md")
+        for study in experiments.get("retrieval_heads", []):
+            targets += files(study, "retrieval_heads.png", "retrieval_heads.pdf", "retrieval_heads.csv")
+        for study in self.scored_side_by_side():
+            targets += files(study.name, "perplexity_and_retrieval.png", "perplexity_and_retrieval.pdf",
+                             "perplexity_and_retrieval.csv")
         for study in self.speed_studies:
             targets += files(study.name, "table4.csv", "table4.md")
         targets += self.dynamics.figures if self.dynamics else []
@@ -840,15 +932,37 @@ class Pipeline:
                     if entry.get(key, default) not in splits:
                         raise ConfigError(f"config: models.{study}.{key} is '{entry.get(key, default)}', "
                                           f"not one of corpora.{entry['corpus']}.splits {splits}")
-        for experiment, why in (("cross_domain", "no out-of-domain corpus"), ("head_roles", "encoder heads only"),
-                                ("glue_pruning", "glue tasks only")):
+        for study, entry in models.items():
+            if entry["kind"] == "retrieval":
+                lm = models.get(entry["model"], {})
+                if lm.get("kind") != "language_modeling":
+                    raise ConfigError(f"config: models.{study}.model names '{entry['model']}', which is not a "
+                                      "language_modeling entry of models")
+                for key in ("haystack_split",):
+                    if key in entry:
+                        corpus = self.corpora[lm["corpus"]]
+                        splits = list(corpus["files"]) if "files" in corpus else corpus.get("splits", ["train", "validation", "test"])
+                        if entry[key] not in splits:
+                            raise ConfigError(f"config: models.{study}.{key} is '{entry[key]}', "
+                                              f"not one of corpora.{lm['corpus']}.splits {splits}")
+        for experiment, why in (("cross_domain", "no out-of-domain corpus"), ("glue_pruning", "glue tasks only")):
             for study in config["experiments"].get(experiment, []):
-                if study in models and models[study]["kind"] == "language_modeling":
+                if study in models and models[study]["kind"] in LANGUAGE_MODELS:
                     raise ConfigError(f"config: experiments.{experiment} names '{study}', a language-modelling study ({why})")
+        for study in config["experiments"].get("retrieval_heads", []):
+            if models.get(study, {}).get("kind") != "retrieval":
+                raise ConfigError(f"config: experiments.retrieval_heads names '{study}', which is not a retrieval "
+                                  "study (a models entry of kind retrieval)")
+        for study, entry in models.items():
+            if entry.get("masking") == "streaming" and entry["kind"] not in LANGUAGE_MODELS:
+                raise ConfigError(f"config: models.{study}.masking is streaming, which only decoder-only language "
+                                  "models take (kind language_modeling or retrieval)")
         if self.translation_name in config["experiments"].get("glue_pruning", []):
             raise ConfigError(f"config: experiments.glue_pruning names '{self.translation_name}', the translation study; "
                               "Figure 6 is for glue tasks (Figure 3 draws the translation model's pruning)")
         for study in config.get("speed", {}).get("studies", []):
+            if models.get(study, {}).get("kind") == "retrieval":
+                raise ConfigError(f"config: speed.studies names '{study}', a retrieval study: time its language model")
             if study not in self.study_names:
                 raise ConfigError(f"config: speed.studies names '{study}', "
                                   f"which is neither translation.name nor a glue task ({self.study_names})")

@@ -61,6 +61,11 @@ def load_evalset(spec: dict) -> EvalSet:
 
         chunks = load_windows(spec["windows"], limit)
         return EvalSet("language_modeling", chunks, chunks, "perplexity")
+    if spec["kind"] == "retrieval":
+        from headprune.data.retrieval import read_items
+
+        items = read_items(spec["items"], limit)
+        return EvalSet("retrieval", [item["value"] for item in items], items, "retrieval")
     if spec["kind"] == "translation":
         sources, references = read_lines(spec["source"]), read_lines(spec["reference"])
         if len(sources) != len(references):
@@ -89,7 +94,7 @@ def load_study_model(study: dict, device):
     options = {"dtype": study.get("dtype", "float32"),
                "gpus": torch.cuda.device_count() if device.type == "cuda" else 1}
     kind, path = study["kind"], Path(study["model"])
-    if kind == "language_modeling":
+    if kind in ("language_modeling", "retrieval"):  # a retrieval study scores a language model
         model, tokenizer = load_causal_lm(path, device, **options)
     elif kind == "classification":
         model, tokenizer = load_classifier(path, device)

@@ -115,6 +115,28 @@ def finetune_data(wildcards):
     return study(wildcards).glue_dir
 
 
+def head_roles_inputs(wildcards):
+    return study(wildcards).head_roles_inputs()
+
+
+def retrieval_corpus_dir(wildcards):
+    return study(wildcards).lm.corpus_dir
+
+
+def side_by_side_inputs(wildcards):
+    """Both scores of a retrieval study and of its language model: single-head ablation and pruning."""
+    s = study(wildcards)
+    return {f"{name}_{table}": f"{RESULTS}/{study_name}/{path}" for name, study_name in (("retrieval", s.name),
+                                                                                         ("perplexity", s.lm.name))
+            for table, path in (("ablation", "eval/ablation.csv"), ("pruning", "pruning.csv"))}
+
+
+def retrieval_heads_inputs(wildcards):
+    s = study(wildcards)
+    return {"model": s.model_path, "needles": s.items_dir, "windows": s.lm.windows_dir,
+            "roles": f"{RESULTS}/{s.name}/head_roles.csv"}
+
+
 def parse_inputs(wildcards):
     """The eval set's source text, and the parser's model when stanza parses it."""
     parser = [PIPELINE.parser_dir] if config["roles"]["parser"] == "stanza" else []
@@ -160,11 +182,18 @@ def one_head_outputs(wildcards):
             "full": f"{RESULTS}/{wildcards.study}/full.json"}
 
 
+def importance_table(wildcards):
+    return study(wildcards).importance_table
+
+
 def pruning_inputs(wildcards):
     """What a prune job reads beyond the model and test set: importance.csv, the single-head ablation
-    for the oracle order, the importance data for the iterative criterion."""
+    for the oracle order, the importance data for the iterative criterion, the head roles for the
+    retrieval criterion."""
     orders = wildcards.order.split("+")
-    inputs = {"importance": f"{RESULTS}/{wildcards.study}/importance.csv"}
+    inputs = {"importance": importance_table(wildcards)}
+    if "retrieval" in orders:
+        inputs["roles"] = f"{RESULTS}/{wildcards.study}/head_roles.csv"
     if "oracle" in orders:
         inputs["ablation"] = f"{RESULTS}/{wildcards.study}/eval/ablation.csv"
     if "iterative" in orders:
@@ -280,6 +309,14 @@ def parse_params(wildcards):
 
 def roles_params(wildcards):
     return study(wildcards).roles_params()
+
+
+def retrieval_items_params(wildcards):
+    return study(wildcards).retrieval_items_params()
+
+
+def retrieval_heads_params(wildcards):
+    return study(wildcards).retrieval_heads_params()
 
 
 def table1_attention_type(wildcards):

@@ -15,7 +15,7 @@ rule concrete_gates:
         model=study_model,
         train=concrete_train_data,
         data=study_eval_data,
-        importance=f"{RESULTS}/{{study}}/importance.csv",
+        importance=importance_table,
     output:
         row=f"{RESULTS}/{{study}}/concrete/{{penalty}}.csv",
         heads=f"{RESULTS}/{{study}}/concrete/{{penalty}}.heads.csv",

@@ -7,7 +7,7 @@ across the whole model; an attention type prunes only within it (Figure 4). A pr
 pruning.orders_per_job orders ('importance+fisher'), all their steps in one pass over the test set.
 """
 
-CRITERION = "importance(_token|_example|_batch)?|oracle|random|fisher|attention_gradient|confidence|entropy_low|entropy_high|combined|iterative"
+CRITERION = "importance(_token|_example|_batch)?|oracle|random|fisher|attention_gradient|confidence|entropy_low|entropy_high|combined|iterative|retrieval"
 
 
 wildcard_constraints:

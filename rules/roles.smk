@@ -1,4 +1,6 @@
-"""Beyond the paper: the role of every head (Voita et al., 2019): positional, syntactic, rare-word.
+"""Beyond the paper: the role of every head. Encoder heads (Voita et al., 2019): positional, syntactic,
+rare-word. A decoder-only language model's heads: previous-token, induction, first-token sink and, for a
+retrieval study, Wu et al. (2025)'s retrieval score (headprune.scoring.lm_roles).
 
 The eval set's source side is parsed once (roles.parser: stanza, installed with the package and
 its English model fetched by a rule; the demo writes gold parses from its own grammar), every head's
@@ -47,12 +49,10 @@ rule parse_source:
 
 rule head_roles:
     input:
-        model=study_model,
-        parses=f"{RESULTS}/{{study}}/roles/source.conllu",
-        train=concrete_train_data,
-        importance=f"{RESULTS}/{{study}}/importance.csv",
+        unpack(head_roles_inputs),
     output:
-        f"{RESULTS}/{{study}}/head_roles.csv",
+        heads=f"{RESULTS}/{{study}}/head_roles.csv",
+        kv_heads=f"{RESULTS}/{{study}}/head_roles_kv.csv",
     params:
         study=study_of,
         roles=roles_params,

@@ -5,7 +5,7 @@ rule speed:
     input:
         model=study_model,
         data=speed_eval_data,
-        importance=f"{RESULTS}/{{study}}/importance.csv",
+        importance=importance_table,
     output:
         runs=f"{RESULTS}/{{study}}/speed.csv",
         table_csv=f"{FIGURES}/{{study}}/table4.csv",

@@ -11,7 +11,7 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 
 import time
 
-from headprune.experiments.runs import EvalSettings, gates_without, parse_head_name, run_variants, score
+from headprune.experiments.runs import EvalSettings, gates_without, parse_head_name, run_variants, score, scores_beside
 from headprune.models.loading import pick_device
 from headprune.workflow import load_evalset, load_study_model, logged, threads_for_torch, write_json
 
@@ -33,7 +33,7 @@ with logged(snakemake) as log:
         for head, outputs in zip(variants, all_outputs):
             value = score(evalset, outputs, settings.bleu)
             results[head or "full"][role] = {"testset": evaluation["roles"][role]["name"], "metric": evalset.metric,
-                                             "score": value, "outputs": outputs}
+                                             "score": value, **scores_beside(evalset, outputs), "outputs": outputs}
             log.info("%s %s on %s (%s): %s = %.4f, %d items", study["name"], head or "full model",
                      evaluation["roles"][role]["name"], role, evalset.metric, value, len(evalset))
     if job:

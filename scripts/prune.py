@@ -16,7 +16,8 @@ import time
 import pandas as pd
 
 from headprune.experiments.criteria import criterion_order, importance_on_pruned, iterative_order
-from headprune.experiments.runs import EvalSettings, all_heads, gates_without, pruning_steps, run_variants, score
+from headprune.experiments.runs import EvalSettings, all_heads
+from headprune.experiments.sweeps import pruning_tables
 from headprune.models.loading import pick_device
 from headprune.workflow import (importance_batches, load_evalset, load_study_model, logged, threads_for_torch,
                                 write_json)
@@ -33,9 +34,10 @@ with logged(snakemake) as log:
     settings = EvalSettings(**params["settings"])
     importance = pd.read_csv(snakemake.input.importance)
     ablation = pd.read_csv(snakemake.input.ablation) if "ablation" in snakemake.input.keys() else None
+    roles = pd.read_csv(snakemake.input.roles) if "roles" in snakemake.input.keys() else None
     criteria = params.get("criteria", {})
     heads = [h for h in all_heads(model) if attn_type in (None, h[0])]
-    steps = {}
+    orders_of = {}
     for name in orders:
         if name == "iterative":  # I_h re-estimated on the pruned model before every step (bertology)
             started = time.perf_counter()
@@ -49,34 +51,14 @@ with logged(snakemake) as log:
                                     estimator=params.get("importance", {}).get("estimator", "token"),
                                     normalize=params.get("importance", {}).get("normalize", True),
                                     entropy_weight=criteria.get("entropy_weight", 0.5),
-                                    keep_entropy=criteria.get("keep_entropy", "low"))
-        steps[name] = pruning_steps(order, params["step_percent"])
-    # One gate setting per distinct set of removed heads: every order starts from the full model.
-    settings_of = {}
-    for name, order_steps in steps.items():
-        for _, removed in order_steps:
-            settings_of.setdefault(frozenset(removed), len(settings_of))
+                                    keep_entropy=criteria.get("keep_entropy", "low"), roles=roles)
+        orders_of[name] = order
     started = time.perf_counter()
-    outputs = run_variants(model, tokenizer, evalset, [gates_without(model, removed) for removed in settings_of],
-                           settings)
-    log.info("eval time %.2f s: %d distinct settings for %d orders x %d steps", time.perf_counter() - started,
-             len(settings_of), len(steps), len(next(iter(steps.values()))))
-    rows, step_outputs = [], {}
-    scores = {}
-    for name, order_steps in steps.items():
-        step_outputs[name] = []
-        for step, (percent, removed) in enumerate(order_steps):
-            index = settings_of[frozenset(removed)]
-            if index not in scores:
-                scores[index] = score(evalset, outputs[index], settings.bleu)
-            log.info("%s %s %s: %.0f%% pruned (%d heads): %s = %.4f", study["name"], scope, name, percent,
-                     len(removed), evalset.metric, scores[index])
-            rows.append({"study": study["name"], "order": name, "scope": scope, "step": step,
-                         "percent_pruned": percent, "heads_pruned": len(removed), "heads_left": len(heads) - len(removed),
-                         "score": scores[index], "metric": evalset.metric})
-            step_outputs[name].append({"percent_pruned": percent, "removed": ["-".join(map(str, h)) for h in removed],
-                                       "outputs": outputs[index]})
-    pd.DataFrame(rows).to_csv(snakemake.output.scores, index=False)
+    table, step_outputs = pruning_tables(model, tokenizer, evalset, orders_of, step_percent=params["step_percent"],
+                                         settings=settings, study=study["name"], scope=scope, total_heads=len(heads))
+    log.info("eval time %.2f s: %d orders x %d steps, scored", time.perf_counter() - started, len(orders_of),
+             len(table) // len(orders_of))
+    table.to_csv(snakemake.output.scores, index=False)
     if "outputs" in snakemake.output.keys():
         write_json(snakemake.output.outputs, {"study": study["name"], "scope": scope, "testset": params["eval"].get("name"),
                                               "metric": evalset.metric, "orders": step_outputs})

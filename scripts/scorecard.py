@@ -1,7 +1,7 @@
 """The scorecard of the paper's claims (headprune.experiments.scorecard) from this run's CSVs.
 
-input: ablation, one_head, pruning, attention_types, dynamics, speed: the CSVs of each experiment the
-config runs (a list, empty when it runs none); params.epochs: the checkpoint epoch of each dynamics
+input: ablation, one_head, pruning, attention_types, dynamics, speed, and beyond the paper roles and
+retrieval_heads (Wu et al.'s experiment): the CSVs of each experiment the config runs (a list, empty when it runs none); params.epochs: the checkpoint epoch of each dynamics
 table; params.paper_models; output.csv, output.md."""
 from headprune import warm
 
@@ -12,7 +12,7 @@ import pandas as pd
 from headprune.experiments import scorecard
 from headprune.workflow import logged
 
-EXPERIMENTS = ("ablation", "one_head", "pruning", "attention_types", "dynamics", "speed")
+EXPERIMENTS = ("ablation", "one_head", "pruning", "attention_types", "dynamics", "speed", "roles", "retrieval_heads")
 
 
 def stacked(paths, epochs=None):

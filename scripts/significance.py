@@ -3,9 +3,8 @@ from headprune import warm
 
 warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
 
-import pandas as pd
-
-from headprune.experiments.runs import compare_to_full, parse_head_name
+from headprune.experiments.runs import parse_head_name
+from headprune.experiments.sweeps import ablation_table
 from headprune.workflow import load_evalset, logged, read_json
 
 with logged(snakemake) as log:
@@ -13,14 +12,12 @@ with logged(snakemake) as log:
     role = snakemake.wildcards.role
     evalset = load_evalset(params["eval"])
     full = read_json(snakemake.input.full)["roles"][role]
-    rows = []
+    ablated = {}
     for path in snakemake.input.heads:
         for name, roles in read_json(path)["heads"].items():
-            attn_type, layer, head = parse_head_name(name)
-            rows.append({"study": study["name"], "testset": full["testset"], "attn_type": attn_type, "layer": layer,
-                         "head": head, **compare_to_full(evalset, full, roles[role], resamples=params["resamples"],
-                                                         seed=params["seed"], alpha=params["alpha"])})
-    table = pd.DataFrame(rows).sort_values(["attn_type", "layer", "head"])
+            ablated[parse_head_name(name)] = roles[role]
+    table = ablation_table(evalset, full, ablated, study=study["name"], testset=full["testset"],
+                           resamples=params["resamples"], seed=params["seed"], alpha=params["alpha"])
     table.to_csv(snakemake.output[0], index=False)
     log.info("%s on %s: %d of %d heads significant at p < %s", study["name"], evalset.metric,
              table.significant.sum(), len(table), params["alpha"])

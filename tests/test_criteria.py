@@ -174,3 +174,15 @@ def test_importance_on_pruned_scores_the_heads_left_on_the_gated_model():
     by_hand = layer0.importance_token / np.sqrt((layer0.importance_token ** 2).sum())
     for row, value in zip(layer0.itertuples(), by_hand):
         assert math.isclose(scores[("enc_self", 0, int(row.head))], value, rel_tol=1e-9)
+
+
+def test_retrieval_criterion_prunes_the_lowest_retrieval_scores_first():
+    """Wu et al.'s retrieval score as a criterion: the heads that copy from the context are kept longest; a
+    head without a score (NaN) goes first; ties keep the table's order."""
+    roles = pd.DataFrame({"attn_type": "dec_self", "layer": [0, 0, 1, 1], "head": [0, 1, 0, 1],
+                          "retrieval": [0.5, float("nan"), 0.0, 0.0]})
+    heads = [("dec_self", 0, 0), ("dec_self", 0, 1), ("dec_self", 1, 0), ("dec_self", 1, 1)]
+    order = criterion_order("retrieval", pd.DataFrame(), heads, roles=roles)
+    assert order == [("dec_self", 0, 1), ("dec_self", 1, 0), ("dec_self", 1, 1), ("dec_self", 0, 0)]
+    with pytest.raises(ValueError, match="needs a language model's head roles"):
+        criterion_order("retrieval", pd.DataFrame(), heads)

@@ -66,6 +66,8 @@ def test_demo_learns_hard_concrete_gates_and_reads_head_roles(demo_run):
             assert concrete[f"p_vs_{name}"].between(0, 1).all()
         assert (results / "figures" / study / "concrete.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for study in config["experiments"]["head_roles"]:
+        if config["models"].get(study, {}).get("kind") in ("language_modeling", "retrieval"):
+            continue  # a language model's roles: test_demo_language_model_retrieval
         roles = pd.read_csv(results / study / "head_roles.csv", keep_default_na=False, na_values=[""])
         importance = pd.read_csv(results / study / "importance.csv")
         assert len(roles) == len(importance)
@@ -88,7 +90,7 @@ def test_demo_compares_every_head_criterion(demo_run):
         criteria = config["criteria"].get("per_study", {}).get(study, config["criteria"].get("compare", default))
         curves = pd.read_csv(results / study / "pruning" / "criteria.csv")
         assert list(dict.fromkeys(curves.criterion)) == criteria
-        assert "iterative" in set(curves.criterion) and "fisher" in set(curves.criterion)
+        assert {"iterative", "fisher"} <= set(curves.criterion) or "retrieval" in set(curves.criterion)
         assert curves.groupby("criterion").step.count().eq(11).all()  # 0, 10, ..., 100%
         assert curves[curves.step == 0].score.nunique() == 1  # every curve starts at the full model
         summary = pd.read_csv(results / study / "pruning" / "criteria_summary.csv").set_index("criterion")
@@ -187,3 +189,41 @@ def test_demo_any_model_by_config(demo_run):
     assert "Roberta" in (results / "models" / "roberta_mnli" / "config.json").read_text()
     scorecard = pd.read_csv(results / "figures" / "scorecard.csv")
     assert {"tiny_llama", "roberta_mnli", "tiny_llama (decode tokens)"} <= set(scorecard.study)
+
+
+def test_demo_language_model_retrieval(demo_run):
+    """models.tiny_llama_niah scores the tiny Llama on finding a value in its context, through the paper's
+    experiments, beside its perplexity; its heads' roles (one row per query head and per KV head), Wu et
+    al.'s experiment and the scorecard's W rows; tiny_llama_streaming masks heads to a streaming window."""
+    import yaml
+
+    config = yaml.safe_load((ROOT / "demo" / "config.yaml").read_text())
+    results = demo_run / "results" / "demo"
+    ablation = pd.read_csv(results / "tiny_llama_niah" / "eval" / "ablation.csv")
+    assert len(ablation) == 8 and set(ablation.metric) == {"retrieval"} and ablation.p_bootstrap.between(0, 1).all()
+    assert ablation.score.between(0, 1).all()
+    items = pd.read_json(demo_run / "data" / "demo" / "retrieval" / "tiny_llama_niah" / "test.jsonl", lines=True)
+    niah = config["models"]["tiny_llama_niah"]
+    assert len(items) == len(niah["context_lengths"]) * len(niah["depths"]) * niah["needles_per_setting"]
+    assert (items.context_span.map(lambda span: span[1] - span[0]) == items.context_length).all()
+    roles = pd.read_csv(results / "tiny_llama_niah" / "head_roles.csv")
+    assert len(roles) == 8 and {"previous_token", "induction", "sink", "retrieval", "retrieval_distinct"} <= set(roles)
+    assert roles.previous_token.between(0, 1).all() and roles.sink.between(0, 1).all()
+    kv = pd.read_csv(results / "tiny_llama_niah" / "head_roles_kv.csv")
+    assert len(kv) == 2 * 2  # 2 layers x 2 key/value heads, each the largest of its query heads
+    for row in kv.itertuples():
+        readers = roles[(roles.layer == row.layer) & (roles.kv_head == row.kv_head)]
+        assert row.induction == readers.induction.max()
+    wu = pd.read_csv(results / "tiny_llama_niah" / "retrieval_heads.csv")
+    assert sorted(wu.k.unique()) == config["retrieval_heads"]["k"]
+    assert (wu.groupby("k").selection.apply(lambda s: (s == "random").sum()) == config["retrieval_heads"]["random_sets"]).all()
+    assert wu.perplexity.gt(0).all() and wu.retrieval.between(0, 1).all()
+    side = pd.read_csv(results / "figures" / "tiny_llama_niah" / "perplexity_and_retrieval.csv")
+    assert (side.experiment == "single head off").sum() == 8
+    for name in ("head_roles.png", "retrieval_heads.png", "perplexity_and_retrieval.png", "criteria.png"):
+        assert (results / "figures" / "tiny_llama_niah" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    streaming = pd.read_csv(results / "tiny_llama_streaming" / "eval" / "ablation.csv")
+    assert len(streaming) == 8 and set(streaming.metric) == {"retrieval"}
+    scorecard = pd.read_csv(results / "figures" / "scorecard.csv")
+    assert set(scorecard[scorecard.claim.isin(["W1", "W2", "W3"])].study) == {"tiny_llama_niah"}
+    assert "tiny_llama_niah" in set(scorecard[scorecard.claim == "C1"].study)

@@ -3,8 +3,9 @@
 A room is a subpackage of headprune (``models``, ``data``, ...); the top-level modules (``workflow``,
 ``warm``, ``studies``) are one room, "workflow". Every import of a headprune module, at the top of a file
 or inside a function or an ``if TYPE_CHECKING:`` block, absolute or relative, must go to the importing
-file's own room or to one that ``ALLOWED`` lists for it. The package's own ``__init__`` imports nothing of
-the package (every import of a submodule runs it).
+file's own room or to one that ``ALLOWED`` lists for it. The package's own ``__init__`` imports the rooms of
+the public API it exposes (models, scoring, experiments), lazily, inside its module ``__getattr__`` (every
+import of a submodule runs it: nothing at its top), and never ``demo``.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import NamedTuple
 
 PACKAGE = Path(__file__).resolve().parents[1] / "headprune"
 WORKFLOW = "workflow"  # the room of the package's top-level modules
-ROOT = ""  # the package itself (headprune/__init__.py): a docstring, importable from anywhere
+ROOT = ""  # the package itself (headprune/__init__.py): its public API, importable from anywhere
 
 # room -> the other rooms it may import, bottom to top. A new subpackage needs a line here.
 ALLOWED = {
@@ -26,7 +27,7 @@ ALLOWED = {
     "training": {"experiments", "scoring", "models", "data", "io"},  # training and fine-tuning
     "demo": {"training", "experiments", "scoring", "models", "data", "io"},  # the demo's synthetic world
     WORKFLOW: {"training", "experiments", "scoring", "models", "data", "io"},  # the workflow's glue: not demo
-    ROOT: set(),
+    ROOT: {"experiments", "scoring", "models"},  # the public API (headprune.__all__), imported lazily: not demo
 }
 
 
@@ -163,3 +164,12 @@ def test_the_checker_reports_only_upward_imports(tmp_path):
     assert all(found.room == "models" for found in wrong)
     # a room missing from the table may import nothing of the others
     assert {found.path.name for found in upward_imports(package, {})} == {"heads.py", "runs.py", "tool.py"}
+
+
+def test_the_package_init_imports_lazily_only():
+    """``import headprune`` runs before every submodule: its imports of the package sit inside functions
+    (the PEP 562 ``__getattr__``), none at its top level."""
+    tree = ast.parse((PACKAGE / "__init__.py").read_text(encoding="utf-8"))
+    top = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    assert not [node.lineno for node in top if isinstance(node, ast.Import) or (node.module or "").startswith(
+        PACKAGE.name) or node.level], "headprune/__init__.py imports the package at its top level"

@@ -262,7 +262,46 @@ def test_rule_writes_the_scorecard_from_the_configured_experiments_only(tmp_path
     card = pd.read_csv(results / "figures" / "scorecard.csv")
     assert list(zip(card["claim"], card["study"], card["verdict"])) == [
         ("C1", "mnli", REPRODUCED), ("C2", "(none)", NOT_RUN), ("C3", "sst2", REPRODUCED), ("C4", "(none)", NOT_RUN),
-        ("C5", "demo_de_en", REPRODUCED), ("C6", "(none)", NOT_RUN)]
+        ("C5", "demo_de_en", REPRODUCED), ("C6", "(none)", NOT_RUN), ("W1", "(none)", NOT_RUN),
+        ("W2", "(none)", NOT_RUN), ("W3", "(none)", NOT_RUN)]
     assert card.loc[4, "this_run"].startswith("% of unpruned BLEU kept at 40% pruned: epoch 1 60.0%, epoch 2 62.0%, "
                                               "epoch 5 90.0% (unpruned BLEU 10.0, 20.0, 50.0)")
     assert (results / "figures" / "scorecard.md").read_text() == sc.markdown(card)
+
+
+def lm_roles(study, retrieval):
+    return pd.DataFrame({"study": study, "attn_type": "dec_self", "layer": [i // 4 for i in range(len(retrieval))],
+                         "head": [i % 4 for i in range(len(retrieval))], "retrieval": retrieval})
+
+
+def wu_runs(study, top, randoms, full=0.9, ppl_top=10.2, ppl_full=10.0, significant=True):
+    rows = [{"study": study, "k": 2, "selection": "top", "seed": 0, "retrieval": top, "retrieval_full": full,
+             "significant_retrieval": significant, "perplexity": ppl_top, "perplexity_full": ppl_full}]
+    rows += [{"study": study, "k": 2, "selection": "random", "seed": i, "retrieval": r, "retrieval_full": full,
+              "significant_retrieval": False, "perplexity": 10.1, "perplexity_full": ppl_full}
+             for i, r in enumerate(randoms)]
+    rows.append({**rows[0], "k": 1, "retrieval": 0.1})  # a smaller K: the rule reads the largest
+    return pd.DataFrame(rows)
+
+
+def test_wu_few_retrieval_heads_counts_heads_above_the_threshold():
+    # 1 of 8 heads above 0.1 (12.5%): not fewer than 5%; 2 of 48 (4.2%): reproduced; 0.1 itself is not above
+    (small,) = sc.w1_few_retrieval_heads(lm_roles("a", [0.5, 0.1, 0.0, 0.05, 0, 0, 0, 0]))
+    (large,) = sc.w1_few_retrieval_heads(lm_roles("b", [0.3, 0.2] + [0.01] * 46))
+    assert (small["verdict"], large["verdict"]) == (NOT_REPRODUCED, REPRODUCED)
+    assert small["this_run"].startswith("1/8 (12%) heads score above 0.1 (highest: layer 0 head 0, 0.50)")
+    (none,) = sc.w1_few_retrieval_heads(lm_roles("c", [float("nan")] * 4))
+    assert none["verdict"] == NOT_RUN
+
+
+def test_wu_masking_rules_compare_top_k_with_random_heads():
+    # top-2 masked: 30% retrieved; random pairs 70% and 90% (mean 80%): 50 points more; perplexity +2%
+    w2, w3 = sc.w2_w3_masking(wu_runs("a", 0.3, [0.7, 0.9]))
+    assert (w2["verdict"], w3["verdict"]) == (REPRODUCED, REPRODUCED)
+    assert w2["this_run"] == ("K=2: top-K heads masked 30.00% retrieved, K random heads 80.00% retrieved (mean of 2 "
+                              "sets), all heads 90.00% retrieved")
+    assert "(+2.0%)" in w3["this_run"]
+    # 15 points apart is not far more; a drop that is not significant is not either; +10% perplexity is not little
+    assert sc.w2_w3_masking(wu_runs("b", 0.65, [0.8, 0.8]))[0]["verdict"] == NOT_REPRODUCED
+    assert sc.w2_w3_masking(wu_runs("c", 0.3, [0.8], significant=False))[0]["verdict"] == NOT_REPRODUCED
+    assert sc.w2_w3_masking(wu_runs("d", 0.3, [0.8], ppl_top=11.0))[1]["verdict"] == NOT_REPRODUCED

@@ -130,9 +130,48 @@ def test_the_demos_bundled_jobs(demo):
                                              for o in translation.criteria_jobs)
 
 
+def test_a_retrieval_study_scores_its_language_model(demo):
+    niah, lm = demo.study("tiny_llama_niah"), demo.study("tiny_llama")
+    assert niah.kind == "retrieval" and niah.lm is lm
+    # the language model's weights, heads and architecture; its own items, made once from the LM's corpus
+    assert niah.model_path == lm.model_path and niah.heads == lm.heads
+    assert niah.params == {**lm.params, "name": "tiny_llama_niah", "kind": "retrieval"}
+    assert niah.evalset_spec() == {"kind": "retrieval", "items": "data/demo/retrieval/tiny_llama_niah/test.jsonl",
+                                   "name": "needle in a haystack, test split (96/192-token contexts)", "max_items": None}
+    assert niah.evalset_name("selection") == "validation"
+    assert niah.retrieval_items_params()["splits"] == ["test", "validation"]
+    assert niah.retrieval["context_lengths"] == [96, 192] and niah.retrieval["needle"] == "The special magic number is {value}."
+    # pruned by I_h estimated on perplexity: the language model's importance table, no job of its own
+    assert niah.importance_table == "results/demo/tiny_llama/importance.csv" == lm.importance_table
+    assert niah.eval_settings("tokenized", "zero") == {"batch_size": 10, "masking": "zero", "variant_batch_size": 64,
+                                                       "max_new_tokens": 8}
+    assert set(niah.head_roles_inputs()) == {"model", "importance", "windows", "needles"}
+    assert [scope_orders[1] for scope_orders in niah.pruning_jobs][-1] == "oracle"
+    assert "retrieval" in niah.criteria and niah.experiments == ["ablation", "pruning", "criteria",
+                                                                 "one_head_per_layer", "head_roles", "retrieval_heads"]
+    # Wu's experiment: K beyond the model's 8 heads is left out
+    assert niah.retrieval_heads_params()["k"] == [1, 2, 4]
+    assert [s.name for s in demo.scored_side_by_side()] == ["tiny_llama_niah"]
+
+
+def test_streaming_masking_of_one_study(demo):
+    streaming = demo.study("tiny_llama_streaming")
+    settings = streaming.ablation_eval_params(streaming.ablation_jobs[0])["settings"]
+    assert (settings["masking"], settings["sink"], settings["recent"]) == ("streaming", 4, 16)
+    # the other studies keep the experiment's masking, and no streaming keys
+    assert "sink" not in demo.study("tiny_llama").ablation_eval_params(demo.study("tiny_llama").ablation_jobs[0])["settings"]
+
+
 def test_llama_config(llama):
-    assert llama.study_names[-1] == "llama3_8b"
+    assert llama.study_names[-2:] == ["llama3_8b", "llama3_8b_niah"]
     study = llama.study("llama3_8b")
+    niah = llama.study("llama3_8b_niah")
+    # needle in a haystack from 1K tokens to the model's 8K limit, the needle at 0-100% in steps of 10%
+    assert niah.retrieval["context_lengths"] == [1024, 2048, 4096, 8192]
+    assert niah.retrieval["depths"] == list(range(0, 101, 10))
+    # the retrieval study runs on its model's GPUs and memory, with a runtime of its own
+    assert (niah.resource("ablate", "gpu"), niah.resource("ablate", "mem_mb"), niah.resource("ablate", "runtime")) \
+        == (1, 64000, 360)
     assert len(study.heads) == 32 * 32
     # 32 heads per ablation job: one layer each; 3 layers per one-head-per-layer job: 11 jobs
     assert len(study.ablation_jobs) == 32 and study.ablation_jobs[1] == "dec_self-1-0..dec_self-1-31"
@@ -167,7 +206,12 @@ def broken(edit, path="demo/config.yaml"):
     (lambda c: c["models"]["roberta_mnli"].update(task="qnli"), "models.roberta_mnli.task names 'qnli'"),
     (lambda c: c["models"]["tiny_llama"].update(corpus="c4"), "models.tiny_llama.corpus names 'c4'"),
     (lambda c: c["models"]["tiny_llama"].update(eval_split="dev"), "models.tiny_llama.eval_split is 'dev'"),
-    (lambda c: c["experiments"]["head_roles"].append("tiny_llama"), "experiments.head_roles names 'tiny_llama'"),
+    (lambda c: c["experiments"]["retrieval_heads"].append("tiny_llama"), "experiments.retrieval_heads names 'tiny_llama'"),
+    (lambda c: c["experiments"]["cross_domain"].append("tiny_llama_niah"), "experiments.cross_domain names 'tiny_llama_niah'"),
+    (lambda c: c["models"]["tiny_llama_niah"].update(model="roberta_mnli"), "models.tiny_llama_niah.model names 'roberta_mnli'"),
+    (lambda c: c["models"]["tiny_llama_niah"].update(haystack_split="dev"), "models.tiny_llama_niah.haystack_split is 'dev'"),
+    (lambda c: c["models"]["roberta_mnli"].update(masking="streaming"), "models.roberta_mnli.masking is streaming"),
+    (lambda c: c["speed"].update(studies=["tiny_llama_niah"]), "speed.studies names 'tiny_llama_niah'"),
     (lambda c: c["experiments"]["glue_pruning"].append(c["translation"]["name"]), "experiments.glue_pruning names"),
     (lambda c: c["speed"].update(studies=["nope"]), "speed.studies names 'nope'"),
     (lambda c: c["dynamics"]["train"].update(checkpoint_epochs=[3, 1]), "dynamics.train.checkpoint_epochs"),

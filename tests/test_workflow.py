@@ -99,10 +99,12 @@ def test_demo_groups_heads_but_ablates_each_alone(tmp_path):
     jobs = set(re.findall(r"output: results/demo/(\w+)/ablation/(\S+)\.json", result.stdout))
     assert jobs == {("demo_en_fr", "enc_self-0-0..enc_dec-0-3"), ("demo_en_fr", "enc_dec-1-0..dec_self-1-3"),
                     ("mnli", "enc_self-0-0..enc_self-1-3"), ("roberta_mnli", "enc_self-0-0..enc_self-1-3"),
-                    ("tiny_llama", "dec_self-0-0..dec_self-1-3")}
+                    ("tiny_llama", "dec_self-0-0..dec_self-1-3"), ("tiny_llama_niah", "dec_self-0-0..dec_self-1-3"),
+                    ("tiny_llama_streaming", "dec_self-0-0..dec_self-1-3")}
     layers = set(re.findall(r"output: results/demo/(\w+)/one_head/(\S+)\.json", result.stdout))
     assert layers == {("demo_en_fr", "enc_self-0..enc_dec-0"), ("demo_en_fr", "enc_dec-1..dec_self-1"),
-                      ("mnli", "enc_self-0..enc_self-1"), ("tiny_llama", "dec_self-0..dec_self-1")}
+                      ("mnli", "enc_self-0..enc_self-1"), ("tiny_llama", "dec_self-0..dec_self-1"),
+                      ("tiny_llama_niah", "dec_self-0..dec_self-1")}
     # (the finished demo's ablation.csv, one row per head, checks that the jobs evaluated every head)
     orders = set(re.findall(r"output: results/demo/demo_en_fr/pruning/all/(\S+)\.csv", result.stdout))
     assert orders == {"importance+random+fisher+attention_gradient+confidence", "entropy_low+entropy_high+combined"
@@ -227,8 +229,10 @@ def test_llama_config_dry_run():
     result = snakemake("-n", "--configfile", "configs/llama.yaml")
     assert result.returncode == 0, result.stderr
     counts = job_stats(result.stdout)
-    assert sum(counts.values()) == 60
-    assert counts["ablate_head"] == 32 and counts["one_head_layer"] == 11 and counts["prune"] == 3
+    assert sum(counts.values()) == 119
+    # perplexity and needle-in-a-haystack retrieval, each through every experiment
+    assert counts["ablate_head"] == 2 * 32 and counts["one_head_layer"] == 2 * 11 and counts["prune"] == 2 * 3
+    assert counts["make_retrieval_items"] == counts["retrieval_heads"] == counts["head_roles"] == 1
     assert counts["fetch_model"] == counts["fetch_corpus"] == counts["tokenize_corpus"] == counts["speed"] == 1
     assert not {"finetune", "fetch_translation_checkpoint", "train_dynamics"} & set(counts)
     heads = re.findall(r"output: results/llama/llama3_8b/ablation/(\S+)\.json", result.stdout)

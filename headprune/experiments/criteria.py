@@ -17,6 +17,8 @@ its order is built by ``iterative_order`` with the model at hand.
 - ``iterative``            I_h re-estimated on the pruned model before every step
 - ``oracle``               the heads whose removal alone hurts least first
 - ``random``               a seeded shuffle
+- ``retrieval``            Wu et al.'s retrieval score (head_roles.csv of a retrieval study), lowest first:
+                           keeps the heads that copy from the context
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ from headprune.scoring.importance import ESTIMATORS
 # Columns of importance.csv a criterion sorts by, ascending (the first head is pruned first).
 COLUMN_CRITERIA = {"fisher": "fisher", "attention_gradient": "attention_gradient", "confidence": "confidence"}
 CRITERIA = ("importance", *(f"importance_{e}" for e in ESTIMATORS), "fisher", "attention_gradient", "confidence",
-            "entropy_low", "entropy_high", "combined", "iterative", "oracle", "random")
+            "entropy_low", "entropy_high", "combined", "iterative", "oracle", "random", "retrieval")
 # The paper's three orders (Figure 3); the others are criteria compared in criteria.csv.
 PAPER_ORDERS = ("importance", "oracle", "random")
 
@@ -74,9 +76,17 @@ def combined_scores(importance: np.ndarray, entropy: np.ndarray, weight: float, 
 
 def criterion_order(name: str, importance: pd.DataFrame, heads: list[HeadId], *, attn_type: str | None = None,
                     ablation: pd.DataFrame | None = None, seed: int = 0, estimator: str = "token",
-                    normalize: bool = True, entropy_weight: float = 0.5, keep_entropy: str = "low") -> list[HeadId]:
+                    normalize: bool = True, entropy_weight: float = 0.5, keep_entropy: str = "low",
+                    roles: pd.DataFrame | None = None) -> list[HeadId]:
     """The heads of a scope (all, or one attention type) in the order ``name`` prunes them; ``heads`` are
-    the scope's heads in the model's order (the random order shuffles them)."""
+    the scope's heads in the model's order (the random order shuffles them). ``roles``: a language
+    model's head_roles.csv, for the retrieval criterion (a head without a score, NaN, goes first).
+
+    >>> scores = head_scores(model, evalset_batches(tokenizer, evalset, 8), progress=False)
+    >>> order = criterion_order("entropy_low", scores, all_heads(model))  # any of CRITERIA but iterative
+    >>> len(order), order[0][0]
+    (8, 'dec_self')
+    """
     if name not in CRITERIA or name == "iterative":
         raise ValueError(f"unknown static criterion {name!r}; expected one of "
                          f"{[c for c in CRITERIA if c != 'iterative']} (iterative: iterative_order)")
@@ -88,6 +98,12 @@ def criterion_order(name: str, importance: pd.DataFrame, heads: list[HeadId], *,
         return random_order(heads, seed)
     if name == "importance":
         return importance_order(importance, attn_type)
+    if name == "retrieval":
+        if roles is None or "retrieval" not in roles:
+            raise ValueError("the retrieval criterion needs a language model's head roles (head_roles.csv of a "
+                             "retrieval study)")
+        table = _in_scope(roles, attn_type).reset_index(drop=True)
+        return _ascending(table, table["retrieval"].astype(float).fillna(-np.inf))
     table = _in_scope(importance, attn_type).reset_index(drop=True)
     if name.startswith("importance_"):
         return _ascending(table, importance_column(table, name.removeprefix("importance_"), normalize))

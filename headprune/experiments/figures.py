@@ -718,6 +718,7 @@ def criteria_table(summary: pd.DataFrame, out_md, test_at=(30, 50, 70)) -> str:
 ROLE_COLORS = {"positional": "#1f77b4", "syntactic": "#2ca02c", "rare-word": "#d62728", "other": "#d9d9d9",
                "pruned": "#ffffff", "n/a": "#f7f7f7"}
 ROLES = ("positional", "syntactic", "rare-word", "other")
+LM_ROLES = ("retrieval", "induction", "previous-token", "sink", "other")  # headprune.scoring.lm_roles.ROLE_PRIORITY
 
 
 def build_concrete_figure(concrete: pd.DataFrame, style: dict | None = None) -> Figure:
@@ -761,17 +762,19 @@ def roles_by_step(roles: pd.DataFrame, step_percent: float = 10.0) -> pd.DataFra
 
     _require_columns(roles, ["study", "attn_type", "layer", "head", "importance", "role"], "head roles table")
     role_of = {(r.attn_type, int(r.layer), int(r.head)): r.role for r in roles.itertuples()}
+    names = LM_ROLES if is_language_model_roles(roles) else ROLES
     rows = []
     for step, (percent, removed) in enumerate(pruning_steps(importance_order(roles), step_percent)):
         left = collections.Counter(role for head, role in role_of.items() if head not in set(removed))
         rows.append({"study": roles["study"].iloc[0], "step": step, "percent_pruned": percent,
                      "heads_left": len(role_of) - len(removed),
-                     **{role: left.get(role, 0) for role in (*ROLES, "pruned", "n/a")}})
+                     **{role: left.get(role, 0) for role in (*names, "pruned", "n/a")}})
     return pd.DataFrame(rows)
 
 
 def roles_by_step_markdown(steps: pd.DataFrame, out_md) -> str:
-    columns = [role for role in (*ROLES, "pruned", "n/a") if steps[role].any()]
+    columns = [role for role in steps.columns if role not in ("study", "step", "percent_pruned", "heads_left")
+               and steps[role].any()]
     lines = [f"**Head roles left while pruning by $I_h$** ({steps['study'].iloc[0]}): heads of each role "
              "still in the model after each step (Voita et al.: the specialised heads go last).", "",
              "| % pruned | heads left | " + " | ".join(columns) + " |", "|---:|---:|" + "---:|" * len(columns)]
@@ -818,3 +821,127 @@ def build_head_roles_figure(roles: pd.DataFrame, style: dict | None = None) -> F
 
 def head_roles_figure(roles: pd.DataFrame, out_png, out_pdf, style: dict | None = None) -> list[str]:
     return save_figure(build_head_roles_figure(roles, style), out_png, out_pdf, style)
+
+
+# --- a language model's heads: their roles, Wu et al.'s retrieval heads, perplexity beside retrieval ----
+
+LM_SCORES = {"previous_token": "previous token", "induction": "induction", "sink": "first-token sink",
+             "retrieval": "retrieval (Wu et al.)"}
+
+
+def is_language_model_roles(roles: pd.DataFrame) -> bool:
+    """Whether a head_roles table holds a language model's roles (headprune.scoring.lm_roles)."""
+    return "induction" in roles.columns
+
+
+def build_lm_roles_figure(roles: pd.DataFrame, style: dict | None = None) -> Figure:
+    """A layer x head map of each score of a language model's heads (previous token, induction, sink,
+    retrieval), each cell labelled with its value; a score the table lacks (all NaN) is left out."""
+    _require_columns(roles, ["study", "layer", "head", *LM_SCORES], "language model head roles table")
+    style = _style(style)
+    scores = [name for name in LM_SCORES if roles[name].notna().any()]
+    with _rc(style):
+        figure, axes = _new_figure(style, max(1, len(scores)))
+        for ax, name in zip(axes, scores):
+            grid = roles.pivot(index="layer", columns="head", values=name)
+            image = ax.imshow(grid.to_numpy(dtype=float), cmap="viridis", vmin=0, vmax=max(1.0, np.nanmax(grid.to_numpy(dtype=float))),
+                              aspect="auto")
+            for (layer, head), value in np.ndenumerate(grid.to_numpy(dtype=float)):
+                if np.isfinite(value):
+                    ax.text(head, layer, f"{value:.2f}", ha="center", va="center", color="white" if value < 0.5 else "black",
+                            fontsize=style["font_size"] * 0.6)
+            ax.set_xticks(range(grid.shape[1]))
+            ax.set_yticks(range(grid.shape[0]))
+            ax.set_xlabel("query head")
+            ax.set_ylabel("layer")
+            ax.set_title(f"{roles['study'].iloc[0]}: {LM_SCORES[name]}")
+        figure.colorbar(image, ax=axes, shrink=0.8)
+    return figure
+
+
+def retrieval_heads_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Wu et al.'s experiment per K: the top-K heads masked, and the mean (and spread) over the random K-head
+    sets, for retrieval accuracy and perplexity; one row per K and selection."""
+    _require_columns(runs, ["study", "k", "selection", "seed", "retrieval", "perplexity", "retrieval_full",
+                            "perplexity_full"], "retrieval heads table")
+    rows = []
+    for (k, selection), part in runs.groupby(["k", "selection"], sort=True):
+        rows.append({"study": part["study"].iloc[0], "k": int(k), "selection": selection, "sets": len(part),
+                     "retrieval": part["retrieval"].mean(), "retrieval_min": part["retrieval"].min(),
+                     "retrieval_max": part["retrieval"].max(), "retrieval_full": part["retrieval_full"].iloc[0],
+                     "perplexity": part["perplexity"].mean(), "perplexity_min": part["perplexity"].min(),
+                     "perplexity_max": part["perplexity"].max(), "perplexity_full": part["perplexity_full"].iloc[0],
+                     "significant_retrieval": int(part["significant_retrieval"].sum()),
+                     "significant_perplexity": int(part["significant_perplexity"].sum())})
+    return pd.DataFrame(rows)
+
+
+def build_retrieval_heads_figure(table: pd.DataFrame, style: dict | None = None) -> Figure:
+    """Two panels against K: retrieval accuracy and perplexity with the top-K retrieval heads masked and with
+    K random heads masked (mean, and the range over the random sets), the full model dashed."""
+    style = _style(style)
+    with _rc(style):
+        figure, axes = _new_figure(style, 2)
+        for ax, score, label in ((axes[0], "retrieval", "retrieval accuracy"), (axes[1], "perplexity", "perplexity")):
+            for selection, marker in (("top", "o"), ("random", "s")):
+                part = table[table.selection == selection].sort_values("k")
+                ax.plot(part["k"], part[score], marker=marker, label=f"{selection} K heads masked")
+                if selection == "random":
+                    ax.fill_between(part["k"], part[f"{score}_min"], part[f"{score}_max"], alpha=0.2)
+            ax.axhline(table[f"{score}_full"].iloc[0], linestyle="--", color="gray", label="all heads")
+            ax.set_xlabel("K heads masked")
+            ax.set_ylabel(label)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axes[0].set_title(f"{table['study'].iloc[0]}: retrieval heads masked")
+        axes[0].legend()
+    return figure
+
+
+def perplexity_and_retrieval_table(retrieval_ablation: pd.DataFrame, perplexity_ablation: pd.DataFrame,
+                                   retrieval_pruning: pd.DataFrame, perplexity_pruning: pd.DataFrame) -> pd.DataFrame:
+    """A language model's two scores side by side, tidy: one row per single head switched off and per
+    pruning step of each order both studies pruned in (score, the full model's, its change)."""
+    keys = ["attn_type", "layer", "head"]
+    heads = perplexity_ablation[keys + ["score", "score_full"]].merge(
+        retrieval_ablation[keys + ["score", "score_full"]], on=keys, suffixes=("_perplexity", "_retrieval"))
+    heads = heads.rename(columns={"score_perplexity": "perplexity", "score_full_perplexity": "perplexity_full",
+                                  "score_retrieval": "retrieval", "score_full_retrieval": "retrieval_full"})
+    heads.insert(0, "experiment", "single head off")
+    steps = perplexity_pruning[["order", "scope", "percent_pruned", "score"]].merge(
+        retrieval_pruning[["order", "scope", "percent_pruned", "score"]], on=["order", "scope", "percent_pruned"],
+        suffixes=("_perplexity", "_retrieval"))
+    steps = steps[steps.scope == "all"].rename(columns={"score_perplexity": "perplexity", "score_retrieval": "retrieval"})
+    steps.insert(0, "experiment", "pruning")
+    return pd.concat([heads, steps], ignore_index=True)
+
+
+def build_perplexity_and_retrieval_figure(table: pd.DataFrame, study: str, style: dict | None = None) -> Figure:
+    """Left: each head switched off alone, its perplexity change against its retrieval change. Right: the
+    pruning curves of each order, perplexity (solid, left axis) and retrieval accuracy (dashed, right axis)."""
+    style = _style(style)
+    heads, steps = table[table.experiment == "single head off"], table[table.experiment == "pruning"]
+    with _rc(style):
+        figure, (left, right) = _new_figure(style, 2)
+        left.scatter(heads["perplexity"] - heads["perplexity_full"], heads["retrieval"] - heads["retrieval_full"])
+        for row in heads.itertuples():
+            left.annotate(f"{int(row.layer)}-{int(row.head)}", (row.perplexity - row.perplexity_full,
+                                                                row.retrieval - row.retrieval_full),
+                          fontsize=style["font_size"] * 0.6)
+        left.axhline(0, color="gray", linewidth=0.5)
+        left.axvline(0, color="gray", linewidth=0.5)
+        left.set_xlabel("perplexity change (head off)")
+        left.set_ylabel("retrieval accuracy change")
+        left.set_title(f"{study}: one head off")
+        twin = right.twinx()
+        for k, (order, part) in enumerate(steps.groupby("order", sort=True)):
+            part = part.sort_values("percent_pruned")
+            color = f"C{k}"
+            right.plot(part["percent_pruned"], part["perplexity"], color=color, label=order)
+            twin.plot(part["percent_pruned"], part["retrieval"], color=color, linestyle="--")
+        right.set_xlabel("% heads pruned")
+        right.set_ylabel("perplexity (solid)")
+        twin.set_ylabel("retrieval accuracy (dashed)")
+        right.set_yscale("log")
+        right.set_title("pruning")
+        right.legend(fontsize=style["font_size"] * 0.7)
+    return figure

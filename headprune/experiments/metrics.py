@@ -12,8 +12,9 @@ LOWER_IS_BETTER = frozenset({"perplexity"})
 
 
 def better_sign(metric: str) -> int:
-    """+1 where a higher score is better (BLEU, accuracy, MCC, F1), -1 where lower is (perplexity):
-    ``sign * score`` ranks any metric best-last, and ``sign * delta`` is positive for an improvement."""
+    """+1 where a higher score is better (BLEU, accuracy, MCC, F1, retrieval accuracy), -1 where lower is
+    (perplexity): ``sign * score`` ranks any metric best-last, and ``sign * delta`` is positive for an
+    improvement."""
     return -1 if metric in LOWER_IS_BETTER else 1
 
 
@@ -34,7 +35,11 @@ def _binary_counts(predictions, labels):
 
 
 def classification_score(metric: str, predictions, labels) -> float:
-    """Score predictions against labels with "accuracy", "mcc" (CoLA) or "f1" (MRPC, class 1)."""
+    """Score predictions against labels with "accuracy", "mcc" (CoLA) or "f1" (MRPC, class 1).
+
+    >>> [round(classification_score(m, [1, 0, 1, 1], [1, 0, 0, 1]), 3) for m in ("accuracy", "f1", "mcc")]
+    [0.75, 0.8, 0.577]
+    """
     if metric not in CLASSIFICATION_METRICS:
         raise ValueError(f"unknown classification metric {metric!r}; expected one of {CLASSIFICATION_METRICS}")
     pred = np.asarray(predictions)
@@ -77,7 +82,11 @@ def _check_parallel(hypotheses, references):
 
 
 def bleu_detokenized(hypotheses: list[str], references: list[str]) -> float:
-    """sacrebleu corpus BLEU (13a tokenization, default exp smoothing) on detokenized text."""
+    """sacrebleu corpus BLEU (13a tokenization, default exp smoothing) on detokenized text.
+
+    >>> round(bleu_detokenized(["the cat sat on the mat ."], ["the cat sat on the mat ."]), 2)
+    100.0
+    """
     import sacrebleu
 
     _check_parallel(hypotheses, references)
@@ -85,7 +94,11 @@ def bleu_detokenized(hypotheses: list[str], references: list[str]) -> float:
 
 
 def bleu_tokenized(hypotheses: list[str], references: list[str], lang: str) -> float:
-    """"Tokenized BLEU" of fairseq's pruning script: Moses-tokenize both sides, BLEU on the tokens."""
+    """"Tokenized BLEU" of fairseq's pruning script: Moses-tokenize both sides, BLEU on the tokens.
+
+    >>> round(bleu_tokenized(["le chat est assis sur le tapis."], ["le chat est assis sur le tapis."], "fr"), 2)
+    100.0
+    """
     import sacrebleu
 
     _check_parallel(hypotheses, references)

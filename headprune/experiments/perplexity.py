@@ -94,7 +94,11 @@ def _window_nll(model, inputs):
 
 
 def perplexity(outputs) -> float:
-    """Corpus perplexity from per-window (summed NLL, tokens)."""
+    """Corpus perplexity from per-window (summed NLL, tokens): ``run``'s outputs on a language-modelling set.
+
+    >>> round(perplexity([(2.0, 1), (0.0, 1)]), 4)  # exp(2 / 2)
+    2.7183
+    """
     nll = np.asarray(outputs, dtype=np.float64).reshape(-1, 2)
     return math.exp(nll[:, 0].sum() / nll[:, 1].sum())
 

@@ -2,8 +2,10 @@
 
 A head is named by (attn_type, layer, head), 0-based, as in every CSV. An evaluation
 set is translation (sources, references, target language), classification (sentence pairs,
-labels, metric) or language modelling (token windows; perplexity, lower is better). ``run`` gives the
-per-item outputs (translations, class predictions, or per window the summed NLL and its token count)
+labels, metric), language modelling (token windows; perplexity, lower is better) or long-context
+retrieval (needle-in-a-haystack prompts, ``headprune.data.retrieval``; the share of answers holding the
+needle's value, higher is better). ``run`` gives the per-item outputs (translations, class predictions,
+per window the summed NLL and its token count, or greedy answers)
 that scores and significance tests are computed from; ``run_variants`` gives
 them for several gate settings in one pass.
 """
@@ -37,6 +39,11 @@ def parse_head_name(name: str) -> HeadId:
 
 
 def all_heads(model_or_shape) -> list[HeadId]:
+    """Every head of a model (or of a ``head_shape``), in the model's order.
+
+    >>> all_heads({"enc_self": (2, 2)})
+    [('enc_self', 0, 0), ('enc_self', 0, 1), ('enc_self', 1, 0), ('enc_self', 1, 1)]
+    """
     from headprune.models.heads import head_shape
 
     shape = model_or_shape if isinstance(model_or_shape, dict) else head_shape(model_or_shape)
@@ -44,7 +51,11 @@ def all_heads(model_or_shape) -> list[HeadId]:
 
 
 def gates_without(model, heads: Iterable[HeadId]):
-    """0/1 gates with the given heads switched off."""
+    """0/1 gates with the given heads switched off (for ``gated`` or ``run``).
+
+    >>> gates_without(model, [("dec_self", 0, 1)])["dec_self"][0].tolist()
+    [1.0, 0.0, 1.0, 1.0]
+    """
     from headprune.models.heads import full_gates
 
     gates = full_gates(model)
@@ -65,12 +76,17 @@ def gates_keeping_one(model, attn_type: str, layer: int, head: int):
 
 @dataclass
 class EvalSet:
-    """A test set and how it is scored."""
+    """A test set and how it is scored (see also ``evalset_from_text`` and ``evalset_from_tsv``).
 
-    kind: str  # "translation", "classification" or "language_modeling"
-    references: list  # reference translations, gold labels, or the token windows
-    sources: list = field(default_factory=list)  # source sentences, (text_a, text_b) pairs, or the token windows
-    metric: str = "bleu"  # bleu | accuracy | mcc | f1 | perplexity
+    >>> evalset = EvalSet("classification", [1, 0], [("good film", ""), ("bad film", "")], "accuracy")
+    >>> len(evalset)
+    2
+    """
+
+    kind: str  # "translation", "classification", "language_modeling" or "retrieval"
+    references: list  # reference translations, gold labels, the token windows, or the needles' values
+    sources: list = field(default_factory=list)  # source sentences, (text_a, text_b) pairs, token windows, or items
+    metric: str = "bleu"  # bleu | accuracy | mcc | f1 | perplexity | retrieval
     lang: str = "fr"  # target language (tokenized BLEU)
 
     def __len__(self):
@@ -79,6 +95,12 @@ class EvalSet:
 
 @dataclass
 class EvalSettings:
+    """How a set is evaluated: batch sizes, beam and BLEU variant, how a switched-off head is masked.
+
+    >>> EvalSettings(batch_size=8, masking="uniform").masking
+    'uniform'
+    """
+
     batch_size: int = 64
     beam: int = 5
     lenpen: float = 1.0
@@ -89,12 +111,31 @@ class EvalSettings:
     # batch_size alone decides which items share a batch, so the outputs do not depend on it.
     variant_batch_size: int = 256
     # How a gate of 0 masks a head (headprune.models.heads.gated): "zero" zeroes its output (the paper's
-    # xi_h = 0), "uniform" makes its attention uniform over the keys it may attend to.
+    # xi_h = 0), "uniform" makes its attention uniform over the keys it may attend to, "streaming" lets it
+    # attend only to the first `sink` and the last `recent` tokens (DuoAttention's streaming heads).
     masking: str = "zero"
+    sink: int = 4  # streaming only
+    recent: int = 64  # streaming only
+    max_new_tokens: int = 32  # retrieval: the longest answer generated (greedy)
 
     def __post_init__(self):
-        if self.masking not in ("zero", "uniform"):  # headprune.models.heads.MASKINGS, without importing torch
-            raise ValueError(f"masking must be 'zero' or 'uniform', got {self.masking!r}")
+        # headprune.models.heads.MASKINGS and STREAMING, without importing torch
+        if self.masking not in ("zero", "uniform", "streaming"):
+            raise ValueError(f"masking must be 'zero', 'uniform' or 'streaming', got {self.masking!r}")
+        if self.masking == "streaming":
+            for name, least in (("sink", 0), ("recent", 1)):
+                value = getattr(self, name)
+                if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                    raise ValueError(f"{name} must be an int >= {least} for streaming masking, got {value!r}")
+
+    @property
+    def mask(self):
+        """What ``headprune.models.heads.gated`` takes as ``masking``: the string, or Streaming(sink, recent)."""
+        if self.masking != "streaming":
+            return self.masking
+        from headprune.models.heads import Streaming
+
+        return Streaming(self.sink, self.recent)
 
 
 def run_variants(model, tokenizer, evalset: EvalSet, gates_list: list,
@@ -108,28 +149,48 @@ def run_variants(model, tokenizer, evalset: EvalSet, gates_list: list,
 
         return window_nll_variants(model, window_batches(evalset.sources, settings.batch_size), gates_list,
                                    variant_batch_size=settings.variant_batch_size, progress=settings.progress,
-                                   masking=settings.masking)
+                                   masking=settings.mask)
+    if evalset.kind == "retrieval":
+        from headprune.experiments.retrieval import answer_variants
+
+        return answer_variants(model, tokenizer, evalset.sources, gates_list, max_new_tokens=settings.max_new_tokens,
+                               batch_size=settings.batch_size, variant_batch_size=settings.variant_batch_size,
+                               masking=settings.mask, progress=settings.progress)
     if evalset.kind == "translation":
         return translate_variants(model, tokenizer, evalset.sources, gates_list, beam=settings.beam,
                                   lenpen=settings.lenpen, batch_size=settings.batch_size,
                                   variant_batch_size=settings.variant_batch_size, progress=settings.progress,
-                                  masking=settings.masking)
+                                  masking=settings.mask)
     batches = classification_batches(tokenizer, evalset.sources, None, settings.batch_size, settings.max_length)
     return predict_classes_variants(model, batches, gates_list, variant_batch_size=settings.variant_batch_size,
-                                    progress=settings.progress, masking=settings.masking).tolist()
+                                    progress=settings.progress, masking=settings.mask).tolist()
 
 
 def run(model, tokenizer, evalset: EvalSet, gates=None, settings: EvalSettings = EvalSettings()) -> list:
     """Per-item outputs of the (gated) model: translations, predicted class indices, or per window
-    [summed NLL, predicted tokens]."""
+    [summed NLL, predicted tokens].
+
+    >>> outputs = run(model, tokenizer, evalset, gates_without(model, [("dec_self", 1, 0)]))
+    >>> len(outputs) == len(evalset)
+    True
+    """
     return run_variants(model, tokenizer, evalset, [gates], settings)[0]
 
 
 def score(evalset: EvalSet, outputs: list, bleu: str = "detokenized") -> float:
+    """The set's metric of ``run``'s outputs: BLEU, accuracy/MCC/F1, perplexity or retrieval accuracy.
+
+    >>> score(evalset, run(model, tokenizer, evalset)) > 1  # a perplexity
+    True
+    """
     if evalset.kind == "language_modeling":
         from headprune.experiments.perplexity import perplexity
 
         return perplexity(outputs)
+    if evalset.kind == "retrieval":
+        from headprune.experiments.retrieval import retrieval_accuracy
+
+        return retrieval_accuracy(outputs, evalset.references)
     if evalset.kind == "translation":
         if bleu == "tokenized":
             return metrics.bleu_tokenized(outputs, evalset.references, evalset.lang)
@@ -137,14 +198,31 @@ def score(evalset: EvalSet, outputs: list, bleu: str = "detokenized") -> float:
     return metrics.classification_score(evalset.metric, outputs, evalset.references)
 
 
+def scores_beside(evalset: EvalSet, outputs: list) -> dict:
+    """Scores reported next to the main one: for retrieval, the mean ROUGE-1 recall of the needle sentence
+    in the answers (Wu et al.'s measure); nothing for the other kinds."""
+    if evalset.kind == "retrieval":
+        from headprune.experiments.retrieval import rouge1_recall
+
+        return {"rouge1_recall": float(np.mean([rouge1_recall(item["needle"], f"{item.get('answer_prefix', '')} {answer}")
+                                                for item, answer in zip(evalset.sources, outputs)]))}
+    return {}
+
+
 def significance(evalset: EvalSet, full_outputs: list, ablated_outputs: list, *, resamples: int = 1000,
                  seed: int = 0) -> dict:
-    """Paired bootstrap (compare-mt for BLEU; over windows for perplexity) and, for classification, the
-    paper's paired t-test."""
+    """Paired bootstrap (compare-mt for BLEU; over windows for perplexity, over items for retrieval) and, for
+    classification, the paper's paired t-test."""
     if evalset.kind == "language_modeling":
         from headprune.experiments.perplexity import paired_bootstrap_perplexity
 
         boot = paired_bootstrap_perplexity(full_outputs, ablated_outputs, n_resamples=resamples, seed=seed)
+        return {"p_bootstrap": boot.p_value, "p_ttest": float("nan")}
+    if evalset.kind == "retrieval":
+        from headprune.experiments.retrieval import paired_bootstrap_retrieval
+
+        boot = paired_bootstrap_retrieval(full_outputs, ablated_outputs, evalset.references, n_resamples=resamples,
+                                          seed=seed)
         return {"p_bootstrap": boot.p_value, "p_ttest": float("nan")}
     if evalset.kind == "translation":
         boot = stats.paired_bootstrap_bleu(full_outputs, ablated_outputs, evalset.references,
@@ -162,8 +240,15 @@ def compare_to_full(evalset: EvalSet, full: dict, variant: dict, *, resamples: i
     """Score change of a variant (a head off, one head kept, ...) against the full model, and its significance.
 
     ``full`` and ``variant`` hold "score" and per-item "outputs". A change is significant
-    when p < alpha: the bootstrap's p for BLEU and perplexity, the paper's t-test for classification.
+    when p < alpha: the bootstrap's p for BLEU, perplexity and retrieval, the paper's t-test for
+    classification.
     ``delta`` is score - full score, so it is positive when perplexity got worse.
+
+    >>> full, off = (run(model, tokenizer, evalset, gates) for gates in (None, gates_without(model, [("dec_self", 0, 0)])))
+    >>> result = compare_to_full(evalset, {"score": score(evalset, full), "outputs": full},
+    ...                          {"score": score(evalset, off), "outputs": off}, resamples=100)
+    >>> sorted(result)[:4]
+    ['alpha', 'delta', 'metric', 'n_resamples']
     """
     test = significance(evalset, full["outputs"], variant["outputs"], resamples=resamples, seed=seed)
     p = test["p_ttest"] if evalset.kind == "classification" else test["p_bootstrap"]

@@ -1,4 +1,5 @@
-"""The scorecard: the paper's six claims, each tested on this run's CSVs by a rule written down here.
+"""The scorecard: the paper's six claims, each tested on this run's CSVs by a rule written down here, and
+beyond the paper Wu et al. (2025)'s claims about retrieval heads (W1-W3) for every retrieval study.
 
 Michel, Levy and Neubig (2019) make six claims (C1-C6). For each, one function below takes the CSV
 the pipeline writes for that experiment (all its studies stacked, a ``study`` column telling them
@@ -36,8 +37,13 @@ DYNAMICS_KEPT = 85.0  # C5: % of the unpruned BLEU the paper's late checkpoints 
 # One point in the units of the CSVs' ``score``/``delta`` column, and how a point is written.
 # Perplexity is lower-is-better and has no absolute scale: C3 reads its "point" as 1% of the unpruned
 # perplexity (``points_worse``), and every delta is signed by headprune.experiments.metrics.better_sign.
-POINT = {"bleu": 1.0, "accuracy": 0.01, "f1": 0.01, "mcc": 0.01, "perplexity": 1.0}
-UNIT = {"bleu": " BLEU", "accuracy": "% accuracy", "f1": "% F1", "mcc": " MCC x100", "perplexity": " PPL"}
+POINT = {"bleu": 1.0, "accuracy": 0.01, "f1": 0.01, "mcc": 0.01, "perplexity": 1.0, "retrieval": 0.01}
+UNIT = {"bleu": " BLEU", "accuracy": "% accuracy", "f1": "% F1", "mcc": " MCC x100", "perplexity": " PPL",
+        "retrieval": "% retrieved"}
+FEW_RETRIEVAL_HEADS = 5.0  # W1: "fewer than 5% of the heads" are retrieval heads
+RETRIEVAL_HEAD = 0.1  # W1: a retrieval head scores above this (Wu et al.; headprune.scoring.lm_roles)
+FAR_MORE = 20.0  # W2: points of retrieval accuracy the top-K heads cost beyond K random heads
+LITTLE = 5.0  # W3: % of the full model's perplexity masking the top-K retrieval heads may add
 
 # --- the claims, their rules and the paper's numbers (as the paper reports them) -------------
 
@@ -49,6 +55,10 @@ CLAIMS = {
     "C5": ("Two-phase training dynamics: the unimportant heads emerge early but not at once; only later "
            "checkpoints keep most of their BLEU with 40% of the heads pruned", "Figure 5"),
     "C6": ("Pruning 50% of the heads speeds inference up, more so at larger batch sizes", "Table 4"),
+    "W1": ("Wu et al.: fewer than 5% of the heads are retrieval heads", "head_roles.csv"),
+    "W2": ("Wu et al.: masking the top-K retrieval heads costs far more retrieval than masking K random heads",
+           "retrieval_heads.csv"),
+    "W3": ("Masking the retrieval heads moves perplexity little (perplexity does not see them)", "retrieval_heads.csv"),
 }
 
 RULES = {
@@ -69,6 +79,12 @@ RULES = {
     "C6": "reproduced if the speedup at the largest batch size timed is positive and larger than at the "
           "smallest (a batch size above the number of items timed runs them all as one smaller batch: "
           "left out)",
+    "W1": f"reproduced if fewer than {FEW_RETRIEVAL_HEADS:g}% of the query heads score above {RETRIEVAL_HEAD:g} "
+          "(Wu et al.'s retrieval score, the authors' code's definition)",
+    "W2": f"at the largest K run: reproduced if masking the top-K heads leaves a retrieval accuracy at least "
+          f"{FAR_MORE:g} points below the mean over the K-random-head sets, and its drop is significant",
+    "W3": f"at the largest K run: reproduced if masking the top-K heads raises perplexity by less than {LITTLE:g}% "
+          "of the full model's",
 }
 
 # The paper's numbers, by claim and by the paper's model a study stands for (rules/report.smk:
@@ -90,12 +106,18 @@ PAPER = {
     "C6": {"MNLI": "BERT MNLI, GTX 1080Ti (Table 4): +1.9% (batch 1), +2.7% (4), +17.5% (16), +17.5% (64)"},
 }
 NO_PAPER_NUMBER = "no number in the paper for this model"
+WU = {"W1": "Llama-2-7B-80K, Yi, Qwen, Mistral (Wu et al., Figure 2): under 5% of heads score above 0.1",
+      "W2": "Llama-2-7B-80K (Wu et al., Figure 6): top-50 retrieval heads masked, needle-in-a-haystack below 50%; "
+            "50 random heads, above 80%",
+      "W3": "not measured by Wu et al.: this project's question (perplexity alone would not show it)"}
 
 
 # --- helpers -----------------------------------------------------------------------------------
 
 
 def paper_number(claim: str, model: str | None) -> str:
+    if claim in WU:
+        return WU[claim]
     return PAPER[claim].get(model, NO_PAPER_NUMBER)
 
 
@@ -107,7 +129,7 @@ def row(claim: str, study: str, this_run: str, paper: str, verdict: str) -> dict
 
 def not_run(claim: str, study: str = "(none)", why: str = "not run by this config") -> dict:
     """A claim no experiment of the config tests: the paper's numbers for every model, no verdict."""
-    return row(claim, study, why, "; ".join(PAPER[claim].values()), NOT_RUN)
+    return row(claim, study, why, WU[claim] if claim in WU else "; ".join(PAPER[claim].values()), NOT_RUN)
 
 
 def verdict(passed: bool) -> str:
@@ -340,17 +362,66 @@ def c6_one(label: str, table: pd.DataFrame, paper_models: dict, study: str) -> d
     return row("C6", label, this_run, paper_number("C6", paper_models.get(study)), verdict(passed))
 
 
+# --- W1-W3: Wu et al.'s retrieval heads ----------------------------------------------------------
+
+
+def w1_few_retrieval_heads(roles: pd.DataFrame) -> list[dict]:
+    if roles.empty:
+        return [not_run("W1")]
+    rows = []
+    for study, table in by_study(roles):
+        scores = table["retrieval"].astype(float)
+        if scores.isna().all():
+            rows.append(row("W1", study, "no needle item answered correctly: no retrieval score", WU["W1"], NOT_RUN))
+            continue
+        count = int((scores > RETRIEVAL_HEAD).sum())
+        best = table.loc[scores.idxmax()]
+        rows.append(row("W1", study, f"{share(count, len(table))} heads score above {RETRIEVAL_HEAD:g} (highest: "
+                                     f"layer {int(best.layer)} head {int(best['head'])}, {best.retrieval:.2f})", WU["W1"],
+                        verdict(100.0 * count / len(table) < FEW_RETRIEVAL_HEADS)))
+    return rows
+
+
+def w2_w3_masking(retrieval_heads: pd.DataFrame) -> list[dict]:
+    if retrieval_heads.empty:
+        return [not_run("W2"), not_run("W3")]
+    rows = []
+    for study, table in by_study(retrieval_heads):
+        k = int(table["k"].max())
+        at_k = table[table["k"] == k]
+        top, random_sets = at_k[at_k.selection == "top"].iloc[0], at_k[at_k.selection == "random"]
+        full_retrieval, full_ppl = float(top.retrieval_full), float(top.perplexity_full)
+        random_mean = float(random_sets["retrieval"].mean())
+        gap = in_points(random_mean - float(top.retrieval), "retrieval")
+        rows.append(row("W2", study, f"K={k}: top-K heads masked {show(top.retrieval, 'retrieval')}, K random heads "
+                                     f"{show(random_mean, 'retrieval')} (mean of {len(random_sets)} sets), all heads "
+                                     f"{show(full_retrieval, 'retrieval')}", WU["W2"],
+                        verdict(gap >= FAR_MORE and flags(pd.Series([top.significant_retrieval])).iloc[0])))
+        rise = 100.0 * (float(top.perplexity) - full_ppl) / full_ppl
+        random_rise = 100.0 * (float(random_sets["perplexity"].mean()) - full_ppl) / full_ppl
+        rows.append(row("W3", study, f"K={k}: perplexity {float(top.perplexity):.2f} with the top-K heads masked "
+                                     f"({rise:+.1f}%), {float(random_sets['perplexity'].mean()):.2f} with K random "
+                                     f"heads ({random_rise:+.1f}%), {full_ppl:.2f} with all", WU["W3"],
+                        verdict(rise < LITTLE)))
+    return rows
+
+
 # --- the scorecard -------------------------------------------------------------------------------
 
 
 def scorecard(ablation: pd.DataFrame, one_head: pd.DataFrame, pruning: pd.DataFrame,
               attention_types: pd.DataFrame, dynamics: pd.DataFrame, speed: pd.DataFrame,
-              paper_models: dict) -> pd.DataFrame:
-    """Every claim's rows, C1 to C6. Each table is the stack of that experiment's CSVs (empty: not run);
-    ``paper_models`` maps a study to the paper's model it stands for ('WMT', 'MNLI', ..., or None)."""
+              paper_models: dict, roles: pd.DataFrame | None = None,
+              retrieval_heads: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Every claim's rows, C1 to C6, then W1-W3. Each table is the stack of that experiment's CSVs (empty:
+    not run); ``paper_models`` maps a study to the paper's model it stands for ('WMT', 'MNLI', ..., or None).
+    ``roles``: the head_roles.csv of the retrieval studies of experiments.retrieval_heads."""
     rows = [*c1_single_heads(ablation, paper_models), *c2_one_head_per_layer(one_head, paper_models),
             *c3_pruning(pruning, paper_models), *c4_attention_types(attention_types, paper_models),
             *c5_training_dynamics(dynamics, paper_models), *c6_speed(speed, paper_models)]
+    if roles is not None or retrieval_heads is not None:
+        rows += [*w1_few_retrieval_heads(pd.DataFrame() if roles is None else roles),
+                 *w2_w3_masking(pd.DataFrame() if retrieval_heads is None else retrieval_heads)]
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 

@@ -1,7 +1,8 @@
 """Model access: where each family's attention heads live and how they are gated (``heads``, one file
-per family in ``families/``), loading (``loading``), physical removal (``prune``), fairseq checkpoints
-without fairseq (``fairseq``, ``prenorm``), attention types and their labels without torch
-(``attention_types``), GPUs (``gpus``).
+per family in ``families/``), loading (``loading``), physical removal (``prune``), saving a pruned model
+that plain transformers loads (``export``, with the modeling files it copies beside the weights, kept in
+``remote/`` as package data), fairseq checkpoints without fairseq (``fairseq``, ``prenorm``), attention
+types and their labels without torch (``attention_types``), GPUs (``gpus``).
 
 May import ``io`` (a checkpoint's download) only: no data, scoring, experiments or training code.
 """

@@ -181,3 +181,71 @@ def fetch_pretrained(source: dict, dest) -> Path:
     if not any(dest.glob("*.safetensors")):
         raise FileNotFoundError(f"{dest}: the pretrained model has no *.safetensors weights")
     return dest
+
+
+# --- one model by name, for the public API and the command line ------------------------------------------
+
+KINDS = ("language_modeling", "classification", "translation")
+_CAUSAL_LM_TYPES = ("gpt2", "llama", "mistral", "qwen2")
+
+
+def model_folder(source, revision: str | None = None) -> Path:
+    """A local model folder or fairseq tarball as it is; anything else is taken for a Hugging Face hub id
+    ("gpt2", "org/name") and its safetensors, config and tokenizer files downloaded to the hub cache."""
+    path = Path(source).expanduser()
+    if path.exists():
+        return path
+    name = str(source)
+    if name.startswith((".", "/", "~")) or name.count("/") > 1 or name.endswith((".tar.gz", ".tgz", ".tar.bz2", ".pt")):
+        raise FileNotFoundError(f"{source}: no such file or folder")
+    from huggingface_hub import snapshot_download
+
+    return Path(snapshot_download(repo_id=name, revision=revision, allow_patterns=HUB_ALLOW_PATTERNS))
+
+
+def guess_kind(path) -> str:
+    """What a model folder holds: "language_modeling" (a causal LM), "classification" (a sequence
+    classifier or another encoder) or "translation" (an encoder-decoder, a fairseq tarball/folder or a
+    folder converted from one), from its config.json's architectures and model_type.
+
+    >>> guess_kind("tiny")  # the README's tiny Llama
+    'language_modeling'
+    """
+    import json
+
+    path = Path(path)
+    if converted_from_fairseq(path):
+        return "translation"
+    config = json.loads((path / "config.json").read_text())
+    for architecture in config.get("architectures") or []:
+        if architecture.endswith("ForSequenceClassification"):
+            return "classification"
+        if architecture.endswith(("ForCausalLM", "LMHeadModel")):
+            return "language_modeling"
+    if config.get("is_encoder_decoder"):
+        return "translation"
+    return "language_modeling" if config.get("model_type") in _CAUSAL_LM_TYPES else "classification"
+
+
+def load_model(source, kind: str | None = None, *, device="cpu", dtype: str = "float32", src_lang: str = "en",
+               tgt_lang: str = "fr", revision: str | None = None):
+    """(model, tokenizer) from a hub id, a model folder (pruned or not) or a fairseq tarball, loaded as
+    the pipeline loads its studies' models (safetensors only, eager attention). ``kind`` (one of
+    ``KINDS``) defaults to ``guess_kind``'s; ``src_lang``/``tgt_lang`` are a fairseq model's languages.
+
+    >>> model, tokenizer = load_model("tiny")  # the README's tiny Llama folder
+    >>> type(model).__name__, guess_kind("tiny")
+    ('LlamaForCausalLM', 'language_modeling')
+    """
+    path = model_folder(source, revision)
+    kind = kind or guess_kind(path)
+    device = torch.device(device)
+    if kind in ("language_modeling", "retrieval"):
+        return load_causal_lm(path, device, dtype=dtype)
+    if kind == "classification":
+        return load_classifier(path, device)
+    if kind == "translation":
+        if converted_from_fairseq(path):
+            return load_translation(path, src_lang, tgt_lang, device)
+        return load_seq2seq(path, device, dtype=dtype)
+    raise ValueError(f"unknown model kind {kind!r}; expected one of {KINDS}")

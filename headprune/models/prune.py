@@ -3,7 +3,8 @@
 Works for any set of heads, including every head of a layer (the layer then adds
 only the output projection's bias), keeps dtype and device, and records the
 removed heads in ``config.headprune_pruned_heads`` so that a saved model reloads
-with the same shapes (``load_pruned_weights``).
+with the same shapes (``load_pruned_weights``). Saved with ``headprune.models.export.save_pruned``, a
+pruned model also loads with plain transformers (``trust_remote_code=True``), without headprune.
 
 Each family's adapter (``headprune.models.families``) slices a site in its ``prune_site``: those with
 separate q/k/v/output projections through ``slice_projections``, then switching the attention

@@ -72,6 +72,10 @@ def head_scores(model, batches: Iterable[dict], *, estimator: str = "token", nor
     entropy (nats), entropy_normalized (divided by log of the number of keys), confidence,
     estimator, normalized. ``gates`` (attn_type -> (layers, heads), default all 1) is the point
     the gradients are taken at. Heads physically pruned get 0 everywhere.
+
+    >>> scores = head_scores(model, evalset_batches(tokenizer, evalset, 8), progress=False)
+    >>> len(scores), scores.columns[:5].tolist()
+    (8, ['attn_type', 'layer', 'head', 'importance', 'importance_token'])
     """
     _use_eager_attention(model)
     return _score_heads(model, batches, attention=True, estimator=estimator, normalize=normalize, device=device,

@@ -1,6 +1,7 @@
 """What the decoder-only families share (``gpt2``, ``llama``): the batch, the next-token loss and the masks
 of a causal LM (every attention is decoder self-attention, ``DEC_SELF``), ``ValueView``, and the
-parameter slicing their ``prune_site`` use.
+parameter slicing their ``prune_site`` use. Streaming masking (``headprune.models.heads.Streaming``) runs on
+them: their attention modules take the causal mask as an ``attention_mask`` argument.
 
 A causal-LM batch is a dict of (batch, time) tensors: ``input_ids``, ``attention_mask`` (1 on real
 tokens; left or right padding) and optionally ``labels``, aligned with ``input_ids`` as in
@@ -61,6 +62,11 @@ class CausalLMAdapter(HeadAdapter):
         if not special:
             return torch.zeros_like(ids, dtype=torch.bool)
         return torch.isin(ids, torch.tensor(special, device=ids.device))
+
+    def streaming_masking_problem(self, model, sites):
+        """None: every attention module gets the model's causal mask as its ``attention_mask`` argument and hands
+        it to the backend as it is, so a per-head mask put in its place is what the heads see."""
+        return None
 
     def attention_weights(self, outputs, attn_type):
         # Layers with no heads left return no weights, and transformers leaves them out of the tuple.

@@ -26,6 +26,9 @@ one-head zero cache entry as long as the others' (``headprune.models.prune.cache
 The index is a non-persistent buffer, rebuilt from ``config.headprune_pruned_heads`` when a saved
 pruned model is loaded (``headprune.models.prune.load_pruned_weights``). Only the dynamic cache (the
 default) is supported: a static cache is sized from the config's head counts.
+
+Streaming masking (``headprune.models.heads.Streaming``) gives a ``Prunable*Attention`` a per-head mask
+over its remaining query heads, which every path above (gathered, grouped, eager, sdpa) applies per head.
 """
 from __future__ import annotations
 

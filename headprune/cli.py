@@ -1,0 +1,304 @@
+"""The ``headprune`` command: score, sweep and prune the heads of one model without writing a config.
+
+    headprune score MODEL --data FILE            I_h and the other criteria: importance.csv
+    headprune sweep MODEL --data FILE            the single-head sweep with significance: ablation.csv
+    headprune prune MODEL --data FILE (--percent N | --heads L-H,...) --out FOLDER
+
+MODEL is a hub id, a model folder or a fairseq tarball. FILE is a text corpus (.txt: language
+modelling, perplexity over windows of --window tokens) or a GLUE-format TSV (.tsv: header
+``text_a<TAB>text_b<TAB>label``, integer labels: classification). The CSVs have the pipeline's columns.
+A bad argument or file stops with a message naming it and exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+TEXT, GLUE = "text", "glue"
+METRICS = ("accuracy", "f1", "mcc")
+log = logging.getLogger("headprune")
+
+
+class UsageError(Exception):
+    """A bad argument or input: reported as ``headprune: error: ...``, exit status 2."""
+
+
+def percent(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not 0 <= number <= 100:
+        raise argparse.ArgumentTypeError(f"{value} is not a percentage between 0 and 100")
+    return number
+
+
+def positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return number
+
+
+def head_list(value: str) -> list[tuple[str | None, int, int]]:
+    """"L-H,..." (layer-head, 0-based) or "T-L-H,..." (attention type too, as in the CSVs' head names)."""
+    heads = []
+    for item in filter(None, (part.strip() for part in value.split(","))):
+        parts = item.rsplit("-", 2) if item.count("-") >= 2 else [None, *item.split("-")]
+        try:
+            attn_type, layer, head = parts[0], int(parts[1]), int(parts[2])
+        except (ValueError, IndexError):
+            raise argparse.ArgumentTypeError(f"{item!r} is not LAYER-HEAD (e.g. 0-3) or TYPE-LAYER-HEAD "
+                                             "(e.g. enc_self-0-3)") from None
+        if layer < 0 or head < 0:
+            raise argparse.ArgumentTypeError(f"{item!r}: layers and heads count from 0")
+        heads.append((attn_type, layer, head))
+    if not heads:
+        raise argparse.ArgumentTypeError("no heads given")
+    return heads
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="headprune", description=__doc__.split("\n\n")[0],
+                                     epilog="Each command's options: headprune COMMAND --help.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name, help, out_help, out_default=None):
+        sub = commands.add_parser(name, help=help, description=help)
+        sub.add_argument("model", metavar="MODEL", help="a Hugging Face hub id, a model folder or a fairseq tarball")
+        sub.add_argument("--data", required=True, metavar="FILE",
+                         help="a text corpus (.txt: language modelling) or a GLUE-format TSV (.tsv: classification)")
+        sub.add_argument("--data-format", choices=(TEXT, GLUE), help="what --data holds, if its extension "
+                         "does not say (.txt: text, .tsv: glue)")
+        sub.add_argument("--window", type=positive_int, default=128,
+                         help="text: tokens per perplexity window (default: 128)")
+        sub.add_argument("--metric", choices=METRICS, default="accuracy", help="TSV: the score (default: accuracy)")
+        sub.add_argument("--max-items", type=positive_int, help="use only the first N windows or examples")
+        sub.add_argument("--batch-size", type=positive_int, default=32, help="default: 32")
+        sub.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: a GPU if there is one)")
+        sub.add_argument("--study", help="the study column of the CSVs (default: MODEL's name)")
+        sub.add_argument("--out", required=out_default is None, default=out_default, metavar="PATH",
+                         help=out_help + (f" (default: {out_default})" if out_default else ""))
+        return sub
+
+    score = command("score", "Score every head: I_h (three estimators), Fisher, attention gradient, entropy, "
+                    "confidence, as the pipeline's importance.csv.", "the CSV", "importance.csv")
+    score.add_argument("--estimator", choices=("token", "example", "batch"), default="token",
+                       help="where I_h takes the absolute value (default: token, the authors' code)")
+    score.add_argument("--no-normalize", action="store_true", help="do not l2-normalize I_h per layer")
+
+    sweep = command("sweep", "Switch off each head alone and test the change against the full model, as the "
+                    "pipeline's eval/ablation.csv.", "the CSV", "ablation.csv")
+    sweep.add_argument("--resamples", type=positive_int, default=1000, help="bootstrap resamples (default: 1000)")
+    sweep.add_argument("--alpha", type=float, default=0.01, help="significance level (default: 0.01)")
+    sweep.add_argument("--seed", type=int, default=0, help="the bootstrap's seed (default: 0)")
+
+    prune = command("prune", "Remove heads physically and save the pruned model: the N%% least important by "
+                    "--criterion (with the pruning curve, as pruning.csv), or the --heads named.",
+                    "the folder the pruned model is saved to")
+    which = prune.add_mutually_exclusive_group(required=True)
+    which.add_argument("--percent", type=percent, metavar="N", help="prune N%% of the heads (0-100) in --criterion order")
+    which.add_argument("--heads", type=head_list, metavar="L-H,...",
+                       help="prune these heads: LAYER-HEAD or TYPE-LAYER-HEAD (enc_self, dec_self, enc_dec), 0-based")
+    prune.add_argument("--criterion", default="importance",
+                       help="the pruning order: importance (default), importance_example, fisher, entropy_low, "
+                            "oracle, random, iterative, ... (headprune.CRITERIA)")
+    prune.add_argument("--step", type=percent, default=10.0, help="the curve's step in %% of the heads (default: 10)")
+    prune.add_argument("--curve", metavar="CSV", help="where the pruning curve goes (default: FOLDER/pruning.csv)")
+    prune.add_argument("--seed", type=int, default=0, help="the random order's seed (default: 0)")
+    return parser
+
+
+def data_format(args) -> str:
+    path = Path(args.data)
+    if not path.is_file():
+        raise UsageError(f"--data {args.data}: no such file")
+    if args.data_format:
+        return args.data_format
+    formats = {".txt": TEXT, ".tsv": GLUE}
+    if path.suffix.lower() not in formats:
+        raise UsageError(f"--data {args.data}: cannot tell its format from the extension: name it .txt (a text "
+                         "corpus) or .tsv (a GLUE-format TSV), or give --data-format")
+    return formats[path.suffix.lower()]
+
+
+def load(args):
+    """(model, tokenizer, evalset, testset name), checked, with what was detected logged."""
+    from headprune.data.datasets import DataFormatError
+
+    fmt = data_format(args)
+    if args.command == "prune" and args.percent is not None and args.criterion not in _criteria():
+        raise UsageError(f"--criterion {args.criterion}: unknown; expected one of {', '.join(_criteria())}")
+    name = Path(args.data).stem
+    if fmt == GLUE:
+        from headprune.experiments.sweeps import evalset_from_tsv
+
+        try:
+            evalset = evalset_from_tsv(args.data, args.metric, args.max_items)
+        except (DataFormatError, UnicodeDecodeError) as error:
+            raise UsageError(f"--data {args.data}: {error}") from None
+        if not len(evalset):
+            raise UsageError(f"--data {args.data}: no examples")
+        log.info("--data %s: a GLUE-format TSV, %d examples: classification, scored by %s", args.data,
+                 len(evalset), args.metric)
+        kind, testset = "classification", name
+    else:
+        try:
+            text = Path(args.data).read_text(encoding="utf-8")
+        except UnicodeDecodeError as error:
+            raise UsageError(f"--data {args.data}: not UTF-8 text ({error})") from None
+        log.info("--data %s: a text corpus: language modelling, perplexity over %d-token windows", args.data,
+                 args.window)
+        kind, testset = "language_modeling", f"{name} ({args.window}-token windows)"
+
+    import torch
+
+    from headprune.models.loading import load_model
+
+    device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        model, tokenizer = load_model(args.model, kind, device=device)
+    except Exception as error:  # a missing folder, no network, not a model of this kind: say which argument
+        raise UsageError(f"MODEL {args.model}: cannot load it as a {kind.replace('_', ' ')} model: "
+                         f"{type(error).__name__}: {error}") from None
+    log.info("MODEL %s: %s, %d heads, on %s", args.model, type(model).__name__, _count(model), device)
+    if fmt == TEXT:
+        from headprune.experiments.sweeps import evalset_from_text
+
+        try:
+            evalset = evalset_from_text(tokenizer, text, args.window, args.max_items)
+        except ValueError as error:
+            raise UsageError(f"--data {args.data}: {error}") from None
+        log.info("%d windows of %d tokens", len(evalset), args.window)
+    return model, tokenizer, evalset, testset
+
+
+def _criteria():
+    from headprune.experiments.criteria import CRITERIA
+
+    return [name for name in CRITERIA if name != "retrieval"]  # retrieval needs a retrieval study's head roles
+
+
+def _count(model) -> int:
+    from headprune.experiments.runs import all_heads
+
+    return len(all_heads(model))
+
+
+def study_name(args) -> str:
+    return args.study or Path(args.model.rstrip("/")).name.removesuffix(".tar.gz")
+
+
+def write_csv(table, path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(path, index=False)
+    log.info("wrote %s (%d rows)", path, len(table))
+    return path
+
+
+def settings(args):
+    from headprune.experiments.runs import EvalSettings
+
+    return EvalSettings(batch_size=args.batch_size, progress=True)
+
+
+def scores(args, model, tokenizer, evalset):
+    from headprune.experiments.sweeps import evalset_batches
+    from headprune.scoring.importance import head_scores
+
+    batches = evalset_batches(tokenizer, evalset, args.batch_size)
+    return head_scores(model, batches, estimator=getattr(args, "estimator", "token"),
+                       normalize=not getattr(args, "no_normalize", False))
+
+
+def run_score(args):
+    model, tokenizer, evalset, _ = load(args)
+    table = scores(args, model, tokenizer, evalset)
+    table.insert(0, "study", study_name(args))
+    write_csv(table, args.out)
+
+
+def run_sweep(args):
+    from headprune.experiments.sweeps import single_head_sweep
+
+    model, tokenizer, evalset, testset = load(args)
+    table = single_head_sweep(model, tokenizer, evalset, settings(args), resamples=args.resamples, seed=args.seed,
+                              alpha=args.alpha, study=study_name(args), testset=testset)
+    log.info("%d of %d heads significant at p < %s", table.significant.sum(), len(table), args.alpha)
+    write_csv(table, args.out)
+
+
+def named_heads(heads, model) -> list[tuple[str, int, int]]:
+    """--heads against the model: the attention type filled in where the model has only one, each checked."""
+    from headprune.models.heads import head_shape
+
+    shape = head_shape(model)
+    named = []
+    for attn_type, layer, head in heads:
+        if attn_type is None:
+            if len(shape) != 1:
+                raise UsageError(f"--heads: the model has several attention types ({', '.join(shape)}): name "
+                                 "each head TYPE-LAYER-HEAD")
+            attn_type = next(iter(shape))
+        if attn_type not in shape:
+            raise UsageError(f"--heads: the model has no attention type {attn_type!r} (it has {', '.join(shape)})")
+        layers, per_layer = shape[attn_type]
+        if layer >= layers or head >= per_layer:
+            raise UsageError(f"--heads {attn_type}-{layer}-{head}: the model's {attn_type} attention has {layers} "
+                             f"layers x {per_layer} heads (0-based)")
+        named.append((attn_type, layer, head))
+    return named
+
+
+def run_prune(args):
+    from headprune.experiments.criteria import criterion_order, importance_on_pruned, iterative_order
+    from headprune.experiments.runs import all_heads
+    from headprune.experiments.sweeps import evalset_batches, pruning_tables, remove_heads, single_head_sweep
+
+    model, tokenizer, evalset, testset = load(args)
+    heads = all_heads(model)
+    if args.heads is None and not args.step:
+        raise UsageError("--step 0: the curve's step must be more than 0%")
+    if args.heads is not None:
+        removed = named_heads(args.heads, model)
+    else:
+        if args.criterion == "iterative":
+            estimate = importance_on_pruned(model, evalset_batches(tokenizer, evalset, args.batch_size))
+            order = iterative_order(estimate, heads, args.step)
+        else:
+            importance = scores(args, model, tokenizer, evalset) if args.criterion != "random" else None
+            ablation = (single_head_sweep(model, tokenizer, evalset, settings(args), resamples=1)
+                        if args.criterion == "oracle" else None)
+            order = criterion_order(args.criterion, importance, heads, ablation=ablation, seed=args.seed)
+        curve, _ = pruning_tables(model, tokenizer, evalset, {args.criterion: order}, step_percent=args.step,
+                                  settings=settings(args), study=study_name(args), total_heads=len(heads))
+        removed = order[:int(round(args.percent * len(heads) / 100.0))]
+    from headprune.models.export import save_pruned
+
+    remove_heads(model, removed)
+    out = save_pruned(model, tokenizer, args.out)  # loads in headprune, and in transformers (trust_remote_code)
+    if args.heads is None:  # after the model: save_pruned replaces the folder
+        write_csv(curve, args.curve or out / "pruning.csv")
+    log.info("removed %d of %d heads (%s); saved the pruned model to %s", len(removed), len(heads),
+             ", ".join("-".join(map(str, h)) for h in removed) or "none", out)
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="headprune: %(message)s", stream=sys.stderr)
+    try:
+        {"score": run_score, "sweep": run_sweep, "prune": run_prune}[args.command](args)
+    except UsageError as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

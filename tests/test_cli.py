@@ -1,0 +1,166 @@
+"""The ``headprune`` command (issue #24): help, each subcommand end to end on tiny random models saved in
+tmp_path (a Llama on a text file, a BERT classifier on a GLUE-format TSV), the pipeline's CSV columns, and
+bad inputs answered with a message naming them and exit status 2."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from headprune.experiments.sweeps import ABLATION_COLUMNS, PRUNING_COLUMNS
+
+ROOT = Path(__file__).resolve().parents[1]
+IMPORTANCE_COLUMNS = ["study", "attn_type", "layer", "head", "importance", "importance_token", "importance_example",
+                      "importance_batch", "fisher", "attention_gradient", "entropy", "entropy_normalized",
+                      "confidence", "estimator", "normalized"]
+TEXT = "the cat sat on the mat and the dog sat on the log . " * 30
+WORDS = sorted(set(TEXT.split()) | {"good", "bad", "film", "plot", "very"})
+
+
+def headprune(*args, cwd=None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TQDM_DISABLE": "1"}
+    return subprocess.run([sys.executable, "-m", "headprune.cli", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory) -> Path:
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    folder = tmp_path_factory.mktemp("models") / "tiny-llama"
+    words = Tokenizer(models.WordLevel({w: i for i, w in enumerate(["<unk>", *WORDS])}, "<unk>"))
+    words.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=words, unk_token="<unk>").save_pretrained(folder)
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(vocab_size=len(WORDS) + 1, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                 num_attention_heads=4, num_key_value_heads=2)).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory) -> Path:
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification, BertTokenizer
+
+    folder = tmp_path_factory.mktemp("models") / "tiny-bert"
+    folder.mkdir()
+    (folder / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]) + "\n")
+    BertTokenizer(vocab_file=str(folder / "vocab.txt")).save_pretrained(folder)
+    torch.manual_seed(0)
+    BertForSequenceClassification(BertConfig(vocab_size=len(WORDS) + 5, hidden_size=16, num_hidden_layers=2,
+                                             num_attention_heads=2, intermediate_size=32)).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> dict[str, Path]:
+    where = tmp_path_factory.mktemp("data")
+    (where / "corpus.txt").write_text(TEXT)
+    rows = [("very good film", "good plot", 1), ("bad film", "", 0), ("good film", "", 1), ("very bad plot", "", 0)] * 3
+    (where / "dev.tsv").write_text("text_a\ttext_b\tlabel\n" + "".join(f"{a}\t{b}\t{y}\n" for a, b, y in rows))
+    (where / "corpus.md").write_text(TEXT)
+    (where / "broken.tsv").write_text("sentence\tlabel\nfine\t1\n")
+    return {path.name: path for path in where.iterdir()}
+
+
+def test_help():
+    result = headprune("--help")
+    assert result.returncode == 0 and all(command in result.stdout for command in ("score", "sweep", "prune"))
+    for command in ("score", "sweep", "prune"):
+        result = headprune(command, "--help")
+        assert result.returncode == 0 and "--data" in result.stdout, result.stderr
+    assert "--percent" in headprune("prune", "--help").stdout
+
+
+def test_score_a_language_model(llama, data, tmp_path):
+    result = headprune("score", llama, "--data", data["corpus.txt"], "--window", 16, "--out", tmp_path / "imp.csv")
+    assert result.returncode == 0, result.stderr
+    assert "a text corpus: language modelling" in result.stderr
+    table = pd.read_csv(tmp_path / "imp.csv")
+    assert table.columns.tolist() == IMPORTANCE_COLUMNS and len(table) == 8
+    assert set(table.study) == {"tiny-llama"} and set(table.attn_type) == {"dec_self"}
+
+
+def test_sweep_a_classifier(bert, data, tmp_path):
+    result = headprune("sweep", bert, "--data", data["dev.tsv"], "--resamples", 50, "--out", tmp_path / "abl.csv")
+    assert result.returncode == 0, result.stderr
+    assert "a GLUE-format TSV, 12 examples: classification" in result.stderr
+    table = pd.read_csv(tmp_path / "abl.csv")
+    assert table.columns.tolist() == list(ABLATION_COLUMNS) and len(table) == 4
+    assert set(table.metric) == {"accuracy"} and table.p_ttest.notna().all() and table.p_bootstrap.between(0, 1).all()
+
+
+def test_sweep_a_language_model_matches_the_api(llama, data, tmp_path):
+    import headprune as hp
+
+    assert headprune("sweep", llama, "--data", data["corpus.txt"], "--window", 16, "--resamples", 50, "--study", "s",
+                     "--out", tmp_path / "abl.csv").returncode == 0
+    model, tokenizer = hp.load_model(llama)
+    expected = hp.single_head_sweep(model, tokenizer, hp.evalset_from_text(tokenizer, TEXT, 16), resamples=50,
+                                    study="s", testset="corpus (16-token windows)")
+    expected.to_csv(tmp_path / "api.csv", index=False)
+    assert (tmp_path / "abl.csv").read_text() == (tmp_path / "api.csv").read_text()
+
+
+def test_prune_by_percent_writes_the_model_and_the_curve(llama, data, tmp_path):
+    import headprune as hp
+
+    out = tmp_path / "pruned"
+    result = headprune("prune", llama, "--data", data["corpus.txt"], "--window", 16, "--percent", 25, "--step", 25,
+                       "--criterion", "entropy_low", "--out", out)
+    assert result.returncode == 0, result.stderr
+    curve = pd.read_csv(out / "pruning.csv")
+    assert curve.columns.tolist() == list(PRUNING_COLUMNS)
+    assert curve.percent_pruned.tolist() == [0, 25, 50, 75, 100] and curve.heads_left.tolist() == [8, 6, 4, 2, 0]
+    assert set(curve.order) == {"entropy_low"} and set(curve.metric) == {"perplexity"}
+    model, _ = hp.load_model(out)
+    assert len(hp.all_heads(model)) == 8  # the original shape, two heads physically gone:
+    assert sum(len(heads) for heads in model.config.headprune_pruned_heads["dec_self"].values()) == 2
+
+
+def test_prune_named_heads_of_a_classifier(bert, data, tmp_path):
+    import headprune as hp
+
+    out = tmp_path / "pruned"
+    result = headprune("prune", bert, "--data", data["dev.tsv"], "--heads", "0-1,enc_self-1-0", "--out", out)
+    assert result.returncode == 0, result.stderr
+    assert not (out / "pruning.csv").exists()
+    model, _ = hp.load_model(out)
+    assert model.config.headprune_pruned_heads == {"enc_self": {"0": [1], "1": [0]}}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["score", "{llama}", "--data", "missing.tsv"], "headprune: error: --data missing.tsv: no such file"),
+    (["score", "{llama}", "--data", "{corpus.md}"], "cannot tell its format from the extension"),
+    (["sweep", "{bert}", "--data", "{broken.tsv}"], "expected the header"),
+    (["score", "./no-such-model", "--data", "{corpus.txt}"], "MODEL ./no-such-model: cannot load it"),
+    (["prune", "{llama}", "--data", "{corpus.txt}", "--heads", "0-x", "--out", "o"], "argument --heads: '0-x' is not"),
+    (["prune", "{llama}", "--data", "{corpus.txt}", "--heads", "5-0", "--out", "o"], "has 2 layers x 4 heads"),
+    (["prune", "{llama}", "--data", "{corpus.txt}", "--percent", "150", "--out", "o"], "argument --percent: 150 is not"),
+    (["prune", "{llama}", "--data", "{corpus.txt}", "--percent", "10", "--heads", "0-1", "--out", "o"], "not allowed"),
+    (["prune", "{llama}", "--data", "{corpus.txt}", "--percent", "10", "--criterion", "best", "--out", "o"],
+     "--criterion best: unknown"),
+    (["prune", "{llama}", "--data", "{corpus.txt}", "--percent", "10"], "the following arguments are required: --out"),
+    (["score", "{llama}", "--data", "{corpus.txt}", "--window", "5000"], "fewer than one window of 5000"),
+])
+def test_bad_input_is_named_with_exit_status_2(args, message, llama, bert, data, tmp_path):
+    paths = {"{llama}": llama, "{bert}": bert, **{"{" + name + "}": path for name, path in data.items()}}
+    result = headprune(*(paths.get(arg, arg) for arg in args), cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+def test_the_installed_command_is_headprune():
+    """`pip install -e .` puts the `headprune` command beside the Python that installed it (pyproject's
+    [project.scripts]); CI installs the package fresh, so there it runs."""
+    command = Path(sys.executable).with_name("headprune")
+    if not command.exists():
+        pytest.skip("headprune is not installed in this environment (pip install -e .)")
+    result = subprocess.run([str(command), "--help"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "prune" in result.stdout, result.stderr
