@@ -21,7 +21,7 @@ from transformers import AutoTokenizer, BertForSequenceClassification, BertToken
 from headprune.data import bpe
 from headprune.data.batching import classification_batches
 from headprune.data.datasets import GLUE_TASKS, prepare_glue_task, read_glue_split
-from headprune.demo import classification, corpora, grammar
+from headprune.demo import classification, corpora, grammar, passkey
 from headprune.demo import models as demo_models
 from headprune.experiments.evaluate import predict_classes, translate
 from headprune.models.fairseq import build_fsmt_tokenizer, load_fairseq_translation_model
@@ -442,3 +442,123 @@ def test_bert_classifier_learns_sst2_and_reloads(tiny_bert, tmp_path):
     model_again = BertForSequenceClassification.from_pretrained(tmp_path / "again", attn_implementation="eager")
     for (name, p), (_, q) in zip(model.state_dict().items(), model_again.state_dict().items()):
         assert torch.equal(p, q), name
+
+
+# ----------------------------------------------------------------------------------------------
+# The tiny Llama's passkey documents (needle in a haystack) and its training
+
+
+@pytest.fixture(scope="module")
+def llama_text(tmp_path_factory):
+    from headprune.data.wikitext import read_wikitext
+
+    archive = corpora.make_wikitext_corpus(tmp_path_factory.mktemp("wikitext") / "wikitext-2-raw-v1.zip",
+                                           {"train": 5000, "test": 200}, seed=0)
+    return read_wikitext(archive, "train"), read_wikitext(archive, "test")
+
+
+@pytest.fixture(scope="module")
+def llama_tokenizer(llama_text):
+    # the demo's tokenizer settings (demo/config.yaml: demo.language_model)
+    return demo_models.tiny_llama_tokenizer(llama_text[0], 434, passkey.passkey_texts(1000, seed=0))
+
+
+def _passkey_maker(llama_text, tokenizer):
+    return passkey.PasskeyMaker(tokenizer, tokenizer(llama_text[0], add_special_tokens=False)["input_ids"])
+
+
+def test_passkey_tokenizer_keeps_words_whole_and_digits_apart(llama_tokenizer):
+    tokens = llama_tokenizer.tokenize(" The special magic number is 12345.")
+    assert tokens == ["ĠThe", "Ġspecial", "Ġmagic", "Ġnumber", "Ġis", "Ġ1", "2", "3", "4", "5", "."]
+    question = llama_tokenizer.tokenize(f"\n{passkey.QUESTION}\n{passkey.ANSWER_PREFIX}")
+    assert len(question) == 18  # every word one token
+    assert llama_tokenizer("ze dax")["input_ids"][0] == llama_tokenizer.bos_token_id
+
+
+def test_passkey_documents_are_prompt_and_answer(llama_text, llama_tokenizer):
+    tokenizer = llama_tokenizer
+    maker = _passkey_maker(llama_text, tokenizer)
+    haystack = maker.haystack
+    stops = {i for token, i in tokenizer.get_vocab().items() if token.endswith(".")}
+    batches = list(maker.batches(40, 4, 32, 96, ramp=0.5, seed=1))
+    assert [len(d.input_ids[d.context]) for d in batches[0]] == [32] * 4  # the ramp starts at the shortest
+    lengths, at_start, at_end = set(), 0, 0
+    for batch in batches:
+        assert len({len(d.input_ids[d.context]) for d in batch}) == 1  # one context length per batch
+        for d in batch:
+            ids, context = d.input_ids, d.input_ids[d.context]
+            lengths.add(len(context))
+            assert 32 <= len(context) <= 96
+            assert ids[0] == tokenizer.bos_token_id and ids[-1] == tokenizer.eos_token_id
+            assert d.context.start == 1 and d.context.stop <= d.answer.start
+            assert d.context.start <= d.needle.start < d.needle.stop <= d.context.stop
+            # the needle: its sentence and value, at a sentence boundary
+            assert re.fullmatch(r"[1-9]\d{4}", d.value)
+            assert tokenizer.decode(ids[d.needle]).strip() == passkey.NEEDLE.format(value=d.value)
+            assert d.needle.start == d.context.start or ids[d.needle.start - 1] in stops
+            at_start += d.needle.start == d.context.start
+            at_end += d.needle.stop == d.context.stop
+            # the rest of the context is one stretch of the training text
+            rest = ids[d.context.start:d.needle.start] + ids[d.needle.stop:d.context.stop]
+            first = next(i for i in range(len(haystack)) if haystack[i:i + len(rest)] == rest)
+            assert haystack[first:first + len(rest)] == rest
+            # then the question, the answer prefix and the answer
+            assert tokenizer.decode(ids[d.context.stop:d.answer.start]) == (
+                f"\n{passkey.QUESTION}\n{passkey.ANSWER_PREFIX}")
+            assert d.prompt == ids[:d.answer.start]
+            assert tokenizer.decode(ids[d.answer]) == f" {d.value}.</s>"
+            assert tokenizer.decode(ids, skip_special_tokens=True).endswith(f"{passkey.ANSWER_PREFIX} {d.value}.")
+    assert len(lengths) > 10 and max(lengths) > 80  # spread over the range
+    assert at_start > 5 and at_end > 5  # the needle also opens or closes the context (depths 0% and 100%)
+
+    # deterministic for a seed
+    again = list(_passkey_maker(llama_text, tokenizer).batches(40, 4, 32, 96, ramp=0.5, seed=1))
+    assert [[d.input_ids for d in b] for b in again] == [[d.input_ids for d in b] for b in batches]
+    other = list(maker.batches(40, 4, 32, 96, ramp=0.5, seed=2))
+    assert [[d.input_ids for d in b] for b in other] != [[d.input_ids for d in b] for b in batches]
+    with pytest.raises(ValueError, match="cannot hold the needle"):
+        maker.document(5, random.Random(0))
+
+
+def test_passkey_loss_masks(llama_text, llama_tokenizer):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    maker = _passkey_maker(llama_text, llama_tokenizer)
+    rng = random.Random(0)
+    documents = [maker.document(40, rng), maker.document(60, rng)]
+    batch = passkey.collate(documents, llama_tokenizer.pad_token_id)
+    assert batch["input_ids"].shape == (2, len(documents[1].input_ids))
+    for row, d in enumerate(documents):
+        n = len(d.input_ids)
+        assert batch["attention_mask"][row].tolist() == [1] * n + [0] * (batch["input_ids"].shape[1] - n)
+        answer = batch["answer"][row].nonzero().flatten().tolist()
+        assert answer == list(range(d.answer.start - 1, d.answer.stop - 1))  # column t predicts token t + 1
+        text = set(batch["text"][row].nonzero().flatten().tolist())
+        assert text == set(range(d.answer.start - 1)) - set(range(d.needle.start - 1, d.needle.stop - 1))
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(llama_tokenizer), hidden_size=16, intermediate_size=32,
+                                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1))
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1]
+    nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), batch["input_ids"][:, 1:], reduction="none")
+    weights = batch["answer"].clone()
+    for row, d in enumerate(documents):
+        weights[row, d.answer.start - 1] = 4.0
+    expected = (nll * batch["text"]).sum() / batch["text"].sum() + 2.0 * (nll * weights).sum() / weights.sum()
+    actual = passkey.passkey_loss(model, batch, answer_weight=2.0, first_weight=4.0)
+    assert torch.allclose(actual, expected)
+
+
+def test_tiny_llama_trains_on_passkeys_deterministically(llama_text, tmp_path):
+    settings = dict(steps=4, batch_size=2, vocab_size=434, initializer_range=0.1, max_positions=512,
+                    passkey={"batch_size": 2, "min_tokens": 32, "max_tokens": 64, "tokenizer_texts": 200},
+                    progress=False)
+    first = demo_models.train_tiny_llama(tmp_path / "a", llama_text[0], **settings)
+    second = demo_models.train_tiny_llama(tmp_path / "b", llama_text[0], **settings)
+    for name in ("model.safetensors", "tokenizer.json", "config.json"):
+        assert (first / name).read_bytes() == (second / name).read_bytes(), name
+    config = json.loads((first / "config.json").read_text())
+    assert config["max_position_embeddings"] == 512 and config["num_key_value_heads"] == 2
+    tokenizer = AutoTokenizer.from_pretrained(first)
+    assert "Ġspecial" in tokenizer.get_vocab()
+    with pytest.raises(ValueError, match="unknown passkey settings"):
+        demo_models.train_tiny_llama(tmp_path / "c", llama_text[0], steps=1, passkey={"documents": 3})

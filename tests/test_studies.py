@@ -150,7 +150,7 @@ def test_a_retrieval_study_scores_its_language_model(demo):
     assert "retrieval" in niah.criteria and niah.experiments == ["ablation", "pruning", "criteria",
                                                                  "one_head_per_layer", "head_roles", "retrieval_heads"]
     # Wu's experiment: K beyond the model's 8 heads is left out
-    assert niah.retrieval_heads_params()["k"] == [1, 2, 4]
+    assert niah.retrieval_heads_params()["k"] == [1, 2]
     assert [s.name for s in demo.scored_side_by_side()] == ["tiny_llama_niah"]
 
 

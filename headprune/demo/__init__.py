@@ -17,6 +17,8 @@ same pipeline rules consume them:
   ``wmt14.en-fr.joined-dict``; tiny "pretrained" BERT and RoBERTa folders in the Hugging Face
   format, standing in for ``bert-base-uncased`` and ``roberta-base`` (``headprune.training.finetune``
   fine-tunes them, as it does the real ones); a tiny Llama trained on the WikiText stand-in;
+- ``passkey``: the tiny Llama's passkey documents (a needle with a 5-digit number in a haystack of the
+  training text, the question, the answer), so that it learns long-context retrieval;
 - ``parses``: gold dependency parses (CoNLL-U) of the demo's English, for head roles.
 
 A top room: it may import ``training``, ``experiments``, ``scoring``, ``models``, ``data`` and ``io``;

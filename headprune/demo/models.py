@@ -12,6 +12,7 @@ import torch
 from tqdm.auto import tqdm
 
 from headprune.demo.corpora import _write_lines
+from headprune.demo.grammar import _subseed
 from headprune.training.finetune import restores_torch_threads
 from headprune.training.train import corpus_folder, fit_translation_model, write_translation_tarball
 
@@ -183,46 +184,115 @@ def _byte_level_bpe(texts: list[str], vocab_size: int, specials: list[str]):
     return tokenizer
 
 
+# The passkey documents' settings (demo/config.yaml's demo.language_model.passkey): documents per step
+# (batch_size); the range of their context lengths in tokens, the longest growing from min_tokens to
+# max_tokens over the first ``ramp`` of the steps (short haystacks first: the needle is easy to find);
+# the weights of headprune.demo.passkey.passkey_loss (answer_weight: the answer beside the documents'
+# text; first_weight: the value's first token, the one that needs the retrieval, beside the answer's
+# other tokens); after which fraction of the steps the ordinary windows join (windows_after: until then
+# the documents' own text is the language model's); and how many needle-question-answer texts join the
+# text the tokenizer is learned on, so that the needle's and question's words get merges of their own
+# (the values do not: a 5-digit value stays "Ġd" and four single digits, easy to copy).
+PASSKEY_DEFAULTS = {"batch_size": 16, "min_tokens": 32, "max_tokens": 224, "ramp": 0.5, "answer_weight": 3.0,
+                    "first_weight": 5.0, "windows_after": 0.5, "tokenizer_texts": 1000}
+
+
+def tiny_llama_tokenizer(text: str, vocab_size: int, passkey_texts: list[str] = ()):
+    """The tiny Llama's tokenizer: a byte-level BPE learned on the lines of ``text`` and on
+    ``passkey_texts``, that puts <s> before every text (as Llama's); </s> and <pad> are its other specials."""
+    from tokenizers.processors import TemplateProcessing
+    from transformers import PreTrainedTokenizerFast
+
+    lines = [line for line in text.splitlines() if line.strip()] + list(passkey_texts)
+    bpe = _byte_level_bpe(lines, vocab_size, ["<s>", "</s>", "<pad>"])
+    bpe.post_processor = TemplateProcessing(single="<s> $A", special_tokens=[("<s>", bpe.token_to_id("<s>"))])
+    return PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+
+
+def passkey_settings(passkey: dict | None) -> dict | None:
+    """``passkey`` completed with ``PASSKEY_DEFAULTS``; None stays None."""
+    if passkey is None:
+        return None
+    unknown = set(passkey) - set(PASSKEY_DEFAULTS)
+    if unknown:
+        raise ValueError(f"unknown passkey settings {sorted(unknown)}; known: {sorted(PASSKEY_DEFAULTS)}")
+    return PASSKEY_DEFAULTS | dict(passkey)
+
+
 @restores_torch_threads
 def train_tiny_llama(out_dir, text: str, *, layers: int = 2, heads: int = 4, kv_heads: int = 2, hidden: int = 64,
                      ffn: int = 128, window: int = 64, vocab_size: int = 400, steps: int = 300, batch_size: int = 16,
-                     lr: float = 3e-3, seed: int = 0, num_threads: int | None = 1, progress: bool = True) -> Path:
+                     lr: float = 3e-3, initializer_range: float = 0.02, max_positions: int | None = None,
+                     passkey: dict | None = None, seed: int = 0, num_threads: int | None = 1,
+                     progress: bool = True) -> Path:
     """Train a Llama-layout causal LM with grouped-query attention (``heads`` query heads reading
     ``kv_heads`` key/value heads) on ``text`` and save it as a Hugging Face model folder: config.json,
-    model.safetensors, and a byte-level BPE tokenizer.json that puts <s> before every text (as Llama's)."""
-    from tokenizers.processors import TemplateProcessing
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    model.safetensors, and a byte-level BPE tokenizer.json that puts <s> before every text (as Llama's).
+
+    Each step takes ``batch_size`` windows of ``window`` tokens of the text. With ``passkey`` (settings;
+    ``PASSKEY_DEFAULTS`` for those not given) each step also takes a batch of passkey documents
+    (``headprune.demo.passkey``: a needle sentence with a 5-digit number at a sentence boundary of a
+    haystack cut from ``text``, the question, the answer), so that the model learns to retrieve; the
+    windows then join after ``windows_after`` of the steps, and the tokenizer is learned on the text and
+    needle-question-answer texts. ``max_positions`` (config.max_position_embeddings; 4 windows if not
+    given) should cover the longest prompt the model is asked.
+
+    ``initializer_range``: with Llama's 0.02 this tiny model's attention stays nearly flat for long and
+    it did not learn the passkey in 3000 steps; with 0.1 the copy forms within a few hundred steps. It
+    forms suddenly (the value's first digit is retrieved early, the other digits all at once later), and
+    when depends on the initialization: on the demo's corpus with the demo's settings, seed 0 has it
+    after about 350 of 500 steps; some other seeds need far more steps."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from headprune.demo.passkey import PasskeyMaker, collate, passkey_loss, passkey_texts
 
     if num_threads:
         torch.set_num_threads(num_threads)
     torch.manual_seed(seed)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    bpe = _byte_level_bpe([line for line in text.splitlines() if line.strip()], vocab_size, ["<s>", "</s>", "<pad>"])
-    bos = bpe.token_to_id("<s>")
-    bpe.post_processor = TemplateProcessing(single="<s> $A", special_tokens=[("<s>", bos)])
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
-    config = LlamaConfig(vocab_size=bpe.get_vocab_size(), hidden_size=hidden, intermediate_size=ffn,
+    passkey = passkey_settings(passkey)
+    if batch_size <= 0 and (passkey is None or passkey["batch_size"] <= 0):
+        raise ValueError("nothing to train on: batch_size windows and passkey documents are both 0")
+    extra = passkey_texts(passkey["tokenizer_texts"], _subseed(seed, "passkey-tokenizer")) if passkey else []
+    tokenizer = tiny_llama_tokenizer(text, vocab_size, extra)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=ffn,
                          num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
-                         max_position_embeddings=4 * window, bos_token_id=bos, eos_token_id=bpe.token_to_id("</s>"),
-                         pad_token_id=bpe.token_to_id("<pad>"), tie_word_embeddings=True, attn_implementation="eager")
+                         max_position_embeddings=max_positions or 4 * window, initializer_range=initializer_range,
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True, attn_implementation="eager")
     model = LlamaForCausalLM(config)
     ids = torch.tensor(tokenizer(text)["input_ids"])
     chunks = ids[:len(ids) // window * window].view(-1, window)
+    documents = iter(())
+    if passkey is not None and passkey["batch_size"] > 0:
+        maker = PasskeyMaker(tokenizer, ids[1:].tolist())  # haystacks: the text's ids after <s>
+        documents = maker.batches(steps, passkey["batch_size"], passkey["min_tokens"], passkey["max_tokens"],
+                                  ramp=passkey["ramp"], seed=_subseed(seed, "passkey-documents"))
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / 20) * (1 - step / steps))
     shuffle = torch.Generator().manual_seed(seed)
     model.train()
     bar = tqdm(range(steps), desc="train tiny Llama", disable=not progress)
-    for _ in bar:
-        batch = chunks[torch.randint(len(chunks), (batch_size,), generator=shuffle)]
-        loss = model(input_ids=batch, labels=batch).loss
+    windows_from = round(passkey["windows_after"] * steps) if passkey is not None and passkey["batch_size"] > 0 else 0
+    for step in bar:
+        loss, postfix = 0.0, {}
+        if batch_size > 0 and step >= windows_from:
+            batch = chunks[torch.randint(len(chunks), (batch_size,), generator=shuffle)]
+            loss = model(input_ids=batch, labels=batch).loss
+            postfix["loss"] = f"{loss.item():.3f}"
+        passkey_batch = next(documents, None)
+        if passkey_batch is not None:
+            retrieval = passkey_loss(model, collate(passkey_batch, config.pad_token_id),
+                                     answer_weight=passkey["answer_weight"], first_weight=passkey["first_weight"])
+            loss = loss + retrieval
+            postfix["passkey"] = f"{retrieval.item():.3f}"
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
-        bar.set_postfix(loss=f"{loss.item():.3f}")
+        bar.set_postfix(postfix)
     model.eval()
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
