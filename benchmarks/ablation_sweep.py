@@ -10,16 +10,23 @@
 
 and the ratios b / (N a) and c / (N a): how much the sweep costs beyond N evaluations. (b) and (c)
 time whole processes (start, imports, load, evaluation), as a job on a cluster pays them. With
-``--sample`` only that many processes of each kind run, and their mean is scaled to the whole sweep.
+``--sample`` only that many processes of each kind run, spread evenly over the heads and jobs (a head's
+variant recomputes the layers from its own up, so the first jobs are the dearest), and their mean is
+scaled to the whole sweep; each sampled job's line gives its layers, its time split and its cost per head.
 
     python benchmarks/ablation_sweep.py --demo results/demo-run        # a finished demo's models, CPU
     python benchmarks/ablation_sweep.py --model bert-base --device cuda --sample 8
     python benchmarks/ablation_sweep.py --model transformer-big --device cuda --sample 8
+    python benchmarks/ablation_sweep.py --model llama-100m --heads-per-job 30 --sample 3 \
+        --variant-batch-size language_modeling=4 retrieval=32         # perplexity and retrieval, CPU
 
 ``--demo DIR`` reads the demo's translation model folder and newstest2013 and its fine-tuned
 MNLI-like model and dev set from a directory where the demo ran; ``--model`` builds a random-weight
 model of that size with a synthetic vocabulary (nothing is downloaded), so the numbers measure the
-machinery, not the model.
+machinery, not the model. ``llama-100m`` is a Llama-layout LM of SmolLM-135M's shape (30 layers of 9
+query heads on 3 KV heads, N = 270) with an 8k vocabulary, timed on two studies: perplexity over 512-token
+windows and needle-in-a-haystack retrieval (contexts of 512 and 1024 tokens, 16 greedy tokens per answer:
+a random model never emits EOS, so every answer decodes all of them).
 """
 from __future__ import annotations
 
@@ -30,6 +37,7 @@ STARTED = time.perf_counter()  # before the imports: a worker's time includes th
 import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
+import resource  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -102,18 +110,82 @@ def random_study(size: str, folder: Path, items: int, seed: int = 0) -> dict:
     raise ValueError(f"unknown model size {size!r}")
 
 
+def llama_studies(folder: Path, args, seed: int = 0) -> list[dict]:
+    """A random-weight Llama-layout LM of about 110M parameters in a model folder (SmolLM-135M's layout: hidden
+    576, 30 layers of 9 query heads on 3 KV heads, intermediate 1536, tied embeddings, rope; a vocabulary of
+    ``--vocab`` byte-level BPE tokens trained here on synthetic text), and its two studies: perplexity over
+    ``--windows`` windows of ``--window`` tokens of a synthetic corpus, and needle-in-a-haystack retrieval on
+    items from ``headprune.data.retrieval.make_items`` over a synthetic haystack."""
+    import random
+
+    import numpy as np
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    from headprune.data.retrieval import make_items, write_items
+    from headprune.experiments.perplexity import save_windows
+
+    rng = random.Random(seed)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    words = sorted({"".join(rng.choice(letters) for _ in range(rng.randint(2, 9))) for _ in range(6000)})
+    weights = [1 / (rank + 1) for rank in range(len(words))]  # Zipf-like, as words in text
+
+    def text(sentences: int) -> str:
+        out = []
+        for _ in range(sentences):
+            sentence = " ".join(rng.choices(words, weights, k=rng.randint(5, 20)))
+            out.append(sentence[0].upper() + sentence[1:] + rng.choice([".", ".", ".", "?", "!"])
+                       + ("\n" if rng.random() < 0.1 else " "))
+        return "".join(out)
+
+    folder.mkdir(parents=True, exist_ok=True)
+    model_folder = folder / "model"
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.train_from_iterator([text(200) for _ in range(100)], trainers.BpeTrainer(
+        vocab_size=args.vocab, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
+                                   pad_token="<|endoftext|>")
+    config = LlamaConfig(vocab_size=args.vocab, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                         num_attention_heads=9, num_key_value_heads=3, head_dim=64, max_position_embeddings=2048,
+                         rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=True, bos_token_id=0,
+                         eos_token_id=0, pad_token_id=0, attn_implementation="eager")
+    model = LlamaForCausalLM(config).eval()
+    params = sum(p.numel() for p in model.parameters())
+    model.save_pretrained(model_folder)
+    fast.save_pretrained(model_folder)
+    del model
+
+    windows = folder / "windows.npy"
+    # every word is a token or more, and a sentence 5-20 words: text enough for the windows
+    save_windows(fast, text(args.windows * args.window // 5), args.window, windows)
+    np.save(windows, np.load(windows)[:args.windows])
+    items = folder / "items.jsonl"
+    write_items(make_items(fast, text(max(args.context_lengths) // 3), context_lengths=args.context_lengths,
+                           depths=args.depths, needles_per_setting=args.needles, seed=seed,
+                           answer_prefix="The special magic number is"), items)
+    base = {"folder": model_folder, "params": f"{params / 1e6:.0f}M parameters, vocabulary {args.vocab}"}
+    return [{"name": "llama-100m perplexity", "kind": "language_modeling", "windows": windows, **base},
+            {"name": "llama-100m retrieval", "kind": "retrieval", "items": items,
+             "max_new_tokens": args.max_new_tokens, **base}]
+
+
 # --------------------------------------------------------------------------- one job, as the pipeline runs it
 
 
 def worker(study: dict, heads: list[str], device: str, threads: int, batch_size: int, variant_batch_size: int,
-           warm: bool = False) -> dict:
+           warm: bool = False, paired: bool = False) -> dict:
     """Load the model folder and evaluate each head off (or the full model) in one pass; times in seconds.
     ``warm``: evaluate once untimed first (caches, lazy initialization), then time three runs and report
-    their median (a full-model evaluation of the demo's models takes 0.1-0.5 s: one run is noisy)."""
+    their median (a full-model evaluation of the demo's models takes 0.1-0.5 s: one run is noisy).
+    ``paired``: then time one full-model evaluation too (``a_here``: a measured beside the job's own work, in
+    the same process and minute, for a ratio that other work on a shared machine moves less)."""
     import torch
 
     from headprune.experiments.runs import EvalSet, EvalSettings, gates_without, parse_head_name, run_variants
-    from headprune.models.loading import load_classifier, load_translation
+    from headprune.models.loading import load_causal_lm, load_classifier, load_translation
     from headprune.workflow import keep_freed_memory
 
     keep_freed_memory()  # as every pipeline job does (headprune.workflow.logged)
@@ -124,6 +196,18 @@ def worker(study: dict, heads: list[str], device: str, threads: int, batch_size:
         from headprune.data.datasets import read_lines
 
         evalset = EvalSet("translation", read_lines(study["reference"]), read_lines(study["source"]), "bleu")
+    elif study["kind"] in ("language_modeling", "retrieval"):  # as headprune.workflow.load_evalset reads them
+        model, tokenizer = load_causal_lm(study["folder"], device=device)
+        if study["kind"] == "language_modeling":
+            from headprune.experiments.perplexity import load_windows
+
+            chunks = load_windows(study["windows"])
+            evalset = EvalSet("language_modeling", chunks, chunks, "perplexity")
+        else:
+            from headprune.data.retrieval import read_items
+
+            items = read_items(study["items"])
+            evalset = EvalSet("retrieval", [item["value"] for item in items], items, "retrieval")
     else:
         model, tokenizer = load_classifier(study["folder"], device=device)
         from headprune.data.datasets import read_glue_split
@@ -133,46 +217,78 @@ def worker(study: dict, heads: list[str], device: str, threads: int, batch_size:
     evaluated = time.perf_counter()
     gates = [None if head == "full" else gates_without(model, [parse_head_name(head)]) for head in heads]
     settings = EvalSettings(batch_size=batch_size, variant_batch_size=int(study.get("variant_batch_size",
-                                                                                  variant_batch_size)))
+                                                                                  variant_batch_size)),
+                            **({"max_new_tokens": int(study["max_new_tokens"])} if "max_new_tokens" in study else {}))
     if warm:
         run_variants(model, tokenizer, evalset, gates, settings)
-        times = []
+        times, cpu = [], []
         for _ in range(3):
-            began = time.perf_counter()
+            began, began_cpu = time.perf_counter(), time.process_time()
             run_variants(model, tokenizer, evalset, gates, settings)
             times.append(time.perf_counter() - began)
+            cpu.append(time.process_time() - began_cpu)
         return {"start": loaded - STARTED, "load": evaluated - loaded, "eval": sorted(times)[1],
-                "variants": len(gates), "heads": heads}
+                "eval_cpu": sorted(cpu)[1], "variants": len(gates), "heads": heads}
+    evaluated_cpu = time.process_time()
     outputs = run_variants(model, tokenizer, evalset, gates, settings)
     if device.startswith("cuda"):
         torch.cuda.synchronize()
-    done = time.perf_counter()
-    return {"start": loaded - STARTED, "load": evaluated - loaded, "eval": done - evaluated, "variants": len(outputs),
-            "heads": heads}
+    done, done_cpu = time.perf_counter(), time.process_time()
+    report = {"start": loaded - STARTED, "load": evaluated - loaded, "eval": done - evaluated,
+              "eval_cpu": done_cpu - evaluated_cpu, "variants": len(outputs), "heads": heads}
+    if paired:
+        run_variants(model, tokenizer, evalset, [None], settings)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        report["a_here"], report["a_here_cpu"] = time.perf_counter() - done, time.process_time() - done_cpu
+    return report
 
 
-def run_worker(study: dict, heads: list[str], args, warm: bool = False, forked: bool = False) -> tuple[float, dict]:
+def run_worker(study: dict, heads: list[str], args, warm: bool = False, forked: bool = False,
+               paired: bool = False) -> tuple[float, dict]:
     """Wall time of one worker process (``forked``: one that hands its work to the warm server), and what it
-    reported."""
+    reported, with the process's CPU time (user and system) as "cpu"; with ``paired``, its full-model
+    evaluation after the job's (``worker``) is not counted. (A forked worker's CPU time is its child's in
+    the warm server, which this process does not see: only its wall time is comparable.)"""
     command = [sys.executable, __file__, "--worker", json.dumps({k: str(v) for k, v in study.items()}),
                "--heads", "+".join(heads), "--device", args.device, "--threads", str(args.threads),
                "--batch-size", str(args.batch_size), "--variant-batch-size", str(args.variant_batch_size)] \
-        + (["--warm"] if warm else []) + (["--forked"] if forked else [])
-    began = time.perf_counter()
+        + (["--warm"] if warm else []) + (["--forked"] if forked else []) + (["--paired"] if paired else [])
+    began, children = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     result = subprocess.run(command, capture_output=True, text=True, check=False)
-    wall = time.perf_counter() - began
+    wall, after = time.perf_counter() - began, resource.getrusage(resource.RUSAGE_CHILDREN)
     if result.returncode != 0:
         raise RuntimeError(f"worker failed:\n{result.stderr[-3000:]}")
-    return wall, json.loads(result.stdout.strip().splitlines()[-1])
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    report["cpu"] = (after.ru_utime - children.ru_utime + after.ru_stime - children.ru_stime
+                     - report.get("a_here_cpu", 0.0))
+    return wall - report.get("a_here", 0.0), report
+
+
+def spread(items: list, k: int) -> list:
+    """``k`` of the items (all when k is 0 or at least their number), evenly spread: the middle one of each of k
+    equal stretches. A job's cost depends on its heads' layers (a variant recomputes the layers from its head's
+    up), so a sample of the first jobs only would be the dearest ones."""
+    if not k or k >= len(items):
+        return list(items)
+    return [items[int((i + 0.5) * len(items) / k)] for i in range(k)]
+
+
+def layer_range(heads: list[str]) -> str:
+    from headprune.experiments.runs import parse_head_name
+
+    layers = sorted({parse_head_name(head)[1] for head in heads if head != "full"})
+    return f"layer {layers[0]}" if len(layers) == 1 else f"layers {layers[0]}-{layers[-1]}"
 
 
 def sweep(study: dict, args) -> dict:
     import torch
 
     from headprune.experiments.runs import all_heads, head_name
-    from headprune.models.loading import load_classifier, load_translation
+    from headprune.models.loading import load_causal_lm, load_classifier, load_translation
 
-    load = load_translation if study["kind"] == "translation" else load_classifier
+    load = {"translation": load_translation, "language_modeling": load_causal_lm,
+            "retrieval": load_causal_lm}.get(study["kind"], load_classifier)
     model, _ = load(study["folder"], device=args.device)
     heads = [head_name(h) for h in all_heads(model)]
     del model
@@ -181,10 +297,11 @@ def sweep(study: dict, args) -> dict:
     n = len(heads)
 
     # (a) the full model once, in a warm process
-    a = run_worker(study, ["full"], args, warm=True)[1]["eval"]
-    # (b) one process per head
-    one = [run_worker(study, [head], args)[0] for head in heads[:args.sample or n]]
-    b = sum(one) / len(one) * n
+    full = run_worker(study, ["full"], args, warm=True)[1]
+    # (b) one process per head (a sample spread over the layers)
+    one = [run_worker(study, [head], args) for head in spread(heads, args.sample)]
+    b = sum(wall for wall, _ in one) / len(one) * n
+    b_cpu = sum(report["cpu"] for _, report in one) / len(one) * n
     # (c) the pipeline's jobs: heads_per_job heads each, evaluated in batched variants
     pipeline = []
     for forked in ([False, True] if args.warm_start else [False]):
@@ -193,36 +310,71 @@ def sweep(study: dict, args) -> dict:
         for k in args.heads_per_job:
             jobs = [heads[i:i + k] for i in range(0, n, k)]
             # each job --repeats times, its median wall time kept: a demo job takes about a second, and one
-            # run of it on a shared machine can be off by a third
-            timed = [sorted((run_worker(study, job, args, forked=forked) for _ in range(args.repeats)),
-                            key=lambda timing: timing[0])[args.repeats // 2] for job in jobs[:args.sample or len(jobs)]]
-            last = timed[-1][1]
+            # run of it on a shared machine can be off by a third; each also times a full-model evaluation
+            # after its own work (paired: a measured in the same process and minutes)
+            timed = [sorted((run_worker(study, job, args, forked=forked, paired=True) for _ in range(args.repeats)),
+                            key=lambda timing: timing[0])[args.repeats // 2] for job in spread(jobs, args.sample)]
             pipeline.append({"c": sum(wall for wall, _ in timed) / len(timed) * len(jobs), "jobs": len(jobs),
-                             "heads_per_job": k, "measured": len(timed), "load": last["load"],
-                             "eval": last["eval"], "forked": forked})
-    return {"study": study["name"], "heads": n, "a": a, "b": b, "b_measured": len(one), "pipeline": pipeline}
+                             "c_cpu": sum(report["cpu"] for _, report in timed) / len(timed) * len(jobs),
+                             "paired": sum(wall for wall, _ in timed)
+                             / sum(len(report["heads"]) * report["a_here"] for _, report in timed),
+                             "paired_cpu": sum(report["cpu"] for _, report in timed)
+                             / sum(len(report["heads"]) * report["a_here_cpu"] for _, report in timed),
+                             "heads_per_job": k, "measured": len(timed), "load": timed[-1][1]["load"],
+                             "eval": timed[-1][1]["eval"], "forked": forked,
+                             "sampled": [{"wall": wall, **report} for wall, report in timed]})
+    return {"study": study["name"], "heads": n, "a": full["eval"], "a_cpu": full["eval_cpu"], "b": b, "b_cpu": b_cpu,
+            "b_measured": len(one), "pipeline": pipeline}
+
+
+def variant_batch_sizes(values: list[str]) -> tuple[int, dict]:
+    """--variant-batch-size: a plain number (every kind), and/or KIND=NUMBER for one kind."""
+    default, by_kind = 256, {}
+    for value in values:
+        kind, _, number = value.rpartition("=")
+        if kind:
+            by_kind[kind] = int(number)
+        else:
+            default = int(number)
+    return default, by_kind
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--demo", type=Path, help="a directory where the demo ran")
-    parser.add_argument("--model", choices=["bert-base", "transformer-big"], help="a random-weight model of this size")
+    parser.add_argument("--model", choices=["bert-base", "transformer-big", "llama-100m"],
+                        help="a random-weight model of this size (llama-100m: two studies, perplexity and retrieval)")
     parser.add_argument("--items", type=int, default=64, help="test items of the random model's test set")
+    llama = parser.add_argument_group("llama-100m")
+    llama.add_argument("--vocab", type=int, default=8192, help="vocabulary size (byte-level BPE, tied embeddings)")
+    llama.add_argument("--windows", type=int, default=4, help="perplexity windows")
+    llama.add_argument("--window", type=int, default=512, help="tokens per perplexity window")
+    llama.add_argument("--context-lengths", type=int, nargs="+", default=[512, 1024], help="retrieval contexts")
+    llama.add_argument("--depths", type=float, nargs="+", default=[25, 75], help="retrieval needle depths (%%)")
+    llama.add_argument("--needles", type=int, default=2, help="retrieval items per (context length, depth)")
+    llama.add_argument("--max-new-tokens", type=int, default=16, help="retrieval: tokens decoded per answer")
+    llama.add_argument("--scores", nargs="+", default=["language_modeling", "retrieval"],
+                       choices=["language_modeling", "retrieval"], help="the studies to time (both by default)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per process (the demo's jobs use 1)")
     parser.add_argument("--batch-size", type=int, default=100)
     parser.add_argument("--heads-per-job", type=int, nargs="+", default=[4], help="ablation.heads_per_job: one or more")
-    parser.add_argument("--variant-batch-size", type=int, default=256,
-                        help="(gate setting, item) rows per forward or generate() (EvalSettings.variant_batch_size); "
-                             "with --demo, the demo config's ablation.variant_batch_size of each study's kind")
-    parser.add_argument("--sample", type=int, default=0, help="processes of each kind actually run (0: all)")
+    parser.add_argument("--variant-batch-size", nargs="+", default=["256"], metavar="[KIND=]ROWS",
+                        help="(gate setting, item) rows per forward or generate() (EvalSettings.variant_batch_size): "
+                             "a number for every kind, KIND=ROWS for one (e.g. retrieval=32); with --demo, the demo "
+                             "config's ablation.variant_batch_size of each study's kind unless KIND=ROWS is given")
+    parser.add_argument("--sample", type=int, default=0,
+                        help="processes of each kind actually run, spread over the heads and jobs (0: all)")
     parser.add_argument("--repeats", type=int, default=1, help="(c): runs of each job, the median kept")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--heads", help=argparse.SUPPRESS)
     parser.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--paired", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--warm-start", action="store_true", help="also time (c) with jobs forked from a warm server")
     parser.add_argument("--forked", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    default_rows, rows_by_kind = variant_batch_sizes(args.variant_batch_size)
+    args.variant_batch_size = default_rows
 
     if args.worker and args.forked:
         from types import SimpleNamespace
@@ -232,27 +384,51 @@ def main():
         warm.start(SimpleNamespace(config={"warm_start": True, "device": args.device}))  # runs on in the fork
     if args.worker:
         print(json.dumps(worker(json.loads(args.worker), args.heads.split("+"), args.device, args.threads,
-                                args.batch_size, args.variant_batch_size, args.warm)))
+                                args.batch_size, args.variant_batch_size, args.warm, args.paired)))
         return
     if bool(args.demo) == bool(args.model):
         parser.error("give --demo DIR or --model SIZE")
     with tempfile.TemporaryDirectory(prefix="ablation-sweep-") as scratch:
-        studies = demo_studies(args.demo) if args.demo else [random_study(args.model, Path(scratch), args.items)]
+        if args.demo:
+            studies = demo_studies(args.demo)
+        elif args.model == "llama-100m":
+            studies = [study for study in llama_studies(Path(scratch), args) if study["kind"] in args.scores]
+        else:
+            studies = [random_study(args.model, Path(scratch), args.items)]
+        for study in studies:
+            if study["kind"] in rows_by_kind:
+                study["variant_batch_size"] = rows_by_kind[study["kind"]]
         print(f"device {args.device}, {args.threads} thread(s) per process, batch size {args.batch_size}, "
               f"{os.cpu_count()} cores")
         for study in studies:
             r = sweep(study, args)
-            n, a = r["heads"], r["a"]
-            print(f"\n{r['study']} ({r['heads']} heads, variant batch size "
-                  f"{study.get('variant_batch_size', args.variant_batch_size)})")
-            print(f"  (a) one full-model evaluation          {a:8.2f} s    N a = {n * a:8.1f} s")
+            n, a, a_cpu = r["heads"], r["a"], r["a_cpu"]
+            rows = study.get("variant_batch_size", args.variant_batch_size)
+            about = [f"{r['heads']} heads", f"variant batch size {rows}"]
+            about += [study[key] for key in ("params",) if key in study]
+            print(f"\n{r['study']} ({', '.join(about)}); ratios by wall time [by CPU time]")
+            print(f"  (a) one full-model evaluation          {a:8.2f} s    N a = {n * a:8.1f} s    [CPU {a_cpu:.2f} s]")
             print(f"  (b) one process per head               {r['b']:8.1f} s    b / (N a) = {r['b'] / (n * a):.2f}"
-                  f"    ({r['b_measured']} processes run)")
+                  f" [{r['b_cpu'] / (n * a_cpu):.2f}]    ({r['b_measured']} processes run)")
             for p in r["pipeline"]:
                 label = "(c') warm start" if p["forked"] else "(c) pipeline   "
+                cpu = "" if p["forked"] else f" [{p['c_cpu'] / (n * a_cpu):.2f}]"  # a forked job's CPU is the server's
                 print(f"  {label}, {p['heads_per_job']:2d} heads per job ({p['jobs']:3d} jobs) {p['c']:8.1f} s    "
-                      f"c / (N a) = {p['c'] / (n * a):.2f}    ({p['measured']} jobs run; one job: "
+                      f"c / (N a) = {p['c'] / (n * a):.2f}{cpu}    ({p['measured']} jobs run; one job: "
                       f"load {p['load']:.2f} s, eval {p['eval']:.1f} s)")
+                paired_cpu = "" if p["forked"] else f" [{p['paired_cpu']:.2f}]"
+                print(f"      paired with a full-model evaluation in each job's process (a_job): c / (N a_job) = "
+                      f"{p['paired']:.2f}{paired_cpu}")
+                for job in p["sampled"]:
+                    per, rest = len(job["heads"]), job["wall"] - job["start"] - job["load"] - job["eval"]
+                    line = (f"      {layer_range(job['heads']):>13}: {job['wall']:6.1f} s = start {job['start']:4.1f}"
+                            f" + load {job['load']:4.2f} + eval {job['eval']:6.1f} + rest {rest:3.1f}; "
+                            f"a_job {job['a_here']:5.2f} s; job / (heads a) = {job['wall'] / (per * a):.2f}, "
+                            f"/ (heads a_job) = {job['wall'] / (per * job['a_here']):.2f}")
+                    if not p["forked"]:
+                        line += (f"; by CPU: job {job['cpu'] / (per * a_cpu):.2f}, "
+                                 f"eval {job['eval_cpu'] / (per * a_cpu):.2f}")
+                    print(line)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ import logging
 import sys
 from pathlib import Path
 
+from headprune.io import atomic
+
 TEXT, GLUE = "text", "glue"
 METRICS = ("accuracy", "f1", "mcc")
 log = logging.getLogger("headprune")
@@ -197,7 +199,7 @@ def study_name(args) -> str:
 def write_csv(table, path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    table.to_csv(path, index=False)
+    atomic.write_csv(table, path, index=False)
     log.info("wrote %s (%d rows)", path, len(table))
     return path
 

@@ -10,11 +10,13 @@ import json
 import logging
 import os
 import random
+import sys
 import time
 from pathlib import Path
 
 from headprune.data.datasets import read_glue_split, read_lines
 from headprune.experiments.runs import EvalSet
+from headprune.io import atomic
 
 
 def keep_freed_memory():
@@ -36,12 +38,27 @@ def keep_freed_memory():
         libc.mallopt(m_trim_threshold, 1 << 30)
 
 
+def quiet_library_progress_bars():
+    """No tqdm bars from transformers and huggingface_hub: their switch is read when they are imported, so
+    set the environment for a later import and, where one already happened, turn the bars off directly."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if "huggingface_hub" in sys.modules:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
+
+
 @contextlib.contextmanager
 def logged(snakemake):
     """Send stdout, stderr (tqdm, warnings) and logging of the script to the rule's log file."""
     keep_freed_memory()  # every job: the rule runs in this process from here on
-    # A progress bar redrawn many times a second would fill the log file: redraw rarely.
-    os.environ.setdefault("TQDM_MININTERVAL", "10")
+    # Progress goes to the log as plain lines (headprune.io.progress); the carriage-return bars of
+    # transformers and huggingface_hub ("Loading weights", "Writing model shards") would only add noise.
+    quiet_library_progress_bars()
     log_path = Path(snakemake.log[0])
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w", buffering=1) as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
@@ -51,6 +68,10 @@ def logged(snakemake):
         except BaseException:
             logging.exception("rule %s failed", snakemake.rule)
             raise
+    if "SLURM_JOB_ID" in os.environ:  # a cluster job: what it wrote survives its job group failing
+        from headprune.io import commits
+
+        commits.commit(snakemake.output)
 
 
 def load_evalset(spec: dict) -> EvalSet:
@@ -150,9 +171,7 @@ def subset(items: list, max_items: int | None, seed: int = 0) -> list:
 def write_json(path, payload):
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=1, ensure_ascii=False))
-    os.replace(tmp, path)
+    atomic.write_json(path, payload, indent=1, ensure_ascii=False)
 
 
 def read_json(path):

@@ -8,6 +8,7 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 import pandas as pd
 
 from headprune.experiments.criteria import summarize
+from headprune.io import atomic
 from headprune.workflow import load_evalset, logged, read_json
 
 with logged(snakemake) as log:
@@ -26,8 +27,8 @@ with logged(snakemake) as log:
     summary = summarize(curves, outputs, evalset, within=params["within"], test_at=params["test_at"],
                         resamples=test["resamples"], seed=test["seed"], alpha=test["alpha"])
     summary.insert(0, "study", study["name"])
-    curves.to_csv(snakemake.output.curves, index=False)
-    summary.to_csv(snakemake.output.summary, index=False)
+    atomic.write_csv(curves, snakemake.output.curves, index=False)
+    atomic.write_csv(summary, snakemake.output.summary, index=False)
     for row in summary.itertuples():
         log.info("%s %s: %.0f%% pruned within %s points, AUC %.4f", study["name"], row.criterion,
                  row.largest_percent_within, params["within"], row.area_under_curve)

@@ -5,9 +5,10 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 
 import pandas as pd
 
+from headprune.io import atomic
 from headprune.workflow import logged
 
 with logged(snakemake) as log:
     table = pd.concat([pd.read_csv(path) for path in snakemake.input], ignore_index=True)
-    table.to_csv(snakemake.output[0], index=False)
+    atomic.write_csv(table, snakemake.output[0], index=False)
     log.info("%d rows from %d tables", len(table), len(snakemake.input))

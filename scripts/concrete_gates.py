@@ -16,6 +16,7 @@ import pandas as pd
 
 from headprune.experiments.criteria import criterion_order
 from headprune.experiments.runs import EvalSettings, all_heads, gates_without, run, run_variants, score, significance
+from headprune.io import atomic
 from headprune.models.loading import pick_device
 from headprune.models.prune import prune_heads
 from headprune.scoring.concrete import closed_heads, kept_heads_table, train_gates
@@ -36,9 +37,9 @@ with logged(snakemake) as log:
     heads = kept_heads_table(gates)
     heads.insert(0, "penalty", p["penalty"])
     heads.insert(0, "study", study["name"])
-    heads.to_csv(snakemake.output.heads, index=False)
+    atomic.write_csv(heads, snakemake.output.heads, index=False)
     training.insert(0, "penalty", p["penalty"])
-    training.to_csv(snakemake.output.training, index=False)
+    atomic.write_csv(training, snakemake.output.training, index=False)
 
     evalset, settings = load_evalset(p["eval"]), EvalSettings(**p["settings"])
     if p["train_model"]:  # the orders prune the model as it was, not as the gates trained it
@@ -75,4 +76,4 @@ with logged(snakemake) as log:
     row["alpha"] = test["alpha"]
     log.info("%s penalty %g: %d of %d heads kept; %s", study["name"], p["penalty"], kept, len(every_head),
              ", ".join(f"{k} = {v:.4g}" for k, v in row.items() if k.startswith("score_")))
-    pd.DataFrame([row]).to_csv(snakemake.output.row, index=False)
+    atomic.write_csv(pd.DataFrame([row]), snakemake.output.row, index=False)

@@ -5,12 +5,12 @@ from headprune import warm
 
 warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
 
-import tarfile
 from pathlib import Path
 
 from headprune.data.wikitext import read_wikitext
 from headprune.demo.corpora import make_wikitext_corpus
 from headprune.demo.models import train_tiny_llama
+from headprune.io import atomic
 from headprune.workflow import logged
 
 with logged(snakemake) as log:
@@ -22,6 +22,6 @@ with logged(snakemake) as log:
                               batch_size=s["batch_size"], lr=s["lr"],
                               initializer_range=s.get("initializer_range", 0.02),
                               max_positions=s.get("max_positions"), passkey=s.get("passkey"), seed=seed)
-    with tarfile.open(out.model, "w:gz") as archive:
+    with atomic.tar_writer(out.model, "w:gz") as archive:
         archive.add(folder, arcname="tiny-llama")
     log.info("demo corpus %s and language model %s written", out.corpus, out.model)

@@ -3,11 +3,11 @@ from headprune import warm
 
 warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
 
-import shutil
 from pathlib import Path
 
 from headprune.demo.corpora import make_translation_corpus
 from headprune.demo.models import train_tiny_translation_model
+from headprune.io import atomic
 from headprune.workflow import logged
 
 with logged(snakemake) as log:
@@ -23,5 +23,5 @@ with logged(snakemake) as log:
     # Publish the test sets where the demo config's URLs point.
     for target in snakemake.output.testsets:
         name = Path(target).name
-        shutil.copyfile(Path(snakemake.params.workdir) / name, target)
+        atomic.copy_file(Path(snakemake.params.workdir) / name, target)
     log.info("demo translation model and %d test sets written", len(names))

@@ -14,6 +14,7 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 import pandas as pd
 
 from headprune.data.datasets import read_glue_split, read_lines
+from headprune.io import atomic
 from headprune.models.loading import pick_device
 from headprune.data.parsing import text_frequencies
 from headprune.scoring.roles import model_head_roles, read_conllu
@@ -76,6 +77,6 @@ with logged(snakemake) as log:
                              how="left")
         table["role"] = table["role"].fillna("n/a")
         kv_heads = table.assign(kv_head=table["head"], query_heads=table["head"].astype(str))
-    table.to_csv(snakemake.output.heads, index=False)
-    kv_heads.to_csv(snakemake.output.kv_heads, index=False)
+    atomic.write_csv(table, snakemake.output.heads, index=False)
+    atomic.write_csv(kv_heads, snakemake.output.kv_heads, index=False)
     log.info("%s roles: %s", study["name"], table["role"].value_counts().to_dict())

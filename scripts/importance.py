@@ -4,6 +4,7 @@ from headprune import warm
 
 warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
 
+from headprune.io import atomic
 from headprune.scoring.importance import head_scores
 from headprune.models.loading import pick_device
 from headprune.workflow import importance_batches, load_study_model, logged, threads_for_torch
@@ -18,4 +19,4 @@ with logged(snakemake) as log:
     table = head_scores(model, batches, estimator=settings["estimator"], normalize=settings["normalize"],
                         device=device)
     table.insert(0, "study", study["name"])
-    table.to_csv(snakemake.output[0], index=False)
+    atomic.write_csv(table, snakemake.output[0], index=False)

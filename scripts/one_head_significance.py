@@ -6,6 +6,7 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 import pandas as pd
 
 from headprune.experiments.runs import compare_to_full
+from headprune.io import atomic
 from headprune.workflow import load_evalset, logged, read_json
 
 with logged(snakemake) as log:
@@ -19,6 +20,6 @@ with logged(snakemake) as log:
                      **compare_to_full(evalset, full, kept, resamples=params["resamples"], seed=params["seed"],
                                        alpha=params["alpha"])})
     table = pd.DataFrame(rows).sort_values(["attn_type", "layer"])
-    table.to_csv(snakemake.output[0], index=False)
+    atomic.write_csv(table, snakemake.output[0], index=False)
     log.info("%s: %d of %d layers change significantly with one head", study["name"], table.significant.sum(),
              len(table))

@@ -3,8 +3,7 @@ from headprune import warm
 
 warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
 
-from pathlib import Path
-
+from headprune.io import atomic
 from headprune.workflow import load_evalset, logged
 
 with logged(snakemake) as log:
@@ -19,5 +18,5 @@ with logged(snakemake) as log:
         from headprune.data.parsing import parse_stanza
 
         conllu = parse_stanza(sentences, snakemake.input.parser[0], p["stanza"]["lang"], p["stanza"]["package"])
-    Path(snakemake.output[0]).write_text(conllu, encoding="utf-8")
+    atomic.write_text(snakemake.output[0], conllu, encoding="utf-8")
     log.info("%d sentences of %s parsed by %s", len(sentences), p["eval"]["name"], p["parser"])

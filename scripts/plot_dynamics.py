@@ -10,6 +10,7 @@ import sys
 import pandas as pd
 
 from headprune.experiments import figures
+from headprune.io import atomic
 
 # Snakemake runs this file in its own Python process: send everything, tracebacks included, to the log.
 # (headprune.workflow.logged would import torch, which plotting does not need.)
@@ -18,7 +19,7 @@ logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %
 
 inputs, outputs, params = snakemake.input, snakemake.output, snakemake.params  # noqa: F821
 tables = {int(epoch): pd.read_csv(path) for epoch, path in zip(params.epochs, inputs.pruning)}
-figures.figure5_table(tables).to_csv(outputs.csv, index=False)
+atomic.write_csv(figures.figure5_table(tables), outputs.csv, index=False)
 # Drawn from the CSV as written, so that every plotted number is the one in the file.
 figures.figure5(pd.read_csv(outputs.csv), outputs.png, outputs.pdf, dict(params.style))
 logging.info("figure 5 from %d epochs", len(tables))

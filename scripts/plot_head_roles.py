@@ -7,6 +7,7 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 import pandas as pd
 
 from headprune.experiments import figures
+from headprune.io import atomic
 from headprune.workflow import logged
 
 with logged(snakemake) as log:
@@ -18,5 +19,5 @@ with logged(snakemake) as log:
     else:
         figures.head_roles_figure(roles, snakemake.output.png, snakemake.output.pdf, style)
     steps = figures.roles_by_step(roles, snakemake.params.step_percent)
-    steps.to_csv(snakemake.output.steps, index=False)
+    atomic.write_csv(steps, snakemake.output.steps, index=False)
     log.info("wrote %s", figures.roles_by_step_markdown(steps, snakemake.output.md))

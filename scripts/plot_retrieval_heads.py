@@ -7,10 +7,11 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 import pandas as pd
 
 from headprune.experiments import figures
+from headprune.io import atomic
 from headprune.workflow import logged
 
 with logged(snakemake) as log:
     table = figures.retrieval_heads_table(pd.read_csv(snakemake.input[0]))
-    table.to_csv(snakemake.output.csv, index=False)
+    atomic.write_csv(table, snakemake.output.csv, index=False)
     log.info("wrote %s", figures.save_figure(figures.build_retrieval_heads_figure(table, dict(snakemake.params.style)),
                                              snakemake.output.png, snakemake.output.pdf, dict(snakemake.params.style)))

@@ -18,6 +18,7 @@ import pandas as pd
 from headprune.experiments.criteria import criterion_order, importance_on_pruned, iterative_order
 from headprune.experiments.runs import EvalSettings, all_heads
 from headprune.experiments.sweeps import pruning_tables
+from headprune.io import atomic
 from headprune.models.loading import pick_device
 from headprune.workflow import (importance_batches, load_evalset, load_study_model, logged, threads_for_torch,
                                 write_json)
@@ -58,7 +59,7 @@ with logged(snakemake) as log:
                                          settings=settings, study=study["name"], scope=scope, total_heads=len(heads))
     log.info("eval time %.2f s: %d orders x %d steps, scored", time.perf_counter() - started, len(orders_of),
              len(table) // len(orders_of))
-    table.to_csv(snakemake.output.scores, index=False)
+    atomic.write_csv(table, snakemake.output.scores, index=False)
     if "outputs" in snakemake.output.keys():
         write_json(snakemake.output.outputs, {"study": study["name"], "scope": scope, "testset": params["eval"].get("name"),
                                               "metric": evalset.metric, "orders": step_outputs})

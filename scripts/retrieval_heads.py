@@ -12,6 +12,7 @@ import pandas as pd
 
 from headprune.experiments.runs import (EvalSettings, all_heads, compare_to_full, gates_without, head_name,
                                         run_variants, score)
+from headprune.io import atomic
 from headprune.models.loading import pick_device
 from headprune.workflow import load_evalset, load_study_model, logged, threads_for_torch
 
@@ -51,4 +52,4 @@ with logged(snakemake) as log:
                      "significant_perplexity": q["significant"]})
         log.info("K=%d %s (set %d): retrieval %.3f (full %.3f), perplexity %.3f (full %.3f)", k, selection, seed,
                  r["score"], r["score_full"], q["score"], q["score_full"])
-    pd.DataFrame(rows).to_csv(snakemake.output[0], index=False)
+    atomic.write_csv(pd.DataFrame(rows), snakemake.output[0], index=False)

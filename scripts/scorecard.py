@@ -10,6 +10,7 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 import pandas as pd
 
 from headprune.experiments import scorecard
+from headprune.io import atomic
 from headprune.workflow import logged
 
 EXPERIMENTS = ("ablation", "one_head", "pruning", "attention_types", "dynamics", "speed", "roles", "retrieval_heads")
@@ -30,8 +31,7 @@ with logged(snakemake) as log:
     tables = {name: stacked(list(snakemake.input.get(name, [])), snakemake.params.epochs if name == "dynamics" else None)
               for name in EXPERIMENTS}
     card = scorecard.scorecard(**tables, paper_models=dict(snakemake.params.paper_models))
-    card.to_csv(snakemake.output.csv, index=False)
-    with open(snakemake.output.md, "w") as md:
-        md.write(scorecard.markdown(card))
+    atomic.write_csv(card, snakemake.output.csv, index=False)
+    atomic.write_text(snakemake.output.md, scorecard.markdown(card))
     for r in card.itertuples():
         log.info("%s %s: %s (%s)", r.claim, r.study, r.verdict, r.this_run)

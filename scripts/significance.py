@@ -5,6 +5,7 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 
 from headprune.experiments.runs import parse_head_name
 from headprune.experiments.sweeps import ablation_table
+from headprune.io import atomic
 from headprune.workflow import load_evalset, logged, read_json
 
 with logged(snakemake) as log:
@@ -18,6 +19,6 @@ with logged(snakemake) as log:
             ablated[parse_head_name(name)] = roles[role]
     table = ablation_table(evalset, full, ablated, study=study["name"], testset=full["testset"],
                            resamples=params["resamples"], seed=params["seed"], alpha=params["alpha"])
-    table.to_csv(snakemake.output[0], index=False)
+    atomic.write_csv(table, snakemake.output[0], index=False)
     log.info("%s on %s: %d of %d heads significant at p < %s", study["name"], evalset.metric,
              table.significant.sum(), len(table), params["alpha"])

@@ -6,14 +6,16 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 from pathlib import Path
 
 from headprune.experiments.perplexity import save_windows
+from headprune.io import atomic
 from headprune.models.loading import load_tokenizer
 from headprune.workflow import logged
 
 with logged(snakemake) as log:
     tokenizer = load_tokenizer(snakemake.input.model)
     window = snakemake.params.tokenize["window"]
-    for split in snakemake.params.tokenize["splits"]:
-        text = (Path(snakemake.input.corpus) / f"{split}.txt").read_text(encoding="utf-8")
-        path = Path(snakemake.output[0]) / f"{split}.npy"
-        count = save_windows(tokenizer, text, window, path)
-        log.info("%s: %d windows of %d tokens -> %s", split, count, window, path)
+    with atomic.atomic_dir(snakemake.output[0]) as folder:  # the folder appears with every split, or not at all
+        for split in snakemake.params.tokenize["splits"]:
+            text = (Path(snakemake.input.corpus) / f"{split}.txt").read_text(encoding="utf-8")
+            count = save_windows(tokenizer, text, window, folder / f"{split}.npy")
+            log.info("%s: %d windows of %d tokens -> %s", split, count, window,
+                     Path(snakemake.output[0]) / f"{split}.npy")

@@ -5,6 +5,7 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 
 from pathlib import Path
 
+from headprune.io import atomic
 from headprune.models.loading import pick_device
 from headprune.training.train import train_translation_model, write_translation_tarball
 from headprune.workflow import logged
@@ -24,7 +25,7 @@ with logged(snakemake) as log:
     run = train_translation_model(
         corpus, layers=settings["layers"], heads=settings["heads"], d_model=settings["d_model"], ffn=settings["ffn"],
         src_lang=src, tgt_lang=tgt, valid=(snakemake.input.valid_src, snakemake.input.valid_tgt), on_checkpoint=save,
-        device=device, num_threads=snakemake.threads, progress=False, **train,
+        device=device, num_threads=snakemake.threads, progress=True, **train,
     )
-    run.history_frame().assign(study=settings["name"]).to_csv(snakemake.output.history, index=False)
+    atomic.write_csv(run.history_frame().assign(study=settings["name"]), snakemake.output.history, index=False)
     log.info("trained %d epochs on %s", len(run.history), device)

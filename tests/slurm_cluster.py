@@ -80,9 +80,15 @@ def _alive(pid: int) -> bool:
 class SlurmCluster:
     """One node, one partition (``debug``), daemons under ``root``; ``stop()`` kills only their PIDs."""
 
-    def __init__(self, root, cpus: int | None = None):
+    def __init__(self, root, cpus: int | None = None, enforce_memory: bool = False, slurmd_timeout: int = 300):
+        """enforce_memory: kill a job step whose memory exceeds its --mem (jobacct_gather/linux polling every
+        second with OverMemoryKill: this container has no cgroup SLURM may use), as a real cluster does.
+        slurmd_timeout: seconds of silence before slurmctld declares the node down (SLURM's default, 300;
+        the fault tests stop slurmd and want it sooner)."""
         self.root = Path(root).resolve()
         self.cpus = cpus
+        self.enforce_memory = enforce_memory
+        self.slurmd_timeout = slurmd_timeout
         self.conf = self.root / "slurm.conf"
         self.munge_dir = self.root / "munge"
         self.socket = self.munge_dir / "munge.socket"
@@ -164,12 +170,19 @@ MinJobAge=3600
 ReturnToService=2
 SchedulerType=sched/backfill
 AccountingStorageType=accounting_storage/none
-JobAcctGatherType=jobacct_gather/none
+{self._accounting_lines()}
+SlurmdTimeout={self.slurmd_timeout}
 JobCompType=jobcomp/none
 MpiDefault=none
 {self._node_line()}
 PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """)
+
+    def _accounting_lines(self) -> str:
+        if not self.enforce_memory:
+            return "JobAcctGatherType=jobacct_gather/none"
+        return ("JobAcctGatherType=jobacct_gather/linux\nJobAcctGatherFrequency=1\n"
+                "JobAcctGatherParams=OverMemoryKill")
 
     # --- daemons -------------------------------------------------------------------------
 
@@ -188,13 +201,33 @@ PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
             self._spawn("slurmctld", [_program("slurmctld"), "-f", str(self.conf)], env)
             self._wait_for(lambda: self._run("scontrol", "ping").returncode == 0 and
                            "UP" in self._run("scontrol", "ping").stdout, "slurmctld", timeout)
-            self._spawn("slurmd", [_program("slurmd"), "-f", str(self.conf)], env)
-            self._wait_for(lambda: self._run("sinfo", "-h", "-o", "%t").stdout.strip() == "idle", "an idle node",
-                           timeout)
+            self.start_slurmd(timeout)
         except BaseException:
             self.stop()
             raise
         return self
+
+    def start_slurmd(self, timeout: float = 60) -> None:
+        """Start slurmd (again, after ``stop_daemon("slurmd")``) and wait until the node takes jobs."""
+        self._spawn("slurmd", [_program("slurmd"), "-f", str(self.conf)], {**os.environ, **self.env})
+        self._wait_for(lambda: self.node_state().rstrip("*") in ("idle", "mix", "alloc"), "node taking jobs",
+                       timeout)
+
+    def node_state(self) -> str:
+        """sinfo's short state of the node: idle, alloc, mix, down*, ..."""
+        return self._run("sinfo", "-h", "-o", "%t").stdout.strip()
+
+    def stop_daemon(self, daemon: str, timeout: float = 30) -> None:
+        """SIGTERM to one daemon by its PID (SIGKILL after `timeout`); its jobs' slurmstepd stay."""
+        pid = self._pid(daemon)
+        if pid is None or not _alive(pid):
+            return
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
 
     def _spawn(self, daemon: str, command: list[str], env: dict, user: str | None = None) -> None:
         # Each daemon forks into the background and writes its pid file; the launcher exits.
@@ -234,17 +267,22 @@ PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         return "\n".join(parts)
 
     def stop(self, timeout: float = 30) -> None:
-        """SIGTERM to each daemon by the PID in its pid file, SIGKILL if it is still there after `timeout`."""
+        """SIGTERM to each daemon by the PID in its pid file, SIGKILL if it is still there after `timeout`.
+
+        The cluster's jobs are cancelled first, so that no job's slurmstepd outlives its slurmd."""
+        if self.running()["slurmctld"]:
+            try:
+                user = pwd.getpwuid(os.getuid()).pw_name
+                self._run("scancel", "--full", "--state=RUNNING", f"--user={user}")
+                self._run("scancel", "--state=PENDING", f"--user={user}")
+                deadline = time.monotonic() + 20
+                while self._run("squeue", "-h", "-t", "RUNNING,COMPLETING").stdout.strip() and \
+                        time.monotonic() < deadline:
+                    time.sleep(0.5)
+            except (OSError, subprocess.SubprocessError):
+                pass
         for daemon in reversed(DAEMONS):
-            pid = self._pid(daemon)
-            if pid is None or not _alive(pid):
-                continue
-            os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + timeout
-            while _alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.2)
-            if _alive(pid):
-                os.kill(pid, signal.SIGKILL)
+            self.stop_daemon(daemon, timeout)
 
     def running(self) -> dict[str, bool]:
         return {daemon: (pid := self._pid(daemon)) is not None and _alive(pid) for daemon in DAEMONS}

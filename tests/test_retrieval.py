@@ -200,7 +200,7 @@ def test_items_round_trip_and_a_bad_file_names_its_line(tmp_path):
     items = make_items(ToyTokenizer(), HAYSTACK, context_lengths=[30], depths=[0, 100], needles_per_setting=2)
     write_items(items, tmp_path / "items.jsonl")
     assert read_items(tmp_path / "items.jsonl") == items and read_items(tmp_path / "items.jsonl", 3) == items[:3]
-    assert not list(tmp_path.glob("*.tmp"))
+    assert not list(tmp_path.glob(".items.jsonl.tmp-*"))  # the temporary it was written to is renamed
     lines = (tmp_path / "items.jsonl").read_text().splitlines()
     (tmp_path / "bad.jsonl").write_text("\n".join([lines[0], "{not json", *lines[2:]]) + "\n")
     with pytest.raises(ValueError, match=r"bad\.jsonl:2: not JSON"):

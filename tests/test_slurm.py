@@ -13,12 +13,7 @@ sbatch job (the job group `ablation_{study}`, group-components in the profile).
 """
 import json
 import math
-import os
 import re
-import shutil
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -27,23 +22,16 @@ import pytest
 import yaml
 
 from dry_run import DEMO_CONFIG, planned_jobs, write_config
-from slurm_cluster import PARTITION, SlurmCluster, missing_reason
+from slurm_cluster import PARTITION
+from slurm_helpers import (PROFILE, ROOT, cluster_env, copy_run, jobs_in_sbatch_job, module_cluster,  # noqa: F401
+                           scontrol_job, snakemake, submitted, time_limit, write_test_profile)
 
-ROOT = Path(__file__).resolve().parents[1]
-PROFILE = ROOT / "profiles" / "slurm"
-REQUIRED = os.environ.get("HEADPRUNE_REQUIRE_SLURM") == "1"
 STUDY = "mnli"
 # The rules of the part that runs under SLURM (and everything downstream of them among the targets).
 SLURM_PART = ("importance", "evaluate_full", "ablate_head", "one_head_layer")
 # The job group of a study's ablation jobs (rules/ablation.smk), as the profile's group-components names it.
 GROUP = "ablation_{study}"
 GROUPED_RULES = ("ablate_head", "one_head_layer")
-
-
-def snakemake(workdir, *args, configfile=DEMO_CONFIG, env=None, timeout=1200):
-    command = [sys.executable, "-m", "snakemake", *args, "--snakefile", str(ROOT / "Snakefile"),
-               "--directory", str(workdir), "--configfile", str(configfile)]
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 # --- 1. the profile (no cluster needed) -----------------------------------------------------
@@ -144,74 +132,13 @@ def test_every_job_takes_gpu_memory_and_runtime_from_config(tmp_path):
 
 @pytest.fixture(scope="module")
 def slurm_cluster():
-    reason = missing_reason()
-    if reason:
-        if REQUIRED:
-            pytest.fail(f"HEADPRUNE_REQUIRE_SLURM=1 but no SLURM test cluster can start: {reason}")
-        pytest.skip(reason)
-    # Not under pytest's tmp folder: munged (user munge) must be able to reach its socket.
-    root = Path(os.environ.get("HEADPRUNE_SLURM_ROOT") or tempfile.mkdtemp(prefix="headprune-slurm-"))
-    cluster = SlurmCluster(root)
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.stop()
-        assert not any(cluster.running().values()), cluster.running()
-        shutil.rmtree(root, ignore_errors=True)
+    yield from module_cluster()
 
 
 @pytest.fixture(scope="module")
 def slurm_profile(tmp_path_factory):
     """profiles/slurm with the one edit a user makes (partition; this cluster has no accounts), and test speed."""
-    profile = yaml.safe_load((PROFILE / "config.yaml").read_text())
-    profile["default-resources"]["slurm_partition"] = PARTITION
-    del profile["default-resources"]["slurm_account"]
-    profile.update({
-        "slurm-status-command": "squeue",  # no accounting storage here: sacct cannot answer
-        "slurm-init-seconds-before-status-checks": 2,
-        "slurm-keep-successful-logs": True,
-        "latency-wait": 5,
-    })
-    folder = tmp_path_factory.mktemp("profile")
-    (folder / "config.yaml").write_text(yaml.safe_dump(profile, sort_keys=False))
-    return folder
-
-
-def cluster_env(cluster):
-    return {**os.environ, **cluster.env}
-
-
-def submitted(text):
-    """{snakemake jobid: SLURM jobid} from 'Job 3 has been submitted with SLURM jobid 12 (log: ...)'
-    (a group job's id is a UUID)."""
-    return dict(re.findall(r"Job ([\w-]+) has been submitted with SLURM jobid (\d+)", text))
-
-
-def jobs_in_sbatch_job(cluster, slurm_id):
-    """The rules of the Snakemake jobs one sbatch job ran: the --target-jobs ('rule:wildcards') of its script."""
-    script = subprocess.run(["scontrol", "write", "batch_script", slurm_id, "-"], capture_output=True, text=True,
-                            env=cluster_env(cluster), check=True).stdout
-    targets = re.search(r"--target-jobs (.*?) --", script).group(1)
-    return re.findall(r"'?(\w+):\S+", targets)
-
-
-def time_limit(minutes):
-    """SLURM's TimeLimit for a number of minutes (under a day)."""
-    return f"{minutes // 60:02d}:{minutes % 60:02d}:00"
-
-
-def scontrol_job(cluster, slurm_id):
-    out = subprocess.run(["scontrol", "show", "job", "--oneliner", slurm_id], capture_output=True, text=True,
-                         env=cluster_env(cluster), check=True).stdout
-    return dict(re.findall(r"(\w+)=(\S*)", out))
-
-
-def copy_run(source, dest):
-    """The data and results of a finished run (mtimes kept), without its .snakemake state."""
-    for name in ("data", "results"):
-        shutil.copytree(source / name, dest / name, symlinks=True)
-    return dest
+    return write_test_profile(tmp_path_factory.mktemp("profile"))
 
 
 def test_ablation_study_runs_through_sbatch_and_equals_the_local_run(slurm_cluster, slurm_profile, demo_run,

@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import collections
 import heapq
+import logging
 import math
 from pathlib import Path
 from typing import Iterable, Mapping
+
+from headprune.io.atomic import write_text
+from headprune.io.progress import Progress
 
 END_OF_WORD = "</w>"
 CONTINUATION = "@@"
@@ -76,11 +80,13 @@ def learn_bpe(word_counts: Mapping[str, int], num_merges: int) -> list[tuple[str
     heapq.heapify(heap)
 
     merges: list[tuple[str, str]] = []
+    counter = Progress(num_merges, f"learn BPE on {len(words)} word types", "merges", log=logging.getLogger(__name__))
     while len(merges) < num_merges:
         # Entries whose count is no longer the pair's count are stale: skip them.
         while heap and stats.get(heap[0].pair) != heap[0].count:
             heapq.heappop(heap)
         if not heap or heap[0].count < 2:  # subword-nmt stops when no pair occurs twice
+            counter.note = "no pair occurs twice any more"
             break
         best = heapq.heappop(heap).pair
         merges.append(best)
@@ -107,6 +113,8 @@ def learn_bpe(word_counts: Mapping[str, int], num_merges: int) -> list[tuple[str
             else:
                 heapq.heappush(heap, _Candidate(stats[pair], pair))
         stats.pop(best, None)
+        counter.update()
+    counter.close()
     return merges
 
 
@@ -114,8 +122,7 @@ def write_bpe_codes(merges: Iterable[tuple[str, str]], path) -> Path:
     """Write merges in subword-nmt's codes format: a version header, then one "a b" per line."""
     path = Path(path)
     lines = ["#version: 0.2"] + [f"{a} {b}" for a, b in merges]
-    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    return path
+    return write_text(path, "".join(line + "\n" for line in lines), encoding="utf-8")
 
 
 def bpe_segment(word: str, merge_ranks: Mapping[tuple[str, str], int]) -> list[str]:

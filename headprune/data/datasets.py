@@ -24,6 +24,7 @@ import zipfile
 from pathlib import Path, PurePosixPath
 from typing import Iterable, Iterator, NamedTuple, TextIO
 
+from headprune.io.atomic import atomic_dir, atomic_path
 from headprune.io.download import DownloadError, fetch, file_digest
 
 __all__ = [
@@ -77,13 +78,8 @@ def _atomic_text_writer(path: str | os.PathLike) -> Iterator[TextIO]:
     that an interrupted run never leaves a truncated output that looks finished."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(temporary, "w", encoding="utf-8", newline="\n") as stream:
-            yield stream
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
+    with atomic_path(path) as temporary, open(temporary, "w", encoding="utf-8", newline="\n") as stream:
+        yield stream
 
 
 # ---------------------------------------------------------------------------------------------
@@ -346,21 +342,22 @@ def prepare_glue_task(
         extracted = extract_zip_members(archive, members, raw_dir)
 
     rows_per_split = {}
-    for split, where in splits.items():
-        path = extracted[where["member"]] if "member" in where else downloaded[where["file"]]
-        examples = _read_examples(path, task)
-        if "rows_with_ids_in" in where:
-            ids_path = downloaded[where["rows_with_ids_in"]]
-            examples = _select_by_ids(examples, _read_id_tuples(ids_path, task), keep=True)
-            if not examples:
-                raise DataFormatError(
-                    f"task {task['name']}, split {split}: no row of {path} has an id listed in "
-                    f"{ids_path}"
-                )
-        if "rows_without_ids_in" in where:
-            ids_path = downloaded[where["rows_without_ids_in"]]
-            examples = _select_by_ids(examples, _read_id_tuples(ids_path, task), keep=False)
-        rows_per_split[split] = _write_glue_split(out_dir / f"{split}.tsv", examples)
+    with atomic_dir(out_dir) as staging:  # the folder appears with all its splits, or not at all
+        for split, where in splits.items():
+            path = extracted[where["member"]] if "member" in where else downloaded[where["file"]]
+            examples = _read_examples(path, task)
+            if "rows_with_ids_in" in where:
+                ids_path = downloaded[where["rows_with_ids_in"]]
+                examples = _select_by_ids(examples, _read_id_tuples(ids_path, task), keep=True)
+                if not examples:
+                    raise DataFormatError(
+                        f"task {task['name']}, split {split}: no row of {path} has an id listed in "
+                        f"{ids_path}"
+                    )
+            if "rows_without_ids_in" in where:
+                ids_path = downloaded[where["rows_without_ids_in"]]
+                examples = _select_by_ids(examples, _read_id_tuples(ids_path, task), keep=False)
+            rows_per_split[split] = _write_glue_split(staging / f"{split}.tsv", examples)
     return rows_per_split
 
 
@@ -409,14 +406,9 @@ def extract_zip_members(
             if info.is_dir():
                 raise DataFormatError(f"{archive}: member {member!r} is a folder, not a file")
             target.parent.mkdir(parents=True, exist_ok=True)
-            temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-            try:
-                # zipfile checks the member's CRC as it reads it.
-                with zip_file.open(info) as source, open(temporary, "wb") as sink:
-                    shutil.copyfileobj(source, sink, 1 << 20)
-                os.replace(temporary, target)
-            finally:
-                temporary.unlink(missing_ok=True)
+            # zipfile checks the member's CRC as it reads it.
+            with atomic_path(target) as temporary, zip_file.open(info) as source, open(temporary, "wb") as sink:
+                shutil.copyfileobj(source, sink, 1 << 20)
             extracted[member] = target
     return extracted
 

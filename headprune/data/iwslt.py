@@ -32,7 +32,6 @@ import collections
 import functools
 import gzip
 import io
-import json
 import logging
 import re
 import tarfile
@@ -43,6 +42,7 @@ from typing import Iterable, Mapping, Sequence
 
 from headprune.data import bpe
 from headprune.data.datasets import write_lines
+from headprune.io.atomic import atomic_path, write_json
 from headprune.io.download import ChecksumError, fetch, file_digest
 
 log = logging.getLogger(__name__)
@@ -350,7 +350,7 @@ def prepare_iwslt(archive, out_dir, *, src_lang: str = "de", tgt_lang: str = "en
         differ = {k: (summary["sizes"].get(k), v) for k, v in expected_sizes.items() if summary["sizes"].get(k) != v}
         if differ:
             log.warning("prepared sizes differ from the expected ones (ours, expected): %s", differ)
-    (out_dir / "prepare.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    write_json(out_dir / "prepare.json", summary, indent=1, end="\n", encoding="utf-8")
     return summary
 
 
@@ -418,8 +418,7 @@ def write_iwslt_archive(path, train_pairs: Sequence[tuple[str, str]],
             info = tarfile.TarInfo(f"{pair}/{name}")
             info.size, info.mode, info.mtime = len(data), 0o644, 0
             archive.addfile(info, io.BytesIO(data))
-    partial = path.with_name(path.name + ".partial")
-    with open(partial, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as compressed:
+    with atomic_path(path) as partial, open(partial, "wb") as raw, \
+            gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as compressed:
         compressed.write(buffer.getvalue())
-    partial.replace(path)
     return path

@@ -18,6 +18,8 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
+from headprune.io.atomic import atomic_dir
+
 STANZA_PROCESSORS = "tokenize,pos,lemma,depparse"
 _WORD = re.compile(r"\w+|[^\w\s]")
 
@@ -40,8 +42,9 @@ def fetch_stanza(model_dir, lang: str = "en", package: str = "default",
     import stanza
 
     model_dir = Path(model_dir)
-    stanza.download(lang, model_dir=str(model_dir), package=package, resources_url=resources_url,
-                    logging_level="INFO")
+    with atomic_dir(model_dir) as staging:  # a download cut short leaves no half-filled folder
+        stanza.download(lang, model_dir=str(staging), package=package, resources_url=resources_url,
+                        logging_level="INFO")
     return model_dir
 
 

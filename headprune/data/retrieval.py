@@ -36,9 +36,10 @@ tokenizer has them all.
 from __future__ import annotations
 
 import json
-import os
 import random
 from pathlib import Path
+
+from headprune.io.atomic import atomic_path
 
 NEEDLE = "The special magic number is {value}."
 QUESTION = "What is the special magic number mentioned in the text?"
@@ -177,11 +178,9 @@ def write_items(items: list[dict], path) -> None:
     """The items as JSON Lines, written to a temporary name and renamed."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as out:
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as out:
         for item in items:
             out.write(json.dumps(item, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
 
 
 def read_items(path, max_items: int | None = None) -> list[dict]:

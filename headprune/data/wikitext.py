@@ -13,6 +13,7 @@ import zipfile
 from pathlib import Path
 
 from headprune.data.datasets import DataFormatError
+from headprune.io.atomic import atomic_dir
 from headprune.io.download import fetch
 
 SPLIT_MEMBERS = {"test": "wiki.test.raw", "validation": "wiki.valid.raw", "train": "wiki.train.raw"}
@@ -52,9 +53,6 @@ def prepare_corpus(spec: dict, raw_dir, out_dir) -> dict:
     zip with ``splits`` to read from it, or ``files``: one file per split (Hugging Face's parquet splits,
     .raw/.txt files). Written to a sibling and renamed, so a half-written folder never appears.
     Returns the characters per split."""
-    import os
-    import shutil
-
     if "files" in spec:
         sources = {split: (f["url"], f.get("sha256")) for split, f in spec["files"].items()}
     else:
@@ -63,16 +61,11 @@ def prepare_corpus(spec: dict, raw_dir, out_dir) -> dict:
             raise ValueError(f"corpus {spec['url']}: a single file is one split, but splits lists {splits}: "
                              "give files: {split: {url: ...}} for one file per split")
         sources = {split: (spec["url"], spec.get("sha256")) for split in splits}
-    out_dir = Path(out_dir)
-    staging = out_dir.with_name(f".{out_dir.name}.partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
     sizes = {}
-    for split, (url, sha256) in sources.items():
-        name = url.split("?")[0].rstrip("/").rsplit("/", 1)[-1] or f"{split}.txt"
-        text = read_wikitext(fetch(url, Path(raw_dir) / name, sha256), split)
-        (staging / f"{split}.txt").write_text(text, encoding="utf-8")
-        sizes[split] = len(text)
-    shutil.rmtree(out_dir, ignore_errors=True)
-    os.replace(staging, out_dir)
+    with atomic_dir(out_dir) as staging:
+        for split, (url, sha256) in sources.items():
+            name = url.split("?")[0].rstrip("/").rsplit("/", 1)[-1] or f"{split}.txt"
+            text = read_wikitext(fetch(url, Path(raw_dir) / name, sha256), split)
+            (staging / f"{split}.txt").write_text(text, encoding="utf-8")
+            sizes[split] = len(text)
     return sizes

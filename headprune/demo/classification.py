@@ -13,6 +13,7 @@ from typing import NamedTuple
 from headprune.demo.corpora import _write_lines
 from headprune.demo.grammar import (ADJECTIVES, CONJUNCTION, COPULA, DETERMINERS, NEGATION, NOUNS, PREPOSITIONS, VERBS,
                                     _subseed, _zipf_weights)
+from headprune.io.atomic import atomic_path, write_json, write_text
 from headprune.io.download import sha256sum
 
 # ---------------------------------------------------------------------------------------------
@@ -456,11 +457,11 @@ def make_classification_task(
         files = _mrpc_files(splits, random.Random(_subseed(seed, "mrpc-files")))
         for key, text in files.items():
             paths[key] = out_dir / task["files"][key]["url"].rsplit("/", 1)[1]
-            paths[key].write_text(text, encoding="utf-8")
+            write_text(paths[key], text, encoding="utf-8")
             task["files"][key].update(url=paths[key].resolve().as_uri(), sha256=sha256sum(paths[key]))
     else:
         zip_path = out_dir / f"{CLASSIFICATION_KINDS[kind]}.zip"
-        with zipfile.ZipFile(zip_path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        with atomic_path(zip_path) as tmp, zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
             for member, text in _raw_glue_files(kind, splits).items():
                 # A fixed timestamp keeps the archive (and its sha256) identical for a given seed.
                 archive.writestr(zipfile.ZipInfo(member, date_time=(2019, 5, 24, 0, 0, 0)), text)
@@ -468,5 +469,5 @@ def make_classification_task(
         task.update(url=zip_path.resolve().as_uri(), sha256=sha256sum(zip_path))
     task["splits"] = {split: where for split, where in task["splits"].items() if split in splits}
     paths["glue_task"] = out_dir / "glue_task.json"
-    paths["glue_task"].write_text(json.dumps(task, indent=1) + "\n", encoding="utf-8")
+    write_json(paths["glue_task"], task, indent=1, end="\n", encoding="utf-8")
     return paths

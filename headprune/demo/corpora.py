@@ -12,6 +12,7 @@ from typing import Mapping
 
 from headprune.data.bpe import END_OF_WORD, bpe_segment, learn_bpe, write_bpe_codes
 from headprune.demo.grammar import _SentenceSampler, _subseed
+from headprune.io.atomic import atomic_path, write_text
 from headprune.models.fairseq import write_fairseq_dict
 
 # Split of the translation demo into test sets, named like the paper's (WMT newstest 2009-2014
@@ -22,8 +23,7 @@ DEMO_SHIFTED_TEST_SETS = ("mtnt",)
 
 
 def _write_lines(path: Path, lines: list[str]) -> Path:
-    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    return path
+    return write_text(path, "".join(line + "\n" for line in lines), encoding="utf-8")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -121,7 +121,7 @@ def make_wikitext_corpus(out_zip, sentences: Mapping[str, int], seed: int = 0, p
     ``paragraph`` sentences, every line followed by a blank one. ``sentences``: per split."""
     out_zip = Path(out_zip)
     out_zip.parent.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(out_zip, "w", zipfile.ZIP_DEFLATED) as archive:
+    with atomic_path(out_zip) as tmp, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as archive:
         for split, count in sentences.items():
             sampler = _SentenceSampler(random.Random(_subseed(seed, f"wikitext-{split}")))
             english = [sampler.sentence()[0] for _ in range(count)]

@@ -6,15 +6,19 @@ weights, the tasks are learned in fine-tuning) and a Llama-layout causal LM with
 """
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 
 from headprune.demo.corpora import _write_lines
 from headprune.demo.grammar import _subseed
+from headprune.io.atomic import atomic_dir
+from headprune.io.progress import Progress, counted
 from headprune.training.finetune import restores_torch_threads
 from headprune.training.train import corpus_folder, fit_translation_model, write_translation_tarball
+
+log = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------------------------
 # The tiny translation model: trained by headprune.training.train (the loop that also trains Figure 5's
@@ -105,38 +109,39 @@ def make_tiny_bert(
 
     torch.manual_seed(seed)
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    with atomic_dir(out_dir) as staging:  # the folder appears whole, or not at all
+        characters = list("abcdefghijklmnopqrstuvwxyz0123456789") + list(".,;:!?'\"()-")
+        vocab = list(BERT_SPECIAL_TOKENS)
+        for token in sorted({w.lower() for w in vocab_words}) + characters + ["##" + c for c in characters]:
+            if token not in vocab:
+                vocab.append(token)
+        vocab_file = staging / "vocab.txt"
+        _write_lines(vocab_file, vocab)
+        tokenizer = BertTokenizer(vocab=str(vocab_file), do_lower_case=True,
+                                  model_max_length=max_position_embeddings)
 
-    characters = list("abcdefghijklmnopqrstuvwxyz0123456789") + list(".,;:!?'\"()-")
-    vocab = list(BERT_SPECIAL_TOKENS)
-    for token in sorted({w.lower() for w in vocab_words}) + characters + ["##" + c for c in characters]:
-        if token not in vocab:
-            vocab.append(token)
-    vocab_file = out_dir / "vocab.txt"
-    _write_lines(vocab_file, vocab)
-    tokenizer = BertTokenizer(vocab=str(vocab_file), do_lower_case=True, model_max_length=max_position_embeddings)
-
-    config = BertConfig(
-        vocab_size=len(vocab),
-        hidden_size=hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        intermediate_size=intermediate or 4 * hidden,
-        max_position_embeddings=max_position_embeddings,
-        hidden_dropout_prob=dropout,
-        attention_probs_dropout_prob=dropout,
-        initializer_range=initializer_range,
-        pad_token_id=BERT_SPECIAL_TOKENS.index("[PAD]"),
-        attn_implementation="eager",  # attention weights must be available to the analysis
-    )
-    model = BertForMaskedLM(config)
-    if pretrain_steps > 0 and not pretrain_sentences:
-        raise ValueError("pretrain_steps > 0 needs pretrain_sentences to pretrain on")
-    if pretrain_steps > 0:
-        _pretrain_masked_lm(model, tokenizer, pretrain_sentences, pretrain_steps, batch_size, lr, seed, progress)
-    model.eval()
-    model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
+        config = BertConfig(
+            vocab_size=len(vocab),
+            hidden_size=hidden,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            intermediate_size=intermediate or 4 * hidden,
+            max_position_embeddings=max_position_embeddings,
+            hidden_dropout_prob=dropout,
+            attention_probs_dropout_prob=dropout,
+            initializer_range=initializer_range,
+            pad_token_id=BERT_SPECIAL_TOKENS.index("[PAD]"),
+            attn_implementation="eager",  # attention weights must be available to the analysis
+        )
+        model = BertForMaskedLM(config)
+        if pretrain_steps > 0 and not pretrain_sentences:
+            raise ValueError("pretrain_steps > 0 needs pretrain_sentences to pretrain on")
+        if pretrain_steps > 0:
+            _pretrain_masked_lm(model, tokenizer, pretrain_sentences, pretrain_steps, batch_size, lr, seed,
+                                progress)
+        model.eval()
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
     return out_dir
 
 
@@ -147,7 +152,7 @@ def _pretrain_masked_lm(model, tokenizer, sentences, steps: int, batch_size: int
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     special_ids = torch.tensor(tokenizer.all_special_ids)
     model.train()
-    for _ in tqdm(range(steps), desc="pretrain tiny bert (masked LM)", disable=not progress):
+    for _ in counted(range(steps), "pretrain tiny BERT (masked LM)", "steps", enabled=progress, log=log):
         picks = [sentences[i] for i in torch.randint(len(sentences), (batch_size,), generator=rng).tolist()]
         if isinstance(picks[0], str):
             batch = tokenizer(picks, return_tensors="pt", padding=True, truncation=True, max_length=128)
@@ -250,7 +255,6 @@ def train_tiny_llama(out_dir, text: str, *, layers: int = 2, heads: int = 4, kv_
         torch.set_num_threads(num_threads)
     torch.manual_seed(seed)
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     passkey = passkey_settings(passkey)
     if batch_size <= 0 and (passkey is None or passkey["batch_size"] <= 0):
         raise ValueError("nothing to train on: batch_size windows and passkey documents are both 0")
@@ -273,9 +277,9 @@ def train_tiny_llama(out_dir, text: str, *, layers: int = 2, heads: int = 4, kv_
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / 20) * (1 - step / steps))
     shuffle = torch.Generator().manual_seed(seed)
     model.train()
-    bar = tqdm(range(steps), desc="train tiny Llama", disable=not progress)
+    counter = Progress(steps, "train tiny Llama", "steps", enabled=progress, log=log)
     windows_from = round(passkey["windows_after"] * steps) if passkey is not None and passkey["batch_size"] > 0 else 0
-    for step in bar:
+    for step in range(steps):
         loss, postfix = 0.0, {}
         if batch_size > 0 and step >= windows_from:
             batch = chunks[torch.randint(len(chunks), (batch_size,), generator=shuffle)]
@@ -292,10 +296,13 @@ def train_tiny_llama(out_dir, text: str, *, layers: int = 2, heads: int = 4, kv_
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
-        bar.set_postfix(postfix)
+        counter.note = ", ".join(f"{name} {value}" for name, value in postfix.items())
+        counter.update()
+    counter.close()
     model.eval()
-    model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
+    with atomic_dir(out_dir) as staging:  # the folder appears whole, or not at all
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
     return out_dir
 
 
@@ -309,17 +316,17 @@ def make_tiny_roberta(out_dir, texts: list[str], *, layers: int = 2, heads: int 
 
     torch.manual_seed(seed)
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    bpe = _byte_level_bpe(texts, vocab_size, ["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
-    bpe.save_model(str(out_dir))
-    tokenizer = RobertaTokenizerFast(vocab=str(out_dir / "vocab.json"), merges=str(out_dir / "merges.txt"),
-                                     model_max_length=max_length)
-    config = RobertaConfig(vocab_size=bpe.get_vocab_size(), hidden_size=hidden, num_hidden_layers=layers,
-                           num_attention_heads=heads, intermediate_size=4 * hidden,
-                           max_position_embeddings=max_length + 2 * 2, type_vocab_size=1,
-                           initializer_range=initializer_range, pad_token_id=tokenizer.pad_token_id,
-                           bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                           attn_implementation="eager")
-    RobertaForMaskedLM(config).eval().save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
+    with atomic_dir(out_dir) as staging:  # the folder appears whole, or not at all
+        bpe = _byte_level_bpe(texts, vocab_size, ["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+        bpe.save_model(str(staging))
+        tokenizer = RobertaTokenizerFast(vocab=str(staging / "vocab.json"), merges=str(staging / "merges.txt"),
+                                         model_max_length=max_length)
+        config = RobertaConfig(vocab_size=bpe.get_vocab_size(), hidden_size=hidden, num_hidden_layers=layers,
+                               num_attention_heads=heads, intermediate_size=4 * hidden,
+                               max_position_embeddings=max_length + 2 * 2, type_vocab_size=1,
+                               initializer_range=initializer_range, pad_token_id=tokenizer.pad_token_id,
+                               bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                               attn_implementation="eager")
+        RobertaForMaskedLM(config).eval().save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
     return out_dir

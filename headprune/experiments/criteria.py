@@ -22,11 +22,16 @@ its order is built by ``iterative_order`` with the model at hand.
 """
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pandas as pd
 
 from headprune.experiments.runs import HeadId, importance_order, oracle_order, pruning_steps, random_order
+from headprune.io.progress import counted
 from headprune.scoring.importance import ESTIMATORS
+
+log = logging.getLogger(__name__)
 
 # Columns of importance.csv a criterion sorts by, ascending (the first head is pruned first).
 COLUMN_CRITERIA = {"fisher": "fisher", "attention_gradient": "attention_gradient", "confidence": "confidence"}
@@ -136,13 +141,14 @@ def importance_on_pruned(model, batches, *, estimator: str = "token", normalize:
     return estimate
 
 
-def iterative_order(estimate, heads: list[HeadId], step_percent: float) -> list[HeadId]:
+def iterative_order(estimate, heads: list[HeadId], step_percent: float, *, progress: bool = True) -> list[HeadId]:
     """Bertology's iterative pruning: before every step, I_h of the heads left is estimated again on the
     model with the heads removed so far switched off (``estimate(removed) -> {head: score}``), and the
     step removes the lowest-scored. Steps remove as many heads as ``runs.pruning_steps``."""
     counts = [len(removed) for _, removed in pruning_steps(heads, step_percent)]
     removed: list[HeadId] = []
-    for count in counts[1:]:
+    for count in counted(counts[1:], f"iterative order of {len(heads)} heads, I_h re-estimated before each step",
+                         "steps", enabled=progress, log=log):
         if count <= len(removed):
             continue
         scores = estimate(list(removed))

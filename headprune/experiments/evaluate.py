@@ -8,14 +8,17 @@ padded length, so a sentence must not change batches with the number of variants
 """
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from headprune.experiments.beam_search import SourceSharingCache, beam_search
 from headprune.experiments.beam_search import supports as beam_search_supports
-from headprune.experiments.shared_layers import forward_variants
+from headprune.experiments.shared_layers import forward_variants, variant_progress
 from headprune.models.heads import gated, stack_gates
+
+log = logging.getLogger(__name__)
 
 
 def variant_groups(gates_list: list, batch_size: int, variant_batch_size: int) -> list[list]:
@@ -44,11 +47,13 @@ def predict_classes_variants(model, batches: list[dict], gates_list: list, *, va
     model.eval()
     keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if batches and k in batches[0]]
     predictions = []
-    for batch in tqdm(batches, desc="classify", disable=not progress):
-        inputs = {k: batch[k].to(device) for k in keys}
-        logits = forward_variants(model, inputs, gates_list, _logits, variant_batch_size=variant_batch_size,
-                                  masking=masking)
-        predictions.append(torch.stack(logits).argmax(-1).cpu().numpy())
+    examples = sum(len(batch[keys[0]]) for batch in batches) if keys else 0
+    with variant_progress("classify", len(gates_list), examples, "examples", enabled=progress, log=log) as counter:
+        for batch in batches:
+            inputs = {k: batch[k].to(device) for k in keys}
+            logits = forward_variants(model, inputs, gates_list, _logits, variant_batch_size=variant_batch_size,
+                                      masking=masking, done=counter.update)
+            predictions.append(torch.stack(logits).argmax(-1).cpu().numpy())
     if not predictions:
         return np.zeros((len(gates_list), 0), dtype=int)
     return np.concatenate(predictions, axis=1)
@@ -79,7 +84,8 @@ def translate_variants(model, tokenizer, sources: list[str], gates_list: list, *
     fast = beam_search_supports(model) is None
     order = sorted(range(len(sources)), key=lambda i: len(sources[i].split()))
     out: list[list[str | None]] = [[None] * len(sources) for _ in gates_list]
-    for start in tqdm(range(0, len(order), batch_size), desc="translate", disable=not progress):
+    counter = variant_progress("translate", len(gates_list), len(sources), "sentences", enabled=progress, log=log)
+    for start in range(0, len(order), batch_size):
         index = order[start:start + batch_size]
         encoded = tokenizer([sources[i] for i in index], padding=True, truncation=True, max_length=1024,
                             return_tensors="pt").to(device)
@@ -99,6 +105,8 @@ def translate_variants(model, tokenizer, sources: list[str], gates_list: list, *
             for row, text in enumerate(texts):
                 out[first + row // len(index)][index[row % len(index)]] = text
             first += len(group)
+            counter.update(len(group) * len(index))
+    counter.close()
     return out  # type: ignore[return-value]
 
 

@@ -30,6 +30,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from headprune.experiments.metrics import better_sign
+from headprune.io import atomic
 from headprune.models.attention_types import ATTENTION_TYPES, TYPE_LABELS
 
 log = logging.getLogger(__name__)
@@ -193,7 +194,7 @@ def save_figure(figure: Figure, out_png, out_pdf, style: dict | None = None) -> 
     for path, metadata in ((out_png, None), (out_pdf, {"CreationDate": None})):
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        figure.savefig(path, dpi=style["dpi"], metadata=metadata)
+        atomic.save_figure(figure, path, dpi=style["dpi"], metadata=metadata)
         paths.append(str(path))
     log.info("wrote %s", ", ".join(paths))
     return paths
@@ -316,8 +317,8 @@ def table1(ablation: pd.DataFrame, out_csv, out_md, attn_type: str = "enc_self",
     out_csv, out_md = Path(out_csv), Path(out_md)
     for path in (out_csv, out_md):
         path.parent.mkdir(parents=True, exist_ok=True)
-    cells.to_csv(out_csv, index=False)
-    out_md.write_text(table1_markdown(cells, ablation, family))
+    atomic.write_csv(cells, out_csv, index=False)
+    atomic.write_text(out_md, table1_markdown(cells, ablation, family))
     log.info("table 1: %s", significance_summary(cells))
     return [str(out_csv), str(out_md)]
 
@@ -392,7 +393,7 @@ def figure1(ablation: pd.DataFrame, out_png, out_pdf, style: dict | None = None,
     histogram = ablation_histogram(ablation, bins)
     out_bins_csv = Path(out_bins_csv) if out_bins_csv else Path(out_png).with_name(Path(out_png).stem + "_bins.csv")
     out_bins_csv.parent.mkdir(parents=True, exist_ok=True)
-    histogram.to_csv(out_bins_csv, index=False)
+    atomic.write_csv(histogram, out_bins_csv, index=False)
 
     study = _single_value(ablation, "study", "ablation table")
     metric = _single_value(ablation, "metric", "ablation table")
@@ -627,7 +628,7 @@ def figure2(in_domain: pd.DataFrame, out_of_domain: pd.DataFrame, out_csv, out_p
     """The paper's Figure 2: each head's delta out of domain against in domain, with Pearson's r and p."""
     table = figure2_table(in_domain, out_of_domain)
     Path(out_csv).parent.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out_csv, index=False)
+    atomic.write_csv(table, out_csv, index=False)
     style = _style(style)
     display = metric_display(_single_value(table, "metric", "figure 2 table"))
     with _rc(style):
@@ -656,7 +657,7 @@ def one_head_table(one_head: pd.DataFrame, out_csv, out_md, family: str | None =
                             delta_display=(one_head["delta"] * display.scale).round(2))
     table["cell"] = [_format_delta(d, bool(s)) for d, s in zip(table["delta_display"], _as_bool(table["significant"]))]
     Path(out_csv).parent.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out_csv, index=False)
+    atomic.write_csv(table, out_csv, index=False)
     types = [t for t in ATTENTION_TYPES if t in set(table["attn_type"])]
     grid = table.pivot(index="layer", columns="attn_type", values="cell")[types]
     labels = type_labels(types)
@@ -668,7 +669,7 @@ def one_head_table(one_head: pd.DataFrame, out_csv, out_md, family: str | None =
     lines += [f"| {layer} | " + " | ".join(grid.loc[layer]) + " |" for layer in grid.index]
     n_sig = int(_as_bool(table["significant"]).sum())
     lines += ["", f"{n_sig} of {len(table)} layers change significantly with a single head."]
-    Path(out_md).write_text("\n".join(lines) + "\n")
+    atomic.write_text(out_md, "\n".join(lines) + "\n")
     return [str(out_csv), str(out_md)]
 
 
@@ -709,7 +710,7 @@ def criteria_table(summary: pd.DataFrame, out_md, test_at=(30, 50, 70)) -> str:
         lines.append(f"| {row.criterion} | {row.largest_percent_within:.0f} | "
                      f"{row.area_under_curve * display.scale:.2f} | " + " | ".join(cells) + " |")
     Path(out_md).parent.mkdir(parents=True, exist_ok=True)
-    Path(out_md).write_text("\n".join(lines) + "\n")
+    atomic.write_text(out_md, "\n".join(lines) + "\n")
     return str(out_md)
 
 
@@ -783,7 +784,7 @@ def roles_by_step_markdown(steps: pd.DataFrame, out_md) -> str:
         lines.append(f"| {row['percent_pruned']:.0f} | {row['heads_left']} | "
                      + " | ".join(str(steps.loc[row['step'], role]) for role in columns) + " |")
     Path(out_md).parent.mkdir(parents=True, exist_ok=True)
-    Path(out_md).write_text("\n".join(lines) + "\n")
+    atomic.write_text(out_md, "\n".join(lines) + "\n")
     return str(out_md)
 
 

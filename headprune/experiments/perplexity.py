@@ -13,13 +13,15 @@ resamples windows and recomputes the corpus perplexity of each resample.
 """
 from __future__ import annotations
 
+import logging
 import math
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from headprune.experiments.stats import paired_bootstrap
+
+log = logging.getLogger(__name__)
 
 
 def windows(tokenizer, text: str, window: int, max_windows: int | None = None) -> list[list[int]]:
@@ -37,12 +39,12 @@ def save_windows(tokenizer, text: str, window: int, path) -> int:
     """The text's windows (``windows``) saved as a (windows, window) integer array; returns their number."""
     from pathlib import Path
 
+    from headprune.io.atomic import save_numpy
+
     ids = np.asarray(windows(tokenizer, text, window), dtype=np.int64)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp.npy")
-    np.save(tmp, ids)
-    tmp.replace(path)
+    save_numpy(path, ids)
     return len(ids)
 
 
@@ -70,17 +72,20 @@ def window_nll_variants(model, batches: list[dict], gates_list: list, *, variant
 
     Several settings share a forward pass (batched gate variants, ``headprune.models.heads.gated``), and
     the layers below their first masked head (``shared_layers.forward_variants``)."""
-    from headprune.experiments.shared_layers import forward_variants
+    from headprune.experiments.shared_layers import forward_variants, variant_progress
 
     device = device or model.get_input_embeddings().weight.device  # the first GPU of a model spread over several
     model.eval()
     out: list[list] = [[] for _ in gates_list]
-    for batch in tqdm(batches, desc="perplexity", disable=not progress):
-        ids = batch["input_ids"].to(device)
-        per_variant = forward_variants(model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, gates_list,
-                                       _window_nll, variant_batch_size=variant_batch_size, masking=masking)
-        for k, nll in enumerate(per_variant):
-            out[k] += [[float(v), ids.shape[1] - 1] for v in nll.tolist()]
+    n_windows = sum(len(batch["input_ids"]) for batch in batches)
+    with variant_progress("perplexity", len(gates_list), n_windows, "windows", enabled=progress, log=log) as counter:
+        for batch in batches:
+            ids = batch["input_ids"].to(device)
+            per_variant = forward_variants(model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)},
+                                           gates_list, _window_nll, variant_batch_size=variant_batch_size,
+                                           masking=masking, done=counter.update)
+            for k, nll in enumerate(per_variant):
+                out[k] += [[float(v), ids.shape[1] - 1] for v in nll.tolist()]
     return out
 
 

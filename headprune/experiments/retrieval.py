@@ -30,22 +30,24 @@ values every layer reads are the same.
 from __future__ import annotations
 
 import copy
+import logging
 import re
 from collections import Counter
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from transformers.cache_utils import DynamicLayer
 
-from headprune.experiments.shared_layers import _recording, _replaying, first_masked_layer, layer_stack
+from headprune.experiments.shared_layers import (_recording, _replaying, first_masked_layer, layer_stack,
+                                                 variant_progress)
 from headprune.experiments.stats import paired_bootstrap
 from headprune.models.heads import gated, stack_gates
 
 # End-of-turn tokens of chat models (Llama 3, ChatML/Qwen, Gemma, Phi-3): an answer ends there as at EOS.
 END_OF_TURN_TOKENS = ("<|eot_id|>", "<|im_end|>", "<end_of_turn>", "<|end|>")
 _WORD = re.compile(r"\w+")
+log = logging.getLogger(__name__)
 
 
 # --- scoring -------------------------------------------------------------------------------------
@@ -146,19 +148,22 @@ def generate_variants(model, tokenizer, items: list[dict], gates_list: list, *, 
     batches = [indices[start:start + batch_size] for _, indices in sorted(by_length.items())
                for start in range(0, len(indices), batch_size)]
     out: list[list] = [[None] * len(items) for _ in gates_list]
-    for batch in tqdm(batches, desc="retrieval", disable=not progress):
-        ids = torch.tensor([items[i]["prompt_ids"] for i in batch], dtype=torch.long, device=device)
-        generated = _greedy_variants(model, ids, gates_list, firsts, stack, max_new_tokens=max_new_tokens,
-                                     stops=stops, pad=pad, variant_batch_size=variant_batch_size, masking=masking)
-        for k, per_item in enumerate(generated):
-            for i, answer in zip(batch, per_item):
-                out[k][i] = answer
+    with variant_progress("retrieval", len(gates_list), len(items), "items", enabled=progress, log=log) as counter:
+        for batch in batches:
+            ids = torch.tensor([items[i]["prompt_ids"] for i in batch], dtype=torch.long, device=device)
+            generated = _greedy_variants(model, ids, gates_list, firsts, stack, max_new_tokens=max_new_tokens,
+                                         stops=stops, pad=pad, variant_batch_size=variant_batch_size, masking=masking,
+                                         done=counter.update)
+            for k, per_item in enumerate(generated):
+                for i, answer in zip(batch, per_item):
+                    out[k][i] = answer
     return out
 
 
 def _greedy_variants(model, ids, gates_list, firsts, stack, *, max_new_tokens, stops, pad, variant_batch_size,
-                     masking) -> list[list[list[int]]]:
-    """Per gate setting, per row of ``ids`` (prompts of one length): the answer's new token ids."""
+                     masking, done=None) -> list[list[list[int]]]:
+    """Per gate setting, per row of ``ids`` (prompts of one length): the answer's new token ids; ``done(rows)``
+    is told the (setting, item) rows each generate() answered."""
     from transformers import DynamicCache
 
     rows, length = ids.shape
@@ -190,6 +195,8 @@ def _greedy_variants(model, ids, gates_list, firsts, stack, *, max_new_tokens, s
         new = generated[:, length:].tolist()
         for k, i in enumerate(chunk):
             results[i] = [_until_stop(answer, stops) for answer in new[k * rows:(k + 1) * rows]]
+        if done is not None:
+            done(len(chunk) * rows)
     return results
 
 

@@ -106,7 +106,9 @@ class EvalSettings:
     lenpen: float = 1.0
     max_length: int = 128
     bleu: str = "detokenized"  # or "tokenized", as the paper's pruning script reports
-    progress: bool = False
+    # Progress lines (headprune.io.progress) through logging at INFO: shown where logging shows INFO, as in
+    # a job's log and the headprune command; False: none.
+    progress: bool = True
     # Several gate settings share one forward or generate() up to this many (setting, item) rows;
     # batch_size alone decides which items share a batch, so the outputs do not depend on it.
     variant_batch_size: int = 256

@@ -15,11 +15,13 @@ LMs); an encoder-decoder runs each variant whole (its beam search shares the enc
 from __future__ import annotations
 
 import contextlib
+import logging
 from typing import Callable
 
 import torch
 from torch import nn
 
+from headprune.io.progress import Progress
 from headprune.models.heads import adapter_for, gated, stack_gates
 
 
@@ -103,9 +105,10 @@ def _replaying(outputs: dict, rows: int, times: int):
 
 
 def forward_variants(model, inputs: dict, gates_list: list, forward: Callable, *, variant_batch_size: int,
-                     masking: str = "zero") -> list:
+                     masking: str = "zero", done: Callable[[int], None] | None = None) -> list:
     """``forward(model, inputs)`` (rows first) for every gate setting (None: the full model), its rows
-    repeated once per variant of a group, groups of up to ``variant_batch_size`` rows.
+    repeated once per variant of a group, groups of up to ``variant_batch_size`` rows. ``done(rows)`` is
+    told the (setting, item) rows each pass finished (a ``Progress``'s update).
 
     On a one-stack model a variant whose first masked head is in layer f replays the full model's
     layers below f, and (zero masking, attention module apart from the output projection) layer f's
@@ -130,6 +133,8 @@ def forward_variants(model, inputs: dict, gates_list: list, forward: Callable, *
             output = forward(model, inputs)
         for i in full:
             results[i] = output
+        if done is not None and full:
+            done(len(full) * rows)
     for first in sorted(set(firsts)):
         todo = [i for i, f in enumerate(firsts) if f == first and results[i] is None]
         for start in range(0, len(todo), per_group):
@@ -141,4 +146,16 @@ def forward_variants(model, inputs: dict, gates_list: list, forward: Callable, *
                 output = forward(model, repeated)
             for k, i in enumerate(chunk):
                 results[i] = output[k * rows:(k + 1) * rows]
+            if done is not None:
+                done(len(chunk) * rows)
     return results
+
+
+def variant_progress(what: str, variants: int, items: int, item_name: str, *, enabled: bool = True,
+                     log: logging.Logger | None = None) -> Progress:
+    """One ``Progress`` over an evaluation's (gate setting, item) rows: ``variants`` settings x ``items`` items,
+    counted in rows and in settings' worth of rows (how many heads of an ablation job are done)."""
+    if variants == 1:
+        return Progress(items, f"{what} of {items} {item_name}", item_name, log=log, enabled=enabled)
+    return Progress(variants * items, f"{what}, {variants} gate settings x {items} {item_name}", "rows",
+                    per=(items, "settings"), log=log, enabled=enabled)

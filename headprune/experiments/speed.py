@@ -25,6 +25,7 @@ gates at 0): the same predictions, or translations, for every timed item.
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import platform
 import time
@@ -37,6 +38,8 @@ import torch
 
 from headprune.experiments.beam_search import SourceSharingCache, beam_search, supports
 from headprune.experiments.runs import HeadId, gates_without, importance_order
+from headprune.io import atomic
+from headprune.io.progress import Progress
 from headprune.models.heads import adapter_for, gated
 from headprune.models.prune import count_heads, prune_heads
 
@@ -212,8 +215,10 @@ def run_order(variants: Sequence[str], run: int) -> list[str]:
 @torch.no_grad()
 def time_variants(steps: dict[str, Callable[[dict], object]], batches: Sequence[Batch], repeats: int,
                   warmup_batches: int = 2, clock: Callable[[], float] = time.perf_counter,
-                  synchronize: Callable[[], None] = lambda: None) -> list[dict]:
-    """Time every variant over all ``batches``, ``repeats`` runs each, alternating variants.
+                  synchronize: Callable[[], None] = lambda: None,
+                  done: Callable[[int], None] | None = None) -> list[dict]:
+    """Time every variant over all ``batches``, ``repeats`` runs each, alternating variants; ``done(1)`` is
+    told each timed run, after its clock stopped (a ``Progress``'s update).
 
     Returns one dict per (variant, run): run, position (0 or 1 within the run), items,
     seconds, items_per_s = items / seconds. The warmup (the first ``warmup_batches``
@@ -242,6 +247,8 @@ def time_variants(steps: dict[str, Callable[[dict], object]], batches: Sequence[
                 raise RuntimeError(f"{name}: run {run} took {seconds} s; the clock does not advance")
             rows.append({"variant": name, "run": run, "position": position, "items": items, "seconds": seconds,
                          "items_per_s": items / seconds})
+            if done is not None:
+                done(1)
     return rows
 
 
@@ -345,15 +352,19 @@ def measure(original, pruned, batches_by_size: dict[int, list[Batch]], settings:
     heads = {ORIGINAL: count_heads(original), PRUNED: count_heads(pruned)}
     env = environment(original, device)
     rows = []
+    counter = Progress(len(batches_by_size) * settings.repeats * 2,
+                       f"speed of {family}, {len(batches_by_size)} batch settings x {settings.repeats} runs x "
+                       "original and pruned", "timed runs", log=logging.getLogger(__name__))
     for key, batches in batches_by_size.items():
         unit, batch_size = key if isinstance(key, tuple) else (UNITS[task][0], key)
         make = make_step(task, unit, settings)
         steps = {ORIGINAL: make(original), PRUNED: make(pruned)}
         timed = time_variants(steps, [b.to(device) for b in batches], settings.repeats, settings.warmup_batches,
-                              clock=clock, synchronize=synchronizer(device))
+                              clock=clock, synchronize=synchronizer(device), done=counter.update)
         for row in timed:
             rows.append({"family": family, "unit": unit, "batch_size": int(batch_size), **row,
                          "heads": heads[row["variant"]], "heads_total": heads[ORIGINAL], **env})
+    counter.close()
     return pd.DataFrame(rows)
 
 
@@ -494,9 +505,9 @@ def table4_markdown(summary: pd.DataFrame, evalset_name: str | None = None,
 def table4(runs: pd.DataFrame, facts: dict, out_runs, out_csv, out_md, evalset_name: str | None = None) -> pd.DataFrame:
     """Write the tidy runs CSV, Table 4's CSV (``summarize``) and its markdown; returns the summary."""
     summary = summarize(runs, facts)
-    for path, write in ((out_runs, lambda p: runs.to_csv(p, index=False)),
-                        (out_csv, lambda p: summary.to_csv(p, index=False)),
-                        (out_md, lambda p: Path(p).write_text(table4_markdown(summary, evalset_name)))):
+    for path, write in ((out_runs, lambda p: atomic.write_csv(runs, p, index=False)),
+                        (out_csv, lambda p: atomic.write_csv(summary, p, index=False)),
+                        (out_md, lambda p: atomic.write_text(p, table4_markdown(summary, evalset_name)))):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         write(path)
     return summary

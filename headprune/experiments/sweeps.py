@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from headprune.experiments.runs import (EvalSet, EvalSettings, HeadId, all_heads, compare_to_full, gates_without,
                                         pruning_steps, run_variants, score)
+from headprune.io.progress import counted
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -80,7 +81,8 @@ def evalset_batches(tokenizer, evalset: EvalSet, batch_size: int = 32, max_lengt
 
 
 def ablation_table(evalset: EvalSet, full: dict, ablated: dict[HeadId, dict], *, study: str = "",
-                   testset: str = "", resamples: int = 1000, seed: int = 0, alpha: float = 0.01) -> pd.DataFrame:
+                   testset: str = "", resamples: int = 1000, seed: int = 0, alpha: float = 0.01,
+                   progress: bool = True) -> pd.DataFrame:
     """One row per head switched off alone, as eval/ablation.csv: its score, the change from the full model
     and the significance of that change (``runs.compare_to_full``), sorted by attention type, layer, head.
 
@@ -88,9 +90,11 @@ def ablation_table(evalset: EvalSet, full: dict, ablated: dict[HeadId, dict], *,
     """
     import pandas as pd
 
+    heads = counted(ablated.items(), f"significance of {len(ablated)} heads, {resamples} resamples each", "heads",
+                    enabled=progress, log=logging.getLogger(__name__))
     rows = [{"study": study, "testset": testset, "attn_type": attn_type, "layer": layer, "head": head,
              **compare_to_full(evalset, full, result, resamples=resamples, seed=seed, alpha=alpha)}
-            for (attn_type, layer, head), result in ablated.items()]
+            for (attn_type, layer, head), result in heads]
     return pd.DataFrame(rows).sort_values(["attn_type", "layer", "head"])
 
 
@@ -111,7 +115,7 @@ def single_head_sweep(model, tokenizer, evalset: EvalSet, settings: EvalSettings
                            settings)
     results = [{"score": score(evalset, out, settings.bleu), "outputs": out} for out in outputs]
     return ablation_table(evalset, results[0], dict(zip(heads, results[1:])), study=study, testset=testset,
-                          resamples=resamples, seed=seed, alpha=alpha)
+                          resamples=resamples, seed=seed, alpha=alpha, progress=settings.progress)
 
 
 def pruning_tables(model, tokenizer, evalset: EvalSet, orders: dict[str, list[HeadId]], *,

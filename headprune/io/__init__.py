@@ -1,4 +1,6 @@
-"""Input and output below everything else: downloads, atomic and resumable, with checksums (``download``).
+"""Input and output below everything else: downloads, atomic and resumable, with checksums (``download``);
+progress lines for the logs of long loops (``progress``); every output file written to a temporary name and
+renamed, so a killed job leaves the old file or none, never a partial one (``atomic``).
 
 Imports nothing of headprune: every other room may import it.
 """

@@ -27,10 +27,11 @@ study loads them with headprune anyway (``headprune.models.loading``).
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 from pathlib import Path
+
+from headprune.io.atomic import atomic_dir
 
 REMOTE = Path(__file__).resolve().parent / "remote"  # the modeling files (package data)
 
@@ -94,19 +95,14 @@ def save_pruned(model, tokenizer, folder) -> Path:
     source_file = remote_file(model)
     source = source_file.read_text()
     entries = auto_map(model, source)
-    staging = folder.with_name(f".{folder.name}.partial")
-    if staging.exists():
-        shutil.rmtree(staging)
-    model.save_pretrained(staging)  # safetensors: transformers 5 writes nothing else
-    if tokenizer is not None:
-        tokenizer.save_pretrained(staging)
-    shutil.copyfile(source_file, staging / source_file.name)
-    config_path = staging / "config.json"
-    config = json.loads(config_path.read_text())
-    config["auto_map"] = entries
-    config.setdefault("headprune_pruned_heads", {})
-    config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    if folder.exists():
-        shutil.rmtree(folder)
-    os.replace(staging, folder)
+    with atomic_dir(folder) as staging:
+        model.save_pretrained(staging)  # safetensors: transformers 5 writes nothing else
+        if tokenizer is not None:
+            tokenizer.save_pretrained(staging)
+        shutil.copyfile(source_file, staging / source_file.name)
+        config_path = staging / "config.json"
+        config = json.loads(config_path.read_text())
+        config["auto_map"] = entries
+        config.setdefault("headprune_pruned_heads", {})
+        config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     return folder

@@ -40,6 +40,8 @@ import torch
 from transformers import FSMTConfig, FSMTForConditionalGeneration, FSMTTokenizer
 from transformers.models.fsmt.modeling_fsmt import SinusoidalPositionalEmbedding
 
+from headprune.io.atomic import atomic_path, copy_file, save_torch, tar_writer, write_text
+
 # fairseq's Dictionary always starts with these four symbols, in this order, before the
 # entries of the dict.xx.txt file; the file itself does not list them.
 FAIRSEQ_SPECIAL_TOKENS = ["<s>", "<pad>", "</s>", "<unk>"]
@@ -369,7 +371,7 @@ def read_fairseq_dict(path) -> list[str]:
 
 def write_fairseq_dict(path, tokens) -> None:
     """Write a dict.xx.txt file. `tokens` are strings (count 1) or (token, count) pairs."""
-    with open(path, "w", encoding="utf-8") as out:
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as out:
         for entry in tokens:
             token, count = (entry, 1) if isinstance(entry, str) else entry
             out.write(f"{token} {int(count)}\n")
@@ -466,7 +468,7 @@ def build_fsmt_tokenizer(folder, src_lang="en", tgt_lang="fr", tokenizer_dir=Non
             "merges.txt": "".join(merge + "\n" for merge in merges),
         }
         for name, text in files.items():
-            (out_dir / name).write_text(text, encoding="utf-8")
+            write_text(out_dir / name, text, encoding="utf-8")
         return FSMTTokenizer(
             langs=[src_lang, tgt_lang],
             src_vocab_file=str(out_dir / "vocab-src.json"),
@@ -944,7 +946,7 @@ def _extracted_model_folder(tar_path: Path, extract_dir=None) -> Path:
     try:
         folder = safe_extract(tar_path, staging)
         relative = folder.relative_to(staging).as_posix()
-        (staging / _EXTRACTED_MARKER).write_text(relative or ".", encoding="utf-8")
+        write_text(staging / _EXTRACTED_MARKER, relative or ".", encoding="utf-8")
         try:
             os.rename(staging, target)
         except OSError:
@@ -1071,10 +1073,10 @@ def write_fairseq_checkpoint_dir(model, src_dict_tokens, tgt_dict_tokens, bpecod
     }
     out_dir.mkdir(parents=True, exist_ok=True)
     # torch's pre-1.6 serialization, as in the 2018 checkpoints (torch.load reads both formats).
-    torch.save(checkpoint, out_dir / "model.pt", _use_new_zipfile_serialization=False)
+    save_torch(checkpoint, out_dir / "model.pt", _use_new_zipfile_serialization=False)
     write_fairseq_dict(out_dir / f"dict.{src_lang}.txt", src_dict_tokens)
     write_fairseq_dict(out_dir / f"dict.{tgt_lang}.txt", tgt_dict_tokens)
-    shutil.copyfile(bpecodes_path, out_dir / "bpecodes")
+    copy_file(bpecodes_path, out_dir / "bpecodes")
     return out_dir
 
 
@@ -1090,8 +1092,6 @@ def write_fairseq_tarball(model, src_dict_tokens, tgt_dict_tokens, bpecodes_path
             model, src_dict_tokens, tgt_dict_tokens, bpecodes_path, Path(staging) / folder_name,
             src_lang, tgt_lang, layer_norm_style,
         )
-        partial = tar_path.with_name(tar_path.name + ".partial")
-        with tarfile.open(partial, "w:bz2") as archive:
+        with tar_writer(tar_path, "w:bz2") as archive:
             archive.add(folder, arcname=folder_name)
-        os.replace(partial, tar_path)
     return tar_path

@@ -8,11 +8,11 @@ safetensors only (``use_safetensors=True``; a folder without them is refused).
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import torch
 
+from headprune.io.atomic import atomic_dir
 from headprune.models.prune import load_pruned_weights
 
 # What a model download needs: its config, safetensors weights (sharded ones with their index) and the
@@ -67,14 +67,9 @@ def convert_translation_checkpoint(source, dest, src_lang: str = "en", tgt_lang:
 
     dest = Path(dest)
     model, tokenizer = load_fairseq_translation_model(source, src_lang=src_lang, tgt_lang=tgt_lang)
-    staging = dest.with_name(f".{dest.name}.partial")
-    if staging.exists():
-        shutil.rmtree(staging)
-    model.save_pretrained(staging)
-    tokenizer.save_pretrained(staging)
-    if dest.exists():
-        shutil.rmtree(dest)
-    os.replace(staging, dest)
+    with atomic_dir(dest) as staging:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
     return dest
 
 
@@ -170,14 +165,18 @@ def fetch_pretrained(source: dict, dest) -> Path:
     if "hub" in source:
         from huggingface_hub import snapshot_download
 
-        snapshot_download(repo_id=source["hub"], revision=source.get("revision"), local_dir=dest,
-                          allow_patterns=HUB_ALLOW_PATTERNS)
+        with atomic_dir(dest) as staging:  # a download cut short leaves no half-filled folder
+            snapshot_download(repo_id=source["hub"], revision=source.get("revision"), local_dir=staging,
+                              allow_patterns=HUB_ALLOW_PATTERNS)
     else:
         archive = fetch(source["url"], dest.with_name(dest.name + ".tar.gz"), source.get("sha256"))
-        extracted = safe_extract(archive, dest.with_name(dest.name + ".extracted"))
-        if dest.exists():
-            shutil.rmtree(dest)
-        os.replace(extracted, dest)
+        with atomic_dir(dest) as staging:
+            extracted = safe_extract(archive, staging)
+            if extracted != staging:  # the archive's single top-level folder is the model folder: its files go up
+                top = extracted.rename(staging / f".top-level-{os.getpid()}")  # whatever names it holds
+                for item in top.iterdir():
+                    item.rename(staging / item.name)
+                top.rmdir()
     if not any(dest.glob("*.safetensors")):
         raise FileNotFoundError(f"{dest}: the pretrained model has no *.safetensors weights")
     return dest

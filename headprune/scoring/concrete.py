@@ -34,6 +34,7 @@ The eps of the sampler moves these by at most eps and is ignored.
 """
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterable
 
@@ -41,8 +42,8 @@ import numpy as np
 import pandas as pd
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
+from headprune.io.progress import counted
 from headprune.models.heads import adapter_for, gated, head_shape
 
 TEMPERATURE = 0.33
@@ -54,6 +55,7 @@ EPS = 1e-6
 # U(-sqrt(3 / heads), sqrt(3 / heads))), i.e. half-open gates; init_log_a=None reproduces that.
 INIT_LOG_A = 3.0
 KEEP_THRESHOLD = 0.0  # kept iff the test-time gate is above this (Voita: non-zero)
+log = logging.getLogger(__name__)
 
 
 # --- Closed forms, any log_a tensor ------------------------------------------------------------
@@ -235,7 +237,8 @@ def train_gates(model, batches: Iterable[dict], *, penalty: float, steps: int, l
     try:
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             torch.manual_seed(seed)
-            for step in tqdm(range(steps), desc="concrete gates", disable=not progress):
+            for step in counted(range(steps), f"concrete gates, penalty {penalty:g}", "steps", enabled=progress,
+                                log=log):
                 batch = batches[step % len(batches)]
                 batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
                 with gated(model, gates.sample(noise)):

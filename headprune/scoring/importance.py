@@ -37,11 +37,13 @@ step. Both run the same loop.
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import pandas as pd
-from tqdm.auto import tqdm
+
+from headprune.io.progress import counted
 
 # torch and the model code are imported where they are used: experiments.criteria imports ESTIMATORS in
 # jobs that run no model (a criteria table job starts in a second, not four).
@@ -53,6 +55,7 @@ ESTIMATORS = ("token", "example", "batch")
 # Sums over the data, one (layers, heads) tensor per attention type each.
 GATE_SUMS = (*ESTIMATORS, "fisher")
 ATTENTION_SUMS = ("attention_gradient", "entropy", "entropy_normalized", "confidence")
+log = logging.getLogger(__name__)
 
 
 def _zeros(shape):
@@ -118,7 +121,8 @@ def _score_heads(model, batches, *, attention, estimator, normalize, device, gat
     queries_norm = {t: 0 for t in shape}
     num_tokens = num_examples = 0
     try:
-        for batch in tqdm(batches, desc="head importance", disable=not progress):
+        for batch in counted(batches, "head scores" if attention else "head importance", "batches", enabled=progress,
+                             log=log):
             batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
             leaves = {t: g.to(device).clone().requires_grad_(True) for t, g in start.items()}
             capture = HeadCapture()

@@ -89,6 +89,7 @@ every layer's (batch, heads, T, T) weights of a batch alive until the forward re
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -96,8 +97,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
+from headprune.io.progress import counted
 from headprune.models.heads import DEC_SELF, adapter_for
 
 RETRIEVAL_THRESHOLD = 0.1  # Wu et al.: a retrieval head scores > 0.1
@@ -107,6 +108,7 @@ SINK_THRESHOLD = 0.5
 ROLE_PRIORITY = ("retrieval", "induction", "previous-token", "sink")
 DEFINITIONS = ("code", "distinct")
 SCORE_COLUMNS = ("previous_token", "induction", "sink", "retrieval", "retrieval_distinct")
+log = logging.getLogger(__name__)
 
 # ----------------------------------------------------------------------------------------------
 # Which (query, key) entries each score reads
@@ -283,7 +285,9 @@ def attention_maps_lm(model, windows: Sequence[Sequence[int]], batch_size: int =
     model.eval()
     try:
         with _attention_backend(model, "eager"), torch.no_grad():
-            for start in tqdm(range(0, len(windows), batch_size), desc="attention maps", disable=not progress):
+            for start in counted(range(0, len(windows), batch_size),
+                                 f"attention maps of {len(windows)} windows of {length} tokens", "batches",
+                                 enabled=progress, log=log):
                 ids = torch.tensor(windows[start:start + batch_size], dtype=torch.long, device=device)
                 outputs = model.base_model(input_ids=ids, output_attentions=True, use_cache=False)
                 weights = [w if pairs is None else _pick(w, queries, keys) for w in outputs.attentions if w is not None]
@@ -509,7 +513,8 @@ def model_retrieval_scores(model, tokenizer, items: Sequence[Mapping], is_correc
     if eos_token_id is None:
         eos_token_id = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     code, distinct, answers, correct = [], [], [], []
-    for item in tqdm(items, desc="retrieval items", disable=not progress):
+    for item in counted(items, f"retrieval scores, decoding up to {max_new_tokens} tokens", "items",
+                        enabled=progress, log=log):
         trace = decoding_trace(model, item["prompt_ids"], max_new_tokens, eos_token_id, device=device)
         code.append(copy_paste_scores(trace, item["prompt_ids"], item["needle_span"], "code"))
         distinct.append(copy_paste_scores(trace, item["prompt_ids"], item["needle_span"], "distinct"))

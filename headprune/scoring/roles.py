@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -71,8 +72,9 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
+from headprune.io.atomic import write_text
+from headprune.io.progress import counted
 from headprune.models.heads import ENC_DEC, ENC_SELF, adapter_for
 from headprune.scoring.importance import _use_eager_attention
 
@@ -87,6 +89,7 @@ SYNTACTIC_MARGIN = 0.10
 TOP_K = 500
 MIN_CASES = 20
 ROLE_PRIORITY = ("positional", "rare-word", "syntactic")
+log = logging.getLogger(__name__)
 
 # ----------------------------------------------------------------------------------------------
 # CoNLL-U
@@ -187,7 +190,7 @@ def write_conllu(sentences: Iterable[Sentence], path=None) -> str:
         blocks.append("".join(line + "\n" for line in lines) + "\n")
     text = "".join(blocks)
     if path is not None:
-        Path(path).write_text(text, encoding="utf-8")
+        write_text(path, text, encoding="utf-8")
     return text
 
 
@@ -319,7 +322,8 @@ def attention_maps(model, tokenizer, sentences: Sequence[Sentence | Sequence[str
     model.eval()
     try:
         with torch.no_grad():
-            for start in tqdm(range(0, len(order), batch_size), desc="attention maps", disable=not progress):
+            for start in counted(range(0, len(order), batch_size), f"attention maps of {len(order)} sentences",
+                                 "batches", enabled=progress, log=log):
                 chunk = order[start:start + batch_size]
                 width = max(len(encoded[i][0]) for i in chunk)
                 input_ids = torch.full((len(chunk), width), pad, dtype=torch.long)

@@ -10,17 +10,21 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import math
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from headprune.data.batching import classification_batches
 from headprune.data.datasets import read_glue_split
 from headprune.experiments.evaluate import predict_classes
+from headprune.io import atomic
+from headprune.io.progress import Progress
+
+
+log = logging.getLogger(__name__)
 
 
 def restores_torch_threads(function):
@@ -92,7 +96,8 @@ def finetune_bert_classifier(model_dir, train_tsv, dev_tsv, out_dir, num_labels:
     started = time.time()
     step, epoch_losses = 0, []
     model.train()
-    bar = tqdm(total=total_steps, desc=f"fine-tune {type(model).__name__}", disable=not progress)
+    counter = Progress(total_steps, f"fine-tune {type(model).__name__}", "steps", enabled=progress, log=log)
+    counter.note = lambda: f"loss {epoch_losses[-1]:.3f}" if epoch_losses else ""
     while step < total_steps:
         order = torch.randperm(len(train_pairs), generator=shuffle).tolist()
         batches = classification_batches(tokenizer, [train_pairs[i] for i in order], [train_labels[i] for i in order],
@@ -107,17 +112,16 @@ def finetune_bert_classifier(model_dir, train_tsv, dev_tsv, out_dir, num_labels:
             schedule.step()
             epoch_losses.append(loss.item())
             step += 1
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss.item():.3f}")
-    bar.close()
+            counter.update()
+    counter.close()
     train_seconds = time.time() - started
 
     model.eval()
     dev_batches = classification_batches(tokenizer, dev_pairs, None, max(batch_size, 64), max_length)
-    dev_accuracy = float(np.mean(predict_classes(model, dev_batches) == np.asarray(dev_labels)))
-    out_dir = Path(out_dir)
-    model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
+    dev_accuracy = float(np.mean(predict_classes(model, dev_batches, progress=progress) == np.asarray(dev_labels)))
+    with atomic.atomic_dir(out_dir) as staging:  # a killed job leaves no half-written model folder
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
     return {"dev_accuracy": dev_accuracy, "train_loss": sum(epoch_losses) / max(1, len(epoch_losses)),
             "train_seconds": train_seconds, "num_train_examples": len(train_pairs),
             "num_dev_examples": len(dev_pairs), "epochs": epochs, "steps": total_steps, "device": str(device)}

@@ -27,6 +27,7 @@ a fairseq tarball that every loader of the pipeline reads.
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import random
 import time
@@ -37,14 +38,15 @@ from typing import Callable, Iterable, Mapping
 import pandas as pd
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from headprune.data.datasets import read_lines
+from headprune.io.progress import Progress
 from headprune.models.fairseq import (EOS_ID, FAIRSEQ_SPECIAL_TOKENS, PAD_ID, build_fsmt_tokenizer, config_from_fairseq_options,
                       is_pre_norm, model_class_for, read_fairseq_dict, write_fairseq_tarball)
 from headprune.training.finetune import restores_torch_threads, warmup_linear_decay
 
 LR_SCHEDULES = ("linear", "inverse_sqrt")
+log = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -359,7 +361,9 @@ def train_translation_model(
     history = []
     updates = 0
     model.train()
-    bar = tqdm(total=total_steps, desc="train translation model", disable=not progress)
+    counter = Progress(total_steps, f"train translation model, {epochs} epochs", "updates", enabled=progress, log=log)
+    last = {"epoch": 0, "loss": float("nan")}  # for the progress lines
+    counter.note = lambda: f"epoch {last['epoch']}, loss {last['loss']:.3f}"
     for epoch in range(1, epochs + 1):
         started = time.perf_counter()
         if fixed_batches is not None:
@@ -385,8 +389,8 @@ def train_translation_model(
             loss_sum += loss_value * tokens
             nll_sum += (loss_value if nll is loss else nll.item()) * tokens
             token_sum += tokens
-            bar.update(1)
-            bar.set_postfix(epoch=epoch, loss=f"{loss_value:.3f}")
+            last["epoch"], last["loss"] = epoch, loss_value
+            counter.update()
         record = {"epoch": epoch, "updates": updates, "lr": optimizer.param_groups[0]["lr"],
                   "train_loss": loss_sum / max(token_sum, 1), "train_nll": nll_sum / max(token_sum, 1),
                   "valid_nll": valid_nll() if valid_pairs else None,
@@ -396,7 +400,7 @@ def train_translation_model(
             model.eval()
             on_checkpoint(epoch, model, record)
             model.train()
-    bar.close()
+    counter.close()
     model.eval()
     if not is_pre_norm(config):
         # As headprune.models.fairseq's loader leaves a model: FSMT builds its causal decoder mask only
