@@ -348,6 +348,10 @@ def test_job_over_its_memory_request_is_killed_and_named(slurm_cluster, slurm_pr
     assert state in ("OUT_OF_MEMORY", "FAILED"), state
     assert_says_which_job_failed(text, "evaluate_full", slurm_id, state)
     assert "exceeded memory limit" in slurm_log(text, slurm_id).read_text(), slurm_log(text, slurm_id).read_text()
+    # and the run itself says so (headprune.io.slurm_logs, from the onerror handler): Snakemake shows no
+    # SLURM log after an empty rule log
+    said = text.split("What SLURM said about the jobs that failed", 1)[-1]
+    assert f"{slurm_id}.log:" in said and "exceeded memory limit" in said, text[-4000:]
     assert not (work / FULL).exists()
     # (the rerun, with the config's memory again, is the cancelled job's: it redoes this job alone)
 
@@ -437,3 +441,34 @@ def test_commits_bring_back_only_what_finished_jobs_wrote_in_this_run(tmp_path, 
     assert commits.restore() == [finished]  # onerror
     assert finished.read_text() == '{"done": 1}' and finished.stat().st_mtime_ns == mtime
     assert not killed.exists() and not earlier.exists() and not commits.FOLDER.exists()
+
+
+def test_slurm_logs_say_why_slurm_ended_a_job(tmp_path):
+    """headprune.io.slurm_logs on SLURM logs as slurmstepd and srun write them: the reasons of this run's
+    failed jobs, none from a log older than the run or from a job SLURM did not end."""
+    import os
+
+    from headprune.io import slurm_logs
+
+    folder = tmp_path / ".snakemake" / "slurm_logs"
+    oom = folder / "rule_evaluate_full" / "mnli" / "7.log"
+    cancelled = folder / "group_ablation_mnli_ablate_head" / "8.log"
+    fine = folder / "rule_importance" / "mnli" / "9.log"
+    old = folder / "rule_importance" / "mnli" / "3.log"
+    for path, text in [
+        (oom, "host: vm\nrule evaluate_full:\nslurmstepd: error: StepId=7.0 exceeded memory limit (349396992 > "
+              "209715200), being killed\nsrun: error: vm: task 0: Killed\n"),
+        (cancelled, "rule ablate_head:\nslurmstepd: error: *** JOB 8 ON vm CANCELLED AT 2026-11-25T03:01:02 ***\n"),
+        (fine, "rule importance:\nFinished job 0.\n"),
+        (old, "slurmstepd: error: *** JOB 3 ON vm DUE TO TIME LIMIT ***\n")]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    os.utime(old, (1, 1))  # a log of an earlier run
+    found = slurm_logs.reasons(since=1000, folder=folder)
+    assert found == {
+        oom: ["slurmstepd: error: StepId=7.0 exceeded memory limit (349396992 > 209715200), being killed",
+              "srun: error: vm: task 0: Killed"],
+        cancelled: ["slurmstepd: error: *** JOB 8 ON vm CANCELLED AT 2026-11-25T03:01:02 ***"]}
+    report = slurm_logs.report(since=1000, folder=folder)
+    assert report.startswith("What SLURM said") and f"    {oom}:" in report
+    assert slurm_logs.report(since=1000, folder=tmp_path / "nothing") == ""
