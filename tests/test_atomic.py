@@ -385,8 +385,6 @@ ALLOWED = {
     ("scripts/prepare_iwslt.py", "<module>"): "the rule's log file",
     ("headprune/warm.py", "_connect"): "the warm server's lock file and log",
     ("headprune/models/gpus.py", "_try_lock"): "a GPU's lock file",
-    ("headprune/io/commits.py", "_link"): "links (or copies) a finished output under a temporary name and renames "
-                                          "it itself: a link, which the helper's writers do not make",
     ("headprune/models/loading.py", "model_folder"): "into the hub cache, which huggingface_hub fills atomically "
                                                      "itself (.incomplete files, renamed)",
     ("headprune/models/fairseq.py", "safe_extract"): "extracts into a folder its callers make atomic "

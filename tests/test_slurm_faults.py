@@ -210,6 +210,17 @@ def test_profile_never_trusts_or_keeps_incomplete_output():
     assert readme_rerun_command()[:2] == ["--profile", "profiles/slurm"]
 
 
+def start_group(folder, demo_results, profile, cluster):
+    """A fresh copy of the demo in ``folder`` whose first GROUP_SIZE ablation jobs run as one group's sbatch
+    job, in the background: (work, config, targets, run, SLURM job id, the outputs that sbatch job makes)."""
+    work = fresh_copy(demo_results, folder / "work")
+    config = fault_config(folder / "config.yaml")
+    targets = [head_output(h) for h in HEADS[:GROUP_SIZE]]
+    run = Run(work, targets, profile, config, cluster)
+    (slurm_id,) = wait_for("submission", lambda: list(submitted(run.text()).values()) or None, 120, run)
+    return work, config, targets, run, slurm_id, targets_of(cluster, slurm_id)
+
+
 @pytest.fixture(scope="module")
 def cancelled_group(slurm_cluster, slurm_profile, demo_results, tmp_path_factory):
     """A group's sbatch job (4 ablation jobs, one after another) cancelled (scancel) once two of its jobs have
@@ -217,12 +228,7 @@ def cancelled_group(slurm_cluster, slurm_profile, demo_results, tmp_path_factory
     look at: the two runs' output, the finished jobs' files (inodes) before the cancel, the outputs after it
     (inodes, mtimes) and after the rerun (mtimes)."""
     folder = tmp_path_factory.mktemp("cancelled_group")
-    work = fresh_copy(demo_results, folder / "work")
-    config = fault_config(folder / "config.yaml")
-    targets = [head_output(h) for h in HEADS[:GROUP_SIZE]]
-    run = Run(work, targets, slurm_profile, config, slurm_cluster)
-    (slurm_id,) = wait_for("submission", lambda: list(submitted(run.text()).values()) or None, 120, run)
-    members = targets_of(slurm_cluster, slurm_id)
+    work, config, targets, run, slurm_id, members = start_group(folder, demo_results, slurm_profile, slurm_cluster)
     assert sorted(members) == sorted(targets), batch_script(slurm_cluster, slurm_id)
     done = wait_for("two finished jobs in the group",
                     lambda: (done := [p for p in members if (work / p).exists()]) and len(done) >= 2 and done, 300, run)
@@ -363,12 +369,7 @@ def test_job_whose_node_goes_away_fails_the_run_and_the_rerun_completes_it(slurm
     again and the node comes back. The run fails naming the group and showing the SLURM log; the jobs that
     finished keep their outputs and the rerun redoes the others. (Should the sbatch job end before the node
     goes, the run simply completes.)"""
-    work = fresh_copy(demo_results, tmp_path / "work")
-    config = fault_config(tmp_path / "config.yaml")
-    targets = [head_output(h) for h in HEADS[:GROUP_SIZE]]
-    run = Run(work, targets, slurm_profile, config, slurm_cluster)
-    (slurm_id,) = wait_for("submission", lambda: list(submitted(run.text()).values()) or None, 120, run)
-    members = targets_of(slurm_cluster, slurm_id)
+    work, config, targets, run, slurm_id, members = start_group(tmp_path, demo_results, slurm_profile, slurm_cluster)
     wait_for("a finished job in the group", lambda: any((work / p).exists() for p in members), 300, run)
     finished = inodes(work, members)
     slurm_cluster.stop_daemon("slurmd")

@@ -8,14 +8,14 @@ those that had finished, and records each as done before removing it. A per-job 
 - ``commit(outputs)``: a cluster job whose script succeeded hard-links each output file into
   ``.snakemake/headprune-finished/`` (same path below it; a copy with its mtime if a link cannot be made);
   headprune.workflow.logged() calls it when the script ends without an exception;
-- ``restore()``: the workflow's ``onerror`` handler (rules/ablation.smk) links back every committed output
+- ``restore()``: the workflow's ``onerror`` handler (rules/common.smk) links back every committed output
   Snakemake removed: the same file, its mtime unchanged, so the rerun takes it as done and redoes only
   the jobs that had not finished;
 - ``clear()``: ``onstart`` and ``onsuccess`` empty the folder, so only this run's commits are ever restored.
 
 A job killed mid-run commits nothing: its half-written output (removed by Snakemake) never comes back.
 
-Imports only the standard library.
+Imports only the standard library and headprune.io.atomic.
 """
 from __future__ import annotations
 
@@ -23,17 +23,18 @@ import os
 import shutil
 from pathlib import Path
 
+from headprune.io.atomic import atomic_path
+
 FOLDER = Path(".snakemake") / "headprune-finished"
 
 
 def _link(source: Path, dest: Path) -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.commit-{os.getpid()}")
-    try:
-        os.link(source, tmp)
-    except OSError:  # another file system, or links not allowed: a copy with the same mtime
-        shutil.copy2(source, tmp)
-    os.replace(tmp, dest)
+    with atomic_path(dest) as tmp:
+        try:
+            os.link(source, tmp)
+        except OSError:  # another file system, or links not allowed: a copy with the same mtime
+            shutil.copy2(source, tmp)
 
 
 def commit(outputs, folder: Path = FOLDER) -> list[Path]:
