@@ -281,19 +281,18 @@ def gate_settings(model):
 
 @contextlib.contextmanager
 def prompt_work(model):
-    """Per layer, the (row, position) pairs its attention computed in passes over more than one position
-    (the prompts; generate() then feeds one position at a time)."""
+    """Per layer, the (row, position) pairs its query projection computed in passes over more than one
+    position (the prompts; generate() then feeds one position at a time)."""
     sites = adapter_for(model).sites(model)
     work = [0] * len(sites)
 
     def count(layer):
-        def hook(module, args, kwargs):
-            hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
-            if hidden.shape[1] > 1:
-                work[layer] += hidden.shape[0] * hidden.shape[1]
+        def hook(module, args, output):
+            if args[0].shape[1] > 1:
+                work[layer] += args[0].shape[0] * args[0].shape[1]
         return hook
 
-    handles = [site.attention.register_forward_pre_hook(count(site.layer), with_kwargs=True) for site in sites]
+    handles = [site.query.register_forward_hook(count(site.layer)) for site in sites]
     try:
         yield work
     finally:
@@ -345,14 +344,35 @@ def test_answers_of_batched_variants_equal_generate_on_each_setting(make_model, 
             tokens = generate_variants(model, tokenizer, items, settings, max_new_tokens=8, batch_size=batch_size,
                                        variant_batch_size=variant_batch_size, masking=masking)
         assert tokens == expected
-        # the prompts (but their last token) went through layer j once for the full model and once per variant
-        # first masked in layer j or below (first masked layers 3, 0, 0, 2, 1): 3, 4, 5 times, not 5 each
+        # the prompts (but their last token) went through layer j's attention once for the full model and once
+        # per variant first masked below layer j (first masked layers 3, 0, 0, 2, 1): 1, 3, 4 times; with a
+        # masking that acts inside the attention, also in the variant's first masked layer: 3, 4, 5 times
         prefix = sum(len(item["prompt_ids"]) - 1 for item in items)
-        assert work == [3 * prefix, 4 * prefix, 5 * prefix]
+        assert work == [prefix * n for n in ([1, 3, 4] if masking == "zero" else [3, 4, 5])]
     answers = answer_variants(model, tokenizer, items, settings, max_new_tokens=8, masking=masking)
     assert answers == [[tokenizer.decode(a, skip_special_tokens=True) for a in per] for per in expected]
     assert all(len(set(map(tuple, (per[i] for per in expected)))) > 1 for i in range(len(items)))  # heads mattered
     assert any(len(a) == 8 for per in expected for a in per)
+
+
+def test_answers_are_computed_in_sdpa_and_the_model_is_left_in_eager():
+    """The evaluation needs no attention weights and runs in sdpa (headprune.models.loading.attention_backend);
+    the answers are the eager model's generate() (test above) and the model goes back to eager after, even
+    when the evaluation fails."""
+    tokenizer = bpe_tokenizer()
+    model = tiny_llama_gqa3(len(tokenizer))
+    items = make_items(tokenizer, HAYSTACK, context_lengths=[40], depths=[50], seed=2)
+    seen = []
+    hook = model.model.layers[0].self_attn.register_forward_pre_hook(
+        lambda module, args: seen.append(model.config._attn_implementation))
+    generate_variants(model, tokenizer, items, gate_settings(model), max_new_tokens=4)
+    assert set(seen) == {"sdpa"} and model.config._attn_implementation == "eager"
+    hook.remove()
+    hook = model.model.layers[0].self_attn.register_forward_pre_hook(lambda module, args: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        generate_variants(model, tokenizer, items, [None], max_new_tokens=4)
+    hook.remove()
+    assert model.config._attn_implementation == "eager"
 
 
 def test_a_stop_token_ends_the_answer():

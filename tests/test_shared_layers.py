@@ -6,7 +6,8 @@ import torch
 from headprune.experiments.evaluate import predict_classes, predict_classes_variants
 from headprune.experiments.perplexity import window_nll_variants
 from headprune.experiments.runs import gates_without
-from headprune.experiments.shared_layers import attention_modules, first_masked_layer, forward_variants, layer_stack
+from headprune.experiments.shared_layers import (attention_modules, first_masked_layer, forward_variants, head_output_modules,
+                                                 layer_stack)
 from headprune.models.heads import adapter_for, full_gates, gated
 from test_adapter_contract import CAUSAL, ENCODERS, FAMILIES, build
 
@@ -47,12 +48,32 @@ def test_variants_sharing_layers_equal_each_variant_run_whole(family):
         assert (mine - whole(model, inputs, gates)).abs().max() <= 1e-5
     assert all((shared[i] - shared[1]).abs().max() > 1e-4 for i in (0, 2, 3))  # the masks changed the model
     rows = len(inputs["input_ids"])
-    # one full pass (recording layer 0, and the full model's own result); the layer-0 variant computes
-    # layer 0's queries again unless it replays the head outputs too (attention module apart from the
-    # output projection: BERT-like, not Llama's). DeBERTa-v3 also projects its one row of relative
-    # position embeddings with the query projection.
-    expected = [rows] if attention_modules(model) is not None else [rows, rows]
-    assert [r for r in rows_in_layer0 if r != 1] == expected and not any(module.__dict__.get("forward") for module in stack)
+    # one full pass (recording layer 0, and the full model's own result); the layer-0 variant replays layer
+    # 0's head outputs, so its queries are not computed again (the recorded attention output, or the output
+    # projection's recorded input where the projection is inside the attention module). DeBERTa-v3 also
+    # projects its one row of relative position embeddings with the query projection.
+    assert [r for r in rows_in_layer0 if r != 1] == [rows]
+    assert not any(module.__dict__.get("forward") for module in [*stack, *[m for m, _ in head_output_modules(model)]])
+
+
+def test_a_layer_whose_attention_output_is_not_its_projection_output_is_computed_whole():
+    """Something acting after the output projection inside the attention module (here a scale) would be lost
+    by projecting the recorded head outputs anew: that layer is then computed, not replayed."""
+    model, batch = build("llama")
+    inputs = inputs_of(batch)
+    attention = layer_stack(model)[1].self_attn
+    plain = type(attention).forward.__get__(attention)
+    attention.forward = lambda *args, **kwargs: (lambda out: (out[0] * 0.5, *out[1:]))(plain(*args, **kwargs))
+    calls = []
+    hook = attention.q_proj.register_forward_hook(lambda module, args, out: calls.append(args[0].shape[0]))
+    gates_list = [gates_without(model, [("dec_self", 1, 2)]), gates_without(model, [("dec_self", 0, 1)])]
+    with torch.no_grad():
+        shared = forward_variants(model, inputs, gates_list, logits, variant_batch_size=1000)
+    hook.remove()
+    for gates, mine in zip(gates_list, shared):
+        assert (mine - whole(model, inputs, gates)).abs().max() <= 1e-5
+    rows = len(inputs["input_ids"])
+    assert calls == [rows, rows, rows]  # the recording pass, the layer-1 variant (not replayed), the layer-0 one
 
 
 def test_the_full_pass_stops_after_the_last_layer_the_variants_need():
@@ -85,6 +106,9 @@ def test_an_accelerate_style_forward_is_put_back():
 def test_head_outputs_are_replayed_where_the_output_projection_is_apart(family, separable):
     model, _ = build(family)
     assert (attention_modules(model) is not None) == separable
+    sites = {site.layer: site for site in adapter_for(model).sites(model)}
+    for layer, (module, projection) in enumerate(head_output_modules(model)):
+        assert module is sites[layer].attention and projection is (None if separable else sites[layer].output)
 
 
 def test_uniform_masking_recomputes_the_masked_layer():

@@ -7,6 +7,7 @@ safetensors only (``use_safetensors=True``; a folder without them is refused).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -117,6 +118,25 @@ def load_causal_lm(path, device="cpu", dtype: str = "float32", gpus: int = 1):
     model = load_pruned_weights(AutoModelForCausalLM, path, use_safetensors=True, attn_implementation="eager",
                                 dtype=DTYPES[dtype], **placement(device, gpus))
     return model.eval(), AutoTokenizer.from_pretrained(path)
+
+
+@contextlib.contextmanager
+def attention_backend(model, name: str):
+    """Run the model in attention backend ``name`` ("eager", "sdpa") while the context is open, then switch
+    back. The loaders load eager attention (the backend that returns attention weights); an evaluation
+    that needs none runs faster in sdpa: on a CPU a Llama-layout LM decodes 2-6 times as fast (eager
+    attention copies every key/value head once per query head at every step). A model whose class has no
+    sdpa (``_supports_sdpa`` false) stays as it is."""
+    before = getattr(model.config, "_attn_implementation", None) or "eager"
+    supported = name == "eager" or getattr(model, f"_supports_{name}", False)
+    switch = before != name and supported and hasattr(model, "set_attn_implementation")
+    if switch:
+        model.set_attn_implementation(name)
+    try:
+        yield
+    finally:
+        if switch:
+            model.set_attn_implementation(before)
 
 
 def load_seq2seq(path, device="cpu", dtype: str = "float32", gpus: int = 1, src_code=None, tgt_code=None):

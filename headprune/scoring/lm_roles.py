@@ -88,7 +88,6 @@ every layer's (batch, heads, T, T) weights of a batch alive until the forward re
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -100,6 +99,7 @@ import torch
 
 from headprune.io.progress import counted
 from headprune.models.heads import DEC_SELF, adapter_for
+from headprune.models.loading import attention_backend
 
 RETRIEVAL_THRESHOLD = 0.1  # Wu et al.: a retrieval head scores > 0.1
 INDUCTION_THRESHOLD = 0.3
@@ -208,20 +208,6 @@ def induction_sequences(n: int, count: int, low: int, high: int, seed: int = 0, 
 # Attention maps of a model
 
 
-@contextlib.contextmanager
-def _attention_backend(model, name: str):
-    """Run the model in attention backend ``name`` while the context is open, then switch back."""
-    before = getattr(model.config, "_attn_implementation", None) or "eager"
-    switch = before != name and hasattr(model, "set_attn_implementation")
-    if switch:
-        model.set_attn_implementation(name)
-    try:
-        yield
-    finally:
-        if switch:
-            model.set_attn_implementation(before)
-
-
 def _dec_sites(model):
     sites = [site for site in adapter_for(model).sites(model) if site.attn_type == DEC_SELF]
     if not sites:
@@ -284,7 +270,7 @@ def attention_maps_lm(model, windows: Sequence[Sequence[int]], batch_size: int =
     was_training = model.training
     model.eval()
     try:
-        with _attention_backend(model, "eager"), torch.no_grad():
+        with attention_backend(model, "eager"), torch.no_grad():
             for start in counted(range(0, len(windows), batch_size),
                                  f"attention maps of {len(windows)} windows of {length} tokens", "batches",
                                  enabled=progress, log=log):
@@ -350,7 +336,7 @@ def decoding_trace(model, prompt_ids: Sequence[int], max_new_tokens: int, eos_to
                 past = model.base_model(input_ids=torch.tensor([prompt[:-1]], device=device),
                                         use_cache=True).past_key_values
             token = torch.tensor([[prompt[-1]]], device=device)
-            with _attention_backend(model, "eager"):
+            with attention_backend(model, "eager"):
                 for _ in range(max_new_tokens):
                     outputs = model(input_ids=token, past_key_values=past, use_cache=True, output_attentions=True)
                     past = outputs.past_key_values
