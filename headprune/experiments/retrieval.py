@@ -46,7 +46,7 @@ import torch
 from transformers.cache_utils import DynamicLayer
 
 from headprune.experiments.shared_layers import (_recording, _replaying, first_masked_layer, head_output_modules,
-                                                 layer_stack, replayed_modules, variant_progress)
+                                                 layer_stack, replayed_modules, variant_progress, what_to_record)
 from headprune.experiments.stats import paired_bootstrap
 from headprune.models.heads import gated, stack_gates
 from headprune.models.loading import attention_backend
@@ -181,16 +181,13 @@ def _greedy_variants(model, ids, gates_list, firsts, stack, *, max_new_tokens, s
         firsts = [0] * len(firsts)
     prefix = ids[:, :-1]
     heads = head_output_modules(model) if share and masking == "zero" else None
-    masked = sorted({f for f in firsts if f < layers})
     # the full model's prefix: its cache, and what the variants replay (layers below their first masked one,
     # that layer's head outputs); a variant that masks nothing takes the whole cache
-    wanted = [stack[j] for j in range(max(masked, default=0))] + ([heads[f][0] for f in masked] if heads else [])
+    wanted, last, projections = what_to_record(stack, heads, sorted({f for f in firsts if f < layers}))
     full_cache, recorded = None, {}
     if wanted or layers in firsts:
         full_cache = DynamicCache(config=model.config)
-        stop_after = None if layers in firsts else heads[masked[-1]][0] if heads else stack[masked[-1] - 1]
-        projections = {module: projection for module, projection in heads or [] if projection is not None}
-        with _recording(wanted, recorded, stop_after, projections):
+        with _recording(wanted, recorded, None if layers in firsts else last, projections):
             _prefill(model, prefix, full_cache)
     per_group = max(1, variant_batch_size // rows)
     results: list = [None] * len(gates_list)

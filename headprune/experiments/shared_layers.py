@@ -13,8 +13,8 @@ Layer l's head outputs are replayed under zero masking only (uniform and streami
 the attention): where the attention module puts them out before its output projection (BERT's
 ``BertSelfAttention``), its recorded output; where the projection is inside the module (Llama, GPT-2,
 DistilBERT), the projection's recorded input, projected anew (where the gates act) in place of the
-module's output. That saves the layer's query, key and value projections and its attention: about 0.4
-of a Llama layer at 512 tokens.
+module's output. That saves the layer's query, key and value projections and its attention: a quarter
+of a Llama layer at 512 tokens in eager attention on a CPU (measured, docs/performance.md).
 
 It applies to models with one stack of layers holding every attention head (encoders, decoder-only
 LMs); an encoder-decoder runs each variant whole (its beam search shares the encoder instead).
@@ -157,6 +157,17 @@ def _replaying(outputs: dict, rows: int, times: int):
                 module.forward = forward
 
 
+def what_to_record(stack: nn.ModuleList, heads: list | None, masked: list[int]):
+    """(modules, last, projections) the full model's pass records for variants first masked in layers
+    ``masked`` (sorted): the layers below the deepest of them and, with ``heads`` (``head_output_modules``),
+    each one's head outputs; the last module the pass needs (where it may stop); and the output projections
+    of the attention modules recorded as ``_Projected`` (for ``_recording``)."""
+    modules = [stack[j] for j in range(max(masked, default=0))] + ([heads[f][0] for f in masked] if heads else [])
+    last = (heads[masked[-1]][0] if heads else stack[masked[-1] - 1]) if modules else None
+    projections = {module: projection for module, projection in heads or [] if projection is not None}
+    return modules, last, projections
+
+
 def replayed_modules(stack: nn.ModuleList, heads: list | None, first: int, recorded: dict) -> dict:
     """What a variant first masked in layer ``first`` replays, by module: layers 0 .. first-1, and layer
     ``first``'s head outputs when they were recorded (``heads``: ``head_output_modules``, or None when the
@@ -184,14 +195,11 @@ def forward_variants(model, inputs: dict, gates_list: list, forward: Callable, *
     layers = len(stack) if stack is not None else 0
     heads = head_output_modules(model) if stack is not None and masking == "zero" else None
     firsts = [first_masked_layer(gates, layers) if stack is not None else 0 for gates in gates_list]
-    masked = sorted({f for f in firsts if f < layers})
-    wanted = [stack[j] for j in range(max(masked, default=0))] + ([heads[f][0] for f in masked] if heads else [])
+    wanted, last, projections = what_to_record(stack, heads, sorted({f for f in firsts if f < layers}))
     results: list = [None] * len(gates_list)
     recorded: dict = {}
     if wanted:
         full = [i for i, f in enumerate(firsts) if f == layers]  # variants that mask nothing: this very pass
-        last = heads[masked[-1]][0] if heads else stack[masked[-1] - 1]  # the last module the pass needs
-        projections = {module: projection for module, projection in heads or [] if projection is not None}
         output = None
         with torch.no_grad(), _recording(wanted, recorded, None if full else last, projections):
             output = forward(model, inputs)
