@@ -16,6 +16,14 @@ touches it, but a job's device is the job's business). If the server cannot be r
 simply runs as usual. The server exits after ``IDLE_SECONDS`` without a job; its socket name
 carries a digest of the Python executable and of the package's files, so an edited package gets
 a fresh server.
+
+Who may connect: the server runs any script a peer names, as the server's owner, so only its owner may
+reach it. Its folder (``.snakemake/warm``) is the owner's alone (0700; one owned by another user, a link,
+or one that others may write in is refused, and the job runs without the warm start), the socket is
+bound under umask 0177 (0600 from the first moment), the server refuses a peer whose SO_PEERCRED uid
+is not its own, and a job hands its streams and environment only to a server of its own uid. The folder
+is opened once and used through its descriptor, so a folder swapped for another after the check is
+never used.
 """
 from __future__ import annotations
 
@@ -61,10 +69,18 @@ _in_child = False  # set in a forked child: its start() must let the script run
 CHILD_ENV = "HEADPRUNE_WARM_CHILD"  # and in its environment, for anything it starts
 
 
+FOLDER = Path(".snakemake") / "warm"
+
+
+class UnsafeFolder(OSError):
+    """The socket's folder is not its owner's alone: the warm start is refused, the job runs as usual."""
+
+
 def enabled(snakemake) -> bool:
     config = getattr(snakemake, "config", {}) or {}
+    # SO_PEERCRED (Linux) is how the server knows who connected: without it there is no warm start.
     return (bool(config.get("warm_start")) and str(config.get("device", "cpu")) == "cpu"
-            and "SLURM_JOB_ID" not in os.environ and hasattr(socket, "send_fds"))
+            and "SLURM_JOB_ID" not in os.environ and hasattr(socket, "send_fds") and hasattr(socket, "SO_PEERCRED"))
 
 
 def start(snakemake):
@@ -73,10 +89,17 @@ def start(snakemake):
     if _in_child or os.environ.get(CHILD_ENV) or not enabled(snakemake):
         return
     try:
-        conn = _connect(_socket_path())
+        folder = open_private_folder(FOLDER)
+    except OSError as error:
+        print(f"headprune.warm: {error}; running the job without the warm start", file=sys.stderr)
+        return
+    try:
+        conn = _connect(folder, f"{_package_digest()}.sock")
     except OSError as error:
         print(f"headprune.warm: no warm server ({error}); running the job here", file=sys.stderr)
         return
+    finally:
+        os.close(folder)
     with conn:
         socket.send_fds(conn, [b"job"], [0, 1, 2])
         payload = json.dumps({"script": os.path.abspath(sys.argv[0]), "argv": sys.argv, "cwd": os.getcwd(),
@@ -99,44 +122,89 @@ def _package_digest() -> str:
     return digest.hexdigest()[:16]
 
 
-def _socket_path() -> Path:
-    # Unix socket paths are limited to ~100 bytes: keep it short, in the working directory's .snakemake.
-    folder = Path(".snakemake") / "warm"
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder / f"{_package_digest()}.sock"
+def open_private_folder(path: Path) -> int:
+    """A descriptor of ``path``, a folder only its owner may use, made 0700 where it is missing.
+
+    Refused (UnsafeFolder): a link, a folder owned by another user, or one that group or others may write
+    in (they could have put a socket or a link in it). One that others may only read or search, as an
+    earlier version made it, is narrowed to 0700: nobody but its owner can have written in it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)  # the umask can only narrow it
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as error:
+        raise UnsafeFolder(error.errno, f"{path} is not a folder of its own (a link or a file)", str(path)) from None
+    info = os.fstat(fd)
+    problem = None
+    if info.st_uid != os.getuid():
+        problem = f"{path} is owned by uid {info.st_uid}, not by you (uid {os.getuid()})"
+    elif info.st_mode & 0o022:
+        problem = (f"{path} may be written by others (mode {info.st_mode & 0o777:04o}); remove it, or make it "
+                   f"yours alone with chmod 700 after checking what is in it")
+    if problem:
+        os.close(fd)
+        raise UnsafeFolder(1, problem + ": the warm start runs scripts for whoever reaches its socket", str(path))
+    if info.st_mode & 0o077:
+        os.fchmod(fd, 0o700)
+    return fd
 
 
-def _try_connect(path: Path) -> socket.socket:
+def _in_folder(folder: int, name: str) -> str:
+    # The folder as opened and checked, whatever its path names now; short, too (a Unix socket's path
+    # is limited to ~100 bytes).
+    return f"/proc/self/fd/{folder}/{name}"
+
+
+def _peer(conn: socket.socket) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the process at the other end, as the kernel saw it connect."""
+    return struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+
+
+def _try_connect(folder: int, name: str) -> socket.socket:
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        conn.connect(os.path.relpath(path))
+        conn.connect(_in_folder(folder, name))
+        server_uid = _peer(conn)[1]
+        if server_uid != os.getuid():  # a job's streams and environment go to its own user only
+            raise PermissionError(f"the server on {FOLDER / name} runs as uid {server_uid}, not as you")
     except OSError:
         conn.close()
         raise
     return conn
 
 
-def _connect(path: Path) -> socket.socket:
+def _connect(folder: int, name: str) -> socket.socket:
     """Connect to the server, starting it first if no one has (one starter at a time, by a file lock)."""
     with contextlib.suppress(OSError):
-        return _try_connect(path)
-    with open(path.with_suffix(".lock"), "w") as lock:
+        return _try_connect(folder, name)
+    stem = name.removesuffix(".sock")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    lock = os.open(f"{stem}.lock", flags, 0o600, dir_fd=folder)
+    try:
         fcntl.flock(lock, fcntl.LOCK_EX)
         with contextlib.suppress(OSError):
-            return _try_connect(path)
+            return _try_connect(folder, name)
         with contextlib.suppress(FileNotFoundError):
-            path.unlink()  # a server that is gone left its socket
-        log = open(path.with_suffix(".log"), "ab")
-        subprocess.Popen([sys.executable, "-m", "headprune.warm", os.path.relpath(path)], stdin=subprocess.DEVNULL,
-                         stdout=log, stderr=log, start_new_session=True, cwd=os.getcwd())
+            os.unlink(name, dir_fd=folder)  # a server that is gone left its socket
+        log = os.open(f"{stem}.log", flags | os.O_APPEND, 0o600, dir_fd=folder)
+        try:
+            subprocess.Popen([sys.executable, "-m", "headprune.warm", str(FOLDER), name], stdin=subprocess.DEVNULL,
+                             stdout=log, stderr=log, start_new_session=True, cwd=os.getcwd())
+        finally:
+            os.close(log)
         deadline = time.monotonic() + CONNECT_SECONDS
         while True:
             try:
-                return _try_connect(path)
+                return _try_connect(folder, name)
+            except PermissionError:
+                raise
             except OSError:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
+    finally:
+        os.close(lock)
 
 
 def _read_exactly(conn: socket.socket, size: int) -> bytes:
@@ -170,13 +238,15 @@ def _first_ops():
     torch.set_num_threads(threads)  # starts no thread: a team starts at the first parallel region
 
 
-def serve(path: str, idle: float = IDLE_SECONDS):
-    """Import the heavy modules once, then fork a child per job until ``idle`` seconds pass without one."""
+def serve(folder_path: str, name: str, idle: float = IDLE_SECONDS):
+    """Import the heavy modules once, then fork a child per job of this user until ``idle`` seconds pass
+    without one."""
     import importlib
 
-    for name in PRELOAD:
+    folder = open_private_folder(Path(folder_path))
+    for module in PRELOAD:
         with contextlib.suppress(ImportError):  # another transformers version may lay its modules out otherwise
-            importlib.import_module(name)
+            importlib.import_module(module)
     from headprune.models.families import families
 
     families()  # every family's adapter and transformers model code: a job's first adapter lookup imports them
@@ -188,23 +258,33 @@ def serve(path: str, idle: float = IDLE_SECONDS):
         get_checkpoint_conversion_mapping("bert")
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(path)
+    umask = os.umask(0o177)  # the socket is 0600 from its first moment: no window between bind and chmod
+    try:
+        server.bind(_in_folder(folder, name))
+    finally:
+        os.umask(umask)
     server.listen(64)
     server.settimeout(idle)
-    print(f"warm server {os.getpid()} ready on {path}", flush=True)
+    print(f"warm server {os.getpid()} ready on {Path(folder_path) / name}", flush=True)
     try:
         while True:
             try:
                 conn, _ = server.accept()
             except TimeoutError:
                 break
+            pid, uid, _ = _peer(conn)
+            if uid != os.getuid():
+                print(f"refused a job from uid {uid} (pid {pid}): only uid {os.getuid()}, the server's own, "
+                      f"may run jobs here", flush=True)
+                conn.close()
+                continue
             if os.fork() == 0:
                 server.close()
                 _run_child(conn)  # never returns
             conn.close()
     finally:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
+            os.unlink(name, dir_fd=folder)
 
 
 def _run_child(conn: socket.socket):
@@ -261,4 +341,4 @@ if __name__ == "__main__":
     # start() sees the flag _run_child sets.
     from headprune import warm
 
-    warm.serve(sys.argv[1])
+    warm.serve(sys.argv[1], sys.argv[2])

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -28,13 +29,13 @@ JOB = textwrap.dedent('''
 ''')
 
 
-def run_job(workdir, warm=True, device="cpu", **env):
+def run_job(workdir, warm=True, device="cpu", preexec=None, **env):
     script = workdir / "job.py"
     script.write_text(JOB % {"warm": warm, "device": device})
     environment = {key: value for key, value in os.environ.items() if key != "SLURM_JOB_ID"}
     environment.update(PYTHONPATH=str(ROOT), HEADPRUNE_WARM_IDLE="20", **env)
     return subprocess.run([sys.executable, str(script), "arg1"], cwd=workdir, env=environment, capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=300, preexec_fn=preexec)
 
 
 def server_pids(workdir):
@@ -137,3 +138,189 @@ def test_every_preloaded_package_module_imports():
         except ImportError as error:
             failed[name] = str(error)
     assert not failed, f"PRELOAD names package modules that do not import: {failed}"
+
+
+# --- who may connect (the server runs any script a peer names, as its owner) -------------------------------
+
+NOBODY = 65534
+
+
+def as_group_member(workdir):
+    """The first job under umask 002 (shared group folders): everything it makes is group-writable by default."""
+    return run_job(workdir, preexec=lambda: os.umask(0o002))
+
+
+def folder_and_socket(workdir):
+    folder = workdir / ".snakemake" / "warm"
+    return folder, next(folder.glob("*.sock"))
+
+
+def as_other_user(action):
+    """Run ``action()`` in a forked child as uid/gid 65534 and return its exit code (skip unless root)."""
+    if os.getuid() != 0:
+        pytest.skip("switching to another uid needs root")
+    pid = os.fork()
+    if pid == 0:
+        code = 99
+        try:
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            code = action()
+        finally:
+            os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def send_job(path, script):
+    """A client speaking the server's protocol: 10 the job ran (an exit code came back), 20 the server hung
+    up without running it, 30 the connection was refused by the file system."""
+    import json
+    import socket
+    import struct
+
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(str(path))
+    except PermissionError:
+        return 30
+    try:
+        socket.send_fds(conn, [b"job"], [0, 1, 2])
+        payload = json.dumps({"script": str(script), "argv": [str(script)], "cwd": str(script.parent),
+                              "env": {}, "client": os.getpid()}).encode()
+        conn.sendall(struct.pack("!I", len(payload)) + payload)
+        return 10 if len(conn.recv(4)) == 4 else 20
+    except (BrokenPipeError, ConnectionResetError):
+        return 20
+
+
+@pytest.fixture
+def shared_workdir(tmp_path_factory):
+    """A working folder other users can reach, as a group's shared folder is (pytest's own is root's alone)."""
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="headprune-warm-", dir="/tmp"))
+    path.chmod(0o777)
+    yield path
+    for pid in server_pids(path):
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    subprocess.run(["rm", "-rf", str(path)], check=False)
+
+
+def test_under_a_group_umask_the_folder_and_socket_are_the_owners_alone(workdir):
+    first = as_group_member(workdir)
+    assert first.returncode == 0, first.stderr
+    folder, sock = folder_and_socket(workdir)
+    assert (workdir / ".snakemake").stat().st_mode & 0o777 == 0o775  # the umask did apply to what it may
+    assert folder.stat().st_mode & 0o777 == 0o700
+    assert sock.stat().st_mode & 0o777 == 0o600
+    assert {path.stat().st_mode & 0o777 for path in folder.iterdir()} == {0o600}  # lock and log too
+    assert int((workdir / "result.txt").read_text().split()[1]) in server_pids(workdir)
+
+
+def test_another_user_cannot_reach_the_socket(shared_workdir):
+    assert as_group_member(shared_workdir).returncode == 0
+    _, sock = folder_and_socket(shared_workdir)
+    script = shared_workdir / "theirs.py"
+    script.write_text(f"open({str(shared_workdir / 'pwned')!r}, 'w').write('ran')\n")
+    assert as_other_user(lambda: send_job(sock, script)) == 30
+    assert not (shared_workdir / "pwned").exists()
+
+
+def test_the_server_refuses_a_peer_of_another_uid_whatever_the_modes(shared_workdir):
+    """The file modes are one wall; this takes it down (as a careless chmod would) to test the second: the
+    server asks the kernel who connected (SO_PEERCRED) and hangs up on anyone but its owner."""
+    assert as_group_member(shared_workdir).returncode == 0
+    folder, sock = folder_and_socket(shared_workdir)
+    folder.chmod(0o711)
+    sock.chmod(0o666)
+    script = shared_workdir / "theirs.py"
+    script.write_text(f"open({str(shared_workdir / 'pwned')!r}, 'w').write('ran')\n")
+    assert as_other_user(lambda: send_job(sock, script)) == 20
+    time.sleep(0.5)  # a job the server had run would have written by now
+    assert not (shared_workdir / "pwned").exists()
+    log = next(folder.glob("*.log")).read_text()
+    assert f"refused a job from uid {NOBODY}" in log
+    assert send_job(sock, script) == 10 and (shared_workdir / "pwned").read_text() == "ran"  # its owner may
+
+
+def test_a_job_does_not_hand_itself_to_a_server_of_another_uid(shared_workdir):
+    import socket as sockets
+
+    from headprune import warm
+
+    folder = shared_workdir / ".snakemake" / "warm"
+    folder.mkdir(parents=True, mode=0o777)
+    folder.chmod(0o777)
+    ready = shared_workdir / "ready"
+
+    def fake_server():
+        server = sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM)
+        server.bind(str(folder / "x.sock"))
+        server.listen(1)
+        ready.touch()
+        time.sleep(30)
+        return 0
+
+    if os.getuid() != 0:
+        pytest.skip("switching to another uid needs root")
+    pid = os.fork()
+    if pid == 0:
+        os.setgroups([])
+        os.setgid(NOBODY)
+        os.setuid(NOBODY)
+        os._exit(fake_server())
+    try:
+        for _ in range(100):
+            if ready.exists():
+                break
+            time.sleep(0.05)
+        folder.chmod(0o700)
+        fd = warm.open_private_folder(folder)
+        try:
+            with pytest.raises(PermissionError, match=f"runs as uid {NOBODY}, not as you"):
+                warm._try_connect(fd, "x.sock")
+        finally:
+            os.close(fd)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
+@pytest.mark.parametrize("unsafe", ["world-writable", "group-writable", "another owner", "a link"])
+def test_a_folder_that_is_not_the_owners_alone_is_refused_and_the_job_runs_here(workdir, unsafe):
+    folder = workdir / ".snakemake" / "warm"
+    folder.parent.mkdir()
+    if unsafe == "a link":
+        (workdir / "elsewhere").mkdir(mode=0o700)
+        folder.symlink_to(workdir / "elsewhere")
+    else:
+        folder.mkdir()
+        folder.chmod({"world-writable": 0o777, "group-writable": 0o770}.get(unsafe, 0o700))
+        if unsafe == "another owner":
+            if os.getuid() != 0:
+                pytest.skip("giving a folder away needs root")
+            os.chown(folder, NOBODY, NOBODY)
+    before = folder.lstat()
+    result = run_job(workdir)
+    assert result.returncode == 0, result.stderr
+    expected = {"world-writable": "may be written by others (mode 0777)", "group-writable": "mode 0770",
+                "another owner": f"owned by uid {NOBODY}", "a link": "not a folder of its own"}[unsafe]
+    assert expected in result.stderr and "running the job without the warm start" in result.stderr
+    assert result.stdout == "out None\n"  # the job itself ran, here
+    assert int((workdir / "result.txt").read_text().split()[1]) == os.getpid()
+    after = folder.lstat()
+    assert (after.st_mode, after.st_uid) == (before.st_mode, before.st_uid)  # left as it was
+    assert not list((workdir / "elsewhere" if unsafe == "a link" else folder).iterdir())
+
+
+def test_a_folder_an_earlier_version_left_readable_is_narrowed_and_used(workdir):
+    folder = workdir / ".snakemake" / "warm"
+    folder.mkdir(parents=True)
+    folder.chmod(0o755)  # nobody else could write in it, so nothing in it is theirs
+    result = run_job(workdir)
+    assert result.returncode == 0, result.stderr
+    assert folder.stat().st_mode & 0o777 == 0o700 and server_pids(workdir)
