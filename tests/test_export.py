@@ -1,14 +1,18 @@
-"""A pruned model saved with ``headprune.models.export.save_pruned`` loads with plain transformers (issue #24).
+"""A pruned model saved with ``headprune.models.export.save_pruned`` loads with plain transformers (issues #24, #33).
 
-Each tiny random model is pruned (unevenly under grouped-query attention, and with a layer left with no
-head), saved, and loaded back in a child Python where headprune cannot be imported (``-I -S``: no
-environment, no site hooks, so not the editable install's finder; the venv's site-packages put on
-sys.path by hand; an import hook that refuses headprune on top) with ``AutoModelFor...from_pretrained(
-folder, trust_remote_code=True)``: its outputs on a fixed input, greedy generation for the causal LMs,
-and its parameter count equal the pruned model's in memory. One child loads every folder (importing
-torch and transformers once). ``load_pruned_weights`` still reads the same folders.
+A tiny random model of every family headprune prunes has heads removed (each attention type of an
+encoder-decoder on its own, layers left with different head counts and one with none; unevenly under
+grouped-query attention), is saved, and is loaded back in a child Python where headprune cannot be imported
+(``-I -S``: no environment, no site hooks, so not the editable install's finder; the venv's site-packages put
+on sys.path by hand; an import hook that refuses headprune on top) with ``AutoModelFor...from_pretrained(folder,
+trust_remote_code=True)``. What it computes there is compared with an independent computation in headprune: the
+unpruned model with those heads masked (``gated``, gate 0): the logits of a fixed input within 1e-5, and
+``generate()`` with the generation config saved in the folder (beam search, several steps) token for token.
+Its parameter count equals the physically pruned model's. One child loads every folder (importing torch and
+transformers once). ``load_pruned_weights`` still reads the same folders; the model card says what was pruned.
 """
 import ast
+import copy
 import json
 import os
 import subprocess
@@ -21,16 +25,18 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from transformers import LlamaConfig, LlamaForCausalLM
+import yaml
+from transformers import DebertaConfig, DebertaForSequenceClassification, LlamaConfig, LlamaForCausalLM
 
-from conftest import _spread_weights, bert_batch, tiny_bert, tiny_fsmt
-from test_adapter_contract import (BOS, VOCAB, _causal_config, _random_biases, roberta_batch, tiny_deberta_v2,
-                                   tiny_deberta_v2_separate, tiny_distilbert, tiny_electra, tiny_gpt2,
-                                   tiny_mistral, tiny_qwen2, tiny_roberta, tiny_xlm_roberta)
+from conftest import _spread_weights, bert_batch, fsmt_batch, tiny_bert, tiny_fsmt, tiny_m2m100
+from test_adapter_contract import (BOS, VOCAB, _causal_config, _random_biases, marian_batch, roberta_batch, tiny_bart,
+                                   tiny_deberta_v2, tiny_deberta_v2_separate, tiny_distilbert, tiny_electra, tiny_gpt2,
+                                   tiny_marian, tiny_mbart, tiny_mistral, tiny_nllb, tiny_qwen2, tiny_roberta,
+                                   tiny_xlm_roberta)
 from headprune.models.export import REMOTE, REMOTE_FILES, save_pruned
 from headprune.models.families.llama import query_kv_index
+from headprune.models.heads import full_gates, gated
 from headprune.models.prune import count_heads, load_pruned_weights, prune_heads, pruned_heads
-
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,6 +50,33 @@ def tiny_llama_6_on_2(seed=0):
     return _random_biases(_spread_weights(LlamaForCausalLM(config).eval()))
 
 
+def tiny_fsmt_as_converted():
+    """As headprune's fairseq reader leaves FSMT: plain forward passes without the cache (FSMT builds its causal
+    decoder mask only then), generate() with it."""
+    model = _random_biases(tiny_fsmt())
+    model.config.use_cache = False
+    model.generation_config.use_cache = True
+    return model
+
+
+def tiny_prenorm_shared_all():
+    """fairseq's --share-all-embeddings: one vocabulary, one matrix (M2M100's own tying)."""
+    from conftest import EOS, PAD
+    from headprune.models.prenorm import PreNormTransformer, prenorm_config
+
+    torch.manual_seed(0)
+    config = prenorm_config(source_vocab_size=40, target_vocab_size=40, share_all_embeddings=True,
+                            share_decoder_input_output_embed=True, d_model=16, encoder_layers=2, decoder_layers=2,
+                            encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=32,
+                            decoder_ffn_dim=32, max_position_embeddings=64, pad_token_id=PAD, bos_token_id=0,
+                            eos_token_id=EOS, decoder_start_token_id=EOS, dropout=0.0, attention_dropout=0.0,
+                            activation_dropout=0.0)
+    model = _random_biases(_spread_weights(PreNormTransformer(config).eval()))
+    with torch.no_grad():  # the output matrix is the embeddings: make </s> unlikely in both
+        model.lm_head.weight[EOS] *= -1
+    return model
+
+
 def causal_inputs(seed=1):
     g = torch.Generator().manual_seed(seed)
     ids = torch.cat([torch.full((2, 1), BOS), torch.randint(3, VOCAB, (2, 6), generator=g)], dim=1)
@@ -55,32 +88,45 @@ def encoder_inputs(batch, token_types=True):
     return {k: batch[k] for k in keys if k in batch}
 
 
-# family -> (builder, inputs, heads removed, Auto class, kind: causal / encoder)
+def seq2seq_inputs(batch):
+    return {k: batch[k] for k in ("input_ids", "attention_mask", "decoder_input_ids")}
+
+
 LLAMA_6_REMOVAL = {0: [1], 1: [0, 1, 2, 3, 4, 5], 2: [3, 4, 5], 3: [0, 1, 5]}
 FOUR_HEADS = {0: [1], 1: [0, 1, 2, 3]}
+# Each attention type pruned on its own: layers with 3, 2, 1 and no heads left.
+ENCODER_DECODER = {"enc_self": {0: [1], 1: [0, 1, 2, 3]}, "dec_self": {0: [0, 3], 1: [2]},
+                   "enc_dec": {0: [0, 1, 2, 3], 1: [1, 2, 3]}}
+CAUSAL_LM, CLASSIFIER, SEQ2SEQ = "AutoModelForCausalLM", "AutoModelForSequenceClassification", "AutoModelForSeq2SeqLM"
+# family -> (builder, inputs, heads removed, Auto class)
 CASES = {
-    "llama_6_on_2": (tiny_llama_6_on_2, causal_inputs, {"dec_self": LLAMA_6_REMOVAL}, "AutoModelForCausalLM"),
-    "mistral": (tiny_mistral, causal_inputs, {"dec_self": FOUR_HEADS}, "AutoModelForCausalLM"),
-    "qwen2": (tiny_qwen2, causal_inputs, {"dec_self": FOUR_HEADS}, "AutoModelForCausalLM"),
-    "gpt2": (tiny_gpt2, causal_inputs, {"dec_self": FOUR_HEADS}, "AutoModelForCausalLM"),
-    "bert": (tiny_bert, lambda: encoder_inputs(bert_batch()), {"enc_self": FOUR_HEADS},
-             "AutoModelForSequenceClassification"),
-    "roberta": (tiny_roberta, lambda: encoder_inputs(roberta_batch()), {"enc_self": FOUR_HEADS},
-                "AutoModelForSequenceClassification"),
-    "xlm_roberta": (tiny_xlm_roberta, lambda: encoder_inputs(roberta_batch()), {"enc_self": FOUR_HEADS},
-                    "AutoModelForSequenceClassification"),
-    "electra": (tiny_electra, lambda: encoder_inputs(bert_batch()), {"enc_self": FOUR_HEADS},
-                "AutoModelForSequenceClassification"),
-    "distilbert": (tiny_distilbert, lambda: encoder_inputs(bert_batch(), token_types=False),
-                   {"enc_self": FOUR_HEADS}, "AutoModelForSequenceClassification"),
-    "deberta_v3": (tiny_deberta_v2, lambda: encoder_inputs(bert_batch()), {"enc_self": FOUR_HEADS},
-                   "AutoModelForSequenceClassification"),
+    "llama_6_on_2": (tiny_llama_6_on_2, causal_inputs, {"dec_self": LLAMA_6_REMOVAL}, CAUSAL_LM),
+    "mistral": (tiny_mistral, causal_inputs, {"dec_self": FOUR_HEADS}, CAUSAL_LM),
+    "qwen2": (tiny_qwen2, causal_inputs, {"dec_self": FOUR_HEADS}, CAUSAL_LM),
+    "gpt2": (tiny_gpt2, causal_inputs, {"dec_self": FOUR_HEADS}, CAUSAL_LM),
+    "bert": (tiny_bert, lambda: encoder_inputs(bert_batch()), {"enc_self": FOUR_HEADS}, CLASSIFIER),
+    "roberta": (tiny_roberta, lambda: encoder_inputs(roberta_batch()), {"enc_self": FOUR_HEADS}, CLASSIFIER),
+    "xlm_roberta": (tiny_xlm_roberta, lambda: encoder_inputs(roberta_batch()), {"enc_self": FOUR_HEADS}, CLASSIFIER),
+    "electra": (tiny_electra, lambda: encoder_inputs(bert_batch()), {"enc_self": FOUR_HEADS}, CLASSIFIER),
+    "distilbert": (tiny_distilbert, lambda: encoder_inputs(bert_batch(), token_types=False), {"enc_self": FOUR_HEADS},
+                   CLASSIFIER),
+    "deberta_v3": (tiny_deberta_v2, lambda: encoder_inputs(bert_batch()), {"enc_self": FOUR_HEADS}, CLASSIFIER),
     "deberta_v2": (tiny_deberta_v2_separate, lambda: encoder_inputs(bert_batch()), {"enc_self": FOUR_HEADS},
-                   "AutoModelForSequenceClassification"),
+                   CLASSIFIER),
+    "fsmt": (tiny_fsmt_as_converted, lambda: seq2seq_inputs(fsmt_batch()), ENCODER_DECODER, SEQ2SEQ),
+    "prenorm": (lambda: _random_biases(tiny_m2m100()), lambda: seq2seq_inputs(fsmt_batch()), ENCODER_DECODER,
+                SEQ2SEQ),
+    "prenorm_untied": (lambda: _random_biases(tiny_m2m100(share_decoder_input_output_embed=False)),
+                       lambda: seq2seq_inputs(fsmt_batch()), ENCODER_DECODER, SEQ2SEQ),
+    "prenorm_shared_all": (tiny_prenorm_shared_all, lambda: seq2seq_inputs(fsmt_batch()), ENCODER_DECODER, SEQ2SEQ),
+    "bart": (tiny_bart, lambda: seq2seq_inputs(fsmt_batch()), ENCODER_DECODER, SEQ2SEQ),
+    "mbart": (tiny_mbart, lambda: seq2seq_inputs(fsmt_batch()), ENCODER_DECODER, SEQ2SEQ),
+    "marian": (tiny_marian, lambda: seq2seq_inputs(marian_batch()), ENCODER_DECODER, SEQ2SEQ),
+    "nllb": (tiny_nllb, lambda: seq2seq_inputs(fsmt_batch()), ENCODER_DECODER, SEQ2SEQ),
 }
-CAUSAL = {"llama_6_on_2", "mistral", "qwen2", "gpt2"}
-BASE_MODEL_TOO = {"llama_6_on_2", "bert"}  # also loaded with AutoModel: the base model's hidden states
-NEW_TOKENS = 6
+# also loaded with AutoModel: the base model's (the decoder's) hidden states
+BASE_MODEL_TOO = {"llama_6_on_2", "bert", "fsmt", "bart", "marian"}
+GENERATE_KEYS = {CAUSAL_LM: ["input_ids", "attention_mask"], SEQ2SEQ: ["input_ids", "attention_mask"]}
 TEXT = "the cat sat"
 
 
@@ -89,6 +135,7 @@ def tiny_bert_tokenizer():
 
     words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *"abcdefghijklmnopqrstuvwxyz", "the", "cat", "sat"]
     return BertTokenizer(vocab={w: i for i, w in enumerate(words)})
+
 
 # Runs in the child: python -I -S CHILD site-packages jobs.json
 CHILD = textwrap.dedent('''
@@ -119,8 +166,8 @@ CHILD = textwrap.dedent('''
             outputs = model(**inputs)
             result = outputs.logits if hasattr(outputs, "logits") else outputs.last_hidden_state
             np.save(f"{job['out']}/output.npy", result.numpy())
-            if job["generate"]:
-                tokens = model.generate(**inputs, max_new_tokens=job["generate"], do_sample=False)
+            if job["generate"]:  # with the generation config saved in the folder, nothing else
+                tokens = model.generate(**{k: inputs[k] for k in job["generate"]})
                 np.save(f"{job['out']}/generated.npy", tokens.numpy())
         if job["tokenize"]:
             ids = transformers.AutoTokenizer.from_pretrained(job["folder"])(job["tokenize"])["input_ids"]
@@ -133,39 +180,19 @@ CHILD = textwrap.dedent('''
 ''')
 
 
-def expected_outputs(model, inputs, base=False):
-    with torch.no_grad():
-        if base:
-            return model.base_model(**inputs).last_hidden_state
-        return model(**inputs).logits
+def child_job(root: Path, name: str, auto: str, folder: Path, inputs: dict, generate: list | None = None,
+              tokenize: str | None = None) -> tuple[dict, Path]:
+    """One model for the child to load: (its job, the folder it writes its results to)."""
+    out = root / f"{name}-out"
+    out.mkdir()
+    for k, v in inputs.items():
+        np.save(out / f"input_{k}.npy", v.numpy())
+    return {"auto": auto, "folder": str(folder), "out": str(out), "inputs": list(inputs), "generate": generate,
+            "tokenize": tokenize}, out
 
 
-def greedy(model, inputs):
-    with torch.no_grad():
-        return model.generate(**inputs, max_new_tokens=NEW_TOKENS, do_sample=False)
-
-
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    """family -> (pruned model, inputs, folder, {job name: what the child wrote}); one child for them all."""
-    root = tmp_path_factory.mktemp("export")
-    cases, jobs = {}, []
-    for family, (builder, make_inputs, removal, auto) in CASES.items():
-        model = prune_heads(builder(), removal)
-        inputs = make_inputs()
-        tokenizer = tiny_bert_tokenizer() if family == "bert" else None
-        folder = save_pruned(model, tokenizer, root / family)
-        results = {}
-        for name, auto_class in [("auto", auto)] + ([("base", "AutoModel")] if family in BASE_MODEL_TOO else []):
-            out = root / f"{family}-{name}-out"
-            out.mkdir()
-            for k, v in inputs.items():
-                np.save(out / f"input_{k}.npy", v.numpy())
-            jobs.append({"auto": auto_class, "folder": str(folder), "out": str(out), "inputs": list(inputs),
-                         "generate": NEW_TOKENS if family in CAUSAL and name == "auto" else 0,
-                         "tokenize": TEXT if tokenizer is not None else None})
-            results[name] = out
-        cases[family] = (model, inputs, folder, results)
+def run_child(root: Path, jobs: list[dict]):
+    """Load every job's folder in one Python that cannot import headprune."""
     (root / "jobs.json").write_text(json.dumps(jobs))
     (root / "child.py").write_text(CHILD)
     home = root / "home"
@@ -175,38 +202,112 @@ def exported(tmp_path_factory):
                            str(root / "jobs.json")], cwd=root, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     assert "child ok" in done.stdout
+
+
+def masking(model, removal: dict) -> dict:
+    """Gates that switch off the heads of ``removal`` ({attn_type: {layer: [heads]}})."""
+    gates = full_gates(model)
+    for attn_type, layers in removal.items():
+        for layer, heads in layers.items():
+            gates[attn_type][int(layer), heads] = 0.0
+    return gates
+
+
+def masked_outputs(model, removal, inputs, base=False):
+    with torch.no_grad(), gated(model, masking(model, removal)):
+        if base:
+            outputs = model.base_model(**inputs)
+            return outputs.last_hidden_state
+        return model(**inputs).logits
+
+
+def masked_generate(model, removal, inputs, keys):
+    with torch.no_grad(), gated(model, masking(model, removal)):
+        return model.generate(**{k: inputs[k] for k in keys})
+
+
+def beam_search_config(model):
+    """Beam search over several cached steps, in the generation config that save_pruned writes."""
+    model.generation_config.num_beams = 3
+    model.generation_config.max_new_tokens = 6
+    model.generation_config.min_new_tokens = 4
+    model.generation_config.max_length = None
+    return model
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """family -> (masked model, pruned model, inputs, folder, {job name: what the child wrote}); one child for all."""
+    root = tmp_path_factory.mktemp("export")
+    cases, jobs = {}, []
+    for family, (builder, make_inputs, removal, auto) in CASES.items():
+        model = builder()
+        if auto in GENERATE_KEYS:
+            beam_search_config(model)
+        pruned = prune_heads(copy.deepcopy(model), removal)
+        inputs = make_inputs()
+        tokenizer = tiny_bert_tokenizer() if family == "bert" else None
+        folder = save_pruned(pruned, tokenizer, root / family)
+        results = {}
+        job, results["auto"] = child_job(root, family, auto, folder, inputs, GENERATE_KEYS.get(auto),
+                                         TEXT if tokenizer is not None else None)
+        jobs.append(job)
+        if family in BASE_MODEL_TOO:
+            job, results["base"] = child_job(root, f"{family}-base", "AutoModel", folder, inputs)
+            jobs.append(job)
+        cases[family] = (model, pruned, inputs, folder, results)
+    run_child(root, jobs)
     return cases
 
 
 @pytest.mark.parametrize("family", list(CASES))
 def test_plain_transformers_loads_the_pruned_model(exported, family):
-    model, inputs, folder, results = exported[family]
+    model, pruned, inputs, folder, results = exported[family]
+    removal, auto = CASES[family][2], CASES[family][3]
     out = results["auto"]
     assert sorted(p.name for p in folder.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".ckpt", ".pkl")) == []
     got = np.load(out / "output.npy")
-    assert np.abs(got - expected_outputs(model, inputs).numpy()).max() <= 1e-5
+    assert np.abs(got - masked_outputs(model, removal, inputs).numpy()).max() <= 1e-5
+    with torch.no_grad():
+        assert np.abs(got - model(**inputs).logits.numpy()).max() > 1e-2  # the heads removed mattered
     parameters = json.loads((out / "parameters.json").read_text())
-    assert parameters["parameters"] == sum(p.numel() for p in model.parameters())
-    assert parameters["num_parameters"] == model.num_parameters()
-    if family in CAUSAL:
-        assert np.array_equal(np.load(out / "generated.npy"), greedy(model, inputs).numpy())
+    assert parameters["parameters"] == sum(p.numel() for p in pruned.parameters())
+    assert parameters["parameters"] < sum(p.numel() for p in model.parameters())
+    assert parameters["num_parameters"] == pruned.num_parameters()
+    if auto in GENERATE_KEYS:
+        expected = masked_generate(model, removal, inputs, GENERATE_KEYS[auto])
+        assert np.array_equal(np.load(out / "generated.npy"), expected.numpy())
+        prompt = inputs["input_ids"].shape[1] if auto == CAUSAL_LM else 1
+        assert expected.shape[1] >= prompt + 4  # several cached decoding steps
     if family == "bert":  # saved with its tokenizer
         assert np.load(out / "tokens.npy").tolist() == tiny_bert_tokenizer()(TEXT)["input_ids"]
     if "base" in results:
         got = np.load(results["base"] / "output.npy")
-        assert np.abs(got - expected_outputs(model, inputs, base=True).numpy()).max() <= 1e-5
+        assert np.abs(got - masked_outputs(model, removal, inputs, base=True).numpy()).max() <= 1e-5
+
+
+def test_every_family_headprune_prunes_is_exported():
+    from headprune.models.families import families
+
+    served = {t for module in families().values() for t in module.MODEL_TYPES}
+    assert served == set(REMOTE_FILES)
+    built = {CASES[f][0]().config.model_type for f in CASES}
+    assert built == served
 
 
 @pytest.mark.parametrize("family", list(CASES))
 def test_load_pruned_weights_reads_the_exported_folder(exported, family):
-    model, inputs, folder, _ = exported[family]
+    _, pruned, inputs, folder, _ = exported[family]
     auto = getattr(transformers, CASES[family][3])  # as headprune.models.loading calls it
-    for model_class in (type(model), auto):
+    # headprune's own PreNormTransformer is loaded by its class (headprune.models.fairseq.model_class_for)
+    classes = (type(pruned),) if family.startswith("prenorm") else (type(pruned), auto)
+    for model_class in classes:
         reloaded = load_pruned_weights(model_class, folder, attn_implementation="eager")
-        assert type(reloaded) is type(model)  # transformers' class, not the remote code: no trust_remote_code
-        assert (expected_outputs(reloaded, inputs) - expected_outputs(model, inputs)).abs().max() <= 1e-5
-        assert pruned_heads(reloaded) == pruned_heads(model)
-        assert count_heads(reloaded) == count_heads(model)
+        assert type(reloaded) is type(pruned)  # transformers' class, not the remote code: no trust_remote_code
+        with torch.no_grad():
+            assert (reloaded(**inputs).logits - pruned(**inputs).logits).abs().max() <= 1e-5
+        assert pruned_heads(reloaded) == pruned_heads(pruned)
+        assert count_heads(reloaded) == count_heads(pruned)
     if family == "llama_6_on_2":
         layers = reloaded.model.layers
         assert query_kv_index(layers[0].self_attn).tolist() == [0, 0, 1, 1, 1]  # kv head 0 keeps 2 of 3
@@ -217,33 +318,52 @@ def test_load_pruned_weights_reads_the_exported_folder(exported, family):
 def test_load_classifier_reads_the_exported_folder(exported):
     from headprune.models.loading import load_classifier
 
-    model, inputs, folder, _ = exported["bert"]
+    _, pruned, inputs, folder, _ = exported["bert"]
     reloaded, tokenizer = load_classifier(folder)
-    assert type(reloaded) is type(model)
-    assert (expected_outputs(reloaded, inputs) - expected_outputs(model, inputs)).abs().max() <= 1e-5
+    assert type(reloaded) is type(pruned)
+    with torch.no_grad():
+        assert (reloaded(**inputs).logits - pruned(**inputs).logits).abs().max() <= 1e-5
     assert tokenizer(TEXT)["input_ids"] == tiny_bert_tokenizer()(TEXT)["input_ids"]
 
 
-def test_the_exported_config_and_modeling_file(exported):
-    model, _, folder, _ = exported["llama_6_on_2"]
+def test_the_exported_config_and_modeling_files(exported):
+    folder = exported["llama_6_on_2"][3]
     config = json.loads((folder / "config.json").read_text())
     assert config["auto_map"] == {"AutoModelForCausalLM": "modeling_headprune_llama.PrunedLlamaForCausalLM",
                                   "AutoModel": "modeling_headprune_llama.PrunedLlamaModel"}
     assert config["headprune_pruned_heads"] == {"dec_self": {str(k): v for k, v in LLAMA_6_REMOVAL.items()}}
     assert "AutoConfig" not in config["auto_map"]
-    assert (folder / "modeling_headprune_llama.py").read_text() == (REMOTE / "modeling_headprune_llama.py").read_text()
+    for name in ("modeling_headprune_llama.py", "headprune_common.py"):
+        assert (folder / name).read_text() == (REMOTE / name).read_text()
     assert (folder / "model.safetensors").exists()
 
+    fsmt = json.loads((exported["fsmt"][3] / "config.json").read_text())
+    assert fsmt["auto_map"] == {"AutoModelForSeq2SeqLM": "modeling_headprune_fsmt.PrunedFSMTForConditionalGeneration",
+                                "AutoModel": "modeling_headprune_fsmt.PrunedFSMTModel"}
+    assert fsmt["headprune_pruned_heads"] == {t: {str(k): v for k, v in layers.items()}
+                                              for t, layers in ENCODER_DECODER.items()}
+    # headprune's pre-norm transformer: its own class, no base model (its source vocabulary sits above it)
+    prenorm = json.loads((exported["prenorm"][3] / "config.json").read_text())
+    assert prenorm["auto_map"] == {"AutoModelForSeq2SeqLM": "modeling_headprune_bart.PrunedPreNormTransformer"}
+    assert prenorm["architectures"] == ["PreNormTransformer"]
 
-@pytest.mark.parametrize("name", sorted(set(REMOTE_FILES.values())))
-def test_modeling_files_import_only_torch_and_transformers(name):
+
+def imports_of(name: str) -> tuple[set[str], set[str]]:
+    """(top-level packages, sibling modules) that a modeling file imports."""
     tree = ast.parse((REMOTE / name).read_text())
-    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+    packages = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
                 for alias in node.names}
-    imported |= {node.module.split(".")[0] for node in ast.walk(tree)
+    packages |= {node.module.split(".")[0] for node in ast.walk(tree)
                  if isinstance(node, ast.ImportFrom) and node.level == 0}
-    assert imported <= {"__future__", "torch", "transformers"}
-    assert not [node for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level > 0]
+    siblings = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level > 0}
+    return packages, siblings
+
+
+@pytest.mark.parametrize("name", sorted(set(REMOTE_FILES.values())) + ["headprune_common.py"])
+def test_modeling_files_import_only_torch_transformers_and_the_common_module(name):
+    packages, siblings = imports_of(name)
+    assert packages <= {"__future__", "functools", "torch", "transformers"}
+    assert siblings == (set() if name == "headprune_common.py" else {"headprune_common"})
 
 
 def test_modeling_files_ship_as_package_data():
@@ -254,11 +374,13 @@ def test_modeling_files_ship_as_package_data():
     assert "remote/*.py" in patterns
 
 
-def test_families_left_out_are_refused(tmp_path):
-    model = prune_heads(tiny_fsmt(), {"enc_self": {0: [1]}})
+def test_a_family_not_exported_is_refused(tmp_path):
+    torch.manual_seed(0)
+    config = DebertaConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                           intermediate_size=32)
     with pytest.raises(ValueError, match="cannot be exported"):
-        save_pruned(model, None, tmp_path / "fsmt")
-    assert not (tmp_path / "fsmt").exists()
+        save_pruned(DebertaForSequenceClassification(config), None, tmp_path / "deberta")
+    assert not (tmp_path / "deberta").exists()
 
 
 def test_save_pruned_keeps_the_model_in_memory_unchanged(tmp_path):
@@ -268,3 +390,48 @@ def test_save_pruned_keeps_the_model_in_memory_unchanged(tmp_path):
     assert pruned_heads(model) == before
     assert not hasattr(model.config, "auto_map")  # written into config.json only
     assert not list(tmp_path.glob(".*partial"))
+
+
+# --- The model card ---------------------------------------------------------------------------------------
+
+def read_card(folder: Path) -> tuple[dict, str]:
+    """(the YAML front matter, the markdown after it) of folder/README.md."""
+    text = (folder / "README.md").read_text()
+    assert text.startswith("---\n")
+    front, body = text[4:].split("\n---\n", 1)
+    return yaml.safe_load(front), body
+
+
+def test_the_model_card_says_what_was_pruned_and_how_to_load_it(exported):
+    front, body = read_card(exported["fsmt"][3])
+    assert front["library_name"] == "transformers"
+    assert {"headprune", "pruned", "fsmt", "custom_code"} <= set(front["tags"])
+    assert front["pipeline_tag"] == "translation"
+    assert "base_model" not in front  # built here: no hub id
+    assert "AutoModelForSeq2SeqLM.from_pretrained(\"fsmt\", trust_remote_code=True)" in body
+    assert "15 of its 24 attention heads" in body
+    # one row per attention type and layer: heads kept, heads removed
+    assert "| encoder self-attention (enc_self) | 1 | 0 of 4 | 0, 1, 2, 3 |" in body
+    assert "| cross-attention (enc_dec) | 1 | 1 of 4 | 1, 2, 3 |" in body
+    assert "| decoder self-attention (dec_self) | 0 | 2 of 4 | 0, 3 |" in body
+    assert "- criterion: none recorded (the heads were named by hand)" in body
+
+
+def test_the_model_card_names_the_criterion_the_masking_and_the_curve_point(tmp_path):
+    model = prune_heads(tiny_gpt2(), {"dec_self": FOUR_HEADS})
+    point = {"percent_pruned": 62.5, "heads_pruned": 5, "heads_left": 3, "score": 12.3456, "metric": "perplexity",
+             "unpruned_score": 10.5, "data": "wiki.test.raw (64-token windows)"}
+    folder = save_pruned(model, None, tmp_path / "gpt2-pruned", base_model="openai-community/gpt2",
+                         criterion="importance", masking="zero", curve_point=point)
+    front, body = read_card(folder)
+    assert front["base_model"] == "openai-community/gpt2"
+    assert front["pipeline_tag"] == "text-generation"
+    assert "`openai-community/gpt2` (GPT2LMHeadModel) with 5 of its 8 attention heads" in body
+    assert "- criterion: `importance`" in body
+    assert "- masking while scoring: zero (a masked head's output multiplied by 0" in body
+    assert ("- pruning curve: cut at 62.5% of the heads (5 of 8): perplexity 12.35 (unpruned: 10.5), scored on "
+            "wiki.test.raw (64-token windows).") in body
+    # a local path is named, but is no base_model for the hub
+    folder = save_pruned(model, None, tmp_path / "again", base_model=str(tmp_path))
+    front, body = read_card(folder)
+    assert "base_model" not in front and f"`{tmp_path}`" in body

@@ -1,28 +1,29 @@
-"""Save a pruned model so that plain transformers loads it, without headprune (issue #24).
+"""Save a pruned model so that plain transformers loads it, without headprune (issues #24, #33).
 
 ``save_pruned(model, tokenizer, folder)`` writes what ``save_pretrained`` writes (config.json with
-``headprune_pruned_heads``, model.safetensors), the tokenizer's files, and beside them a modeling file of
-ours (``headprune/models/remote/modeling_headprune_<family>.py``, copied as it is: static text that imports
-only torch and transformers) named in config.json's ``auto_map``. Then, on a machine without headprune,
+``headprune_pruned_heads``, model.safetensors, generation_config.json), the tokenizer's files, a model card
+(README.md) and beside them a modeling file of ours (``headprune/models/remote/modeling_headprune_<family>.py``)
+with the helper module it imports (``headprune_common.py``), copied as they are: static text that imports only
+torch and transformers, named in config.json's ``auto_map``. Then, on a machine without headprune,
 
-    AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)               # Llama, Mistral, Qwen2, GPT-2
-    AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True)  # BERT family
-    AutoModel.from_pretrained(folder, trust_remote_code=True)                           # the base model of either
+    AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)                # Llama, Mistral, Qwen2, GPT-2
+    AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True)   # the BERT family
+    AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)               # the translation models
+    AutoModel.from_pretrained(folder, trust_remote_code=True)                            # the base model of any
 
-builds transformers' own class with each layer's attention cut to the heads the config keeps, so the saved
-shapes load, and gives the pruned model's outputs. The config stays transformers' own (no ``AutoConfig``
-entry): headprune's ``load_pruned_weights`` reads the same folder as before, and ``from_config`` without
-``trust_remote_code`` still builds transformers' class. Weights are safetensors only.
+builds transformers' own class with each layer's attentions cut to the heads the config keeps, so the saved
+shapes load, and gives the pruned model's outputs. transformers copies the helper module with the modeling
+file (``dynamic_module_utils.get_relative_import_files`` follows ``from .headprune_common import``). The
+config stays transformers' own (no ``AutoConfig`` entry): headprune's ``load_pruned_weights`` reads the same
+folder as before, and ``from_config`` without ``trust_remote_code`` still builds transformers' class. Weights
+are safetensors only.
 
-Families exported: ``llama`` (llama, mistral, qwen2: grouped-query attention, uneven kv groups after
-pruning, layers with no heads), ``gpt2``, and the classification encoders ``bert``, ``roberta`` (roberta,
-xlm-roberta), ``electra``, ``distilbert``, ``deberta_v2`` (their ``*ForSequenceClassification`` and base
-``*Model``). Not exported, refused with a ValueError (``load_pruned_weights`` still reads them): the
-translation models, FSMT (fairseq's post-norm transformer), headprune's pre-norm ``PreNormTransformer``
-(a class of headprune's own, ``headprune.models.prenorm``, that plain transformers does not have), and
-transformers' Marian, BART, mBART and M2M100/NLLB. Their pruned attentions run with the encoder-decoder
-cache, cross-attention and (FSMT) time-major layouts, and each would need a modeling file of its own; the
-study loads them with headprune anyway (``headprune.models.loading``).
+Families exported (config.model_type -> modeling file): ``llama`` (llama, mistral, qwen2: grouped-query
+attention, uneven kv groups after pruning, layers with no heads), ``gpt2``, ``bert`` (the classification
+encoders: bert, roberta, xlm-roberta, electra, distilbert, deberta-v2), ``fsmt`` (fairseq's post-norm
+transformer) and ``bart`` (bart, mbart, marian, m2m_100, and headprune's ``PreNormTransformer``, fairseq's
+pre-norm transformer, rebuilt there from its config). The encoder-decoders are pruned in all three attention
+types, each layer on its own.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ import shutil
 from pathlib import Path
 
 from headprune.io.atomic import atomic_dir
+from headprune.models.attention_types import DEC_SELF, ENC_DEC, ENC_SELF
 
 REMOTE = Path(__file__).resolve().parent / "remote"  # the modeling files (package data)
 
@@ -43,11 +45,23 @@ REMOTE_FILES = {
     "bert": "modeling_headprune_bert.py", "roberta": "modeling_headprune_bert.py",
     "xlm-roberta": "modeling_headprune_bert.py", "electra": "modeling_headprune_bert.py",
     "distilbert": "modeling_headprune_bert.py", "deberta-v2": "modeling_headprune_bert.py",
+    "fsmt": "modeling_headprune_fsmt.py",
+    "bart": "modeling_headprune_bart.py", "mbart": "modeling_headprune_bart.py",
+    "marian": "modeling_headprune_bart.py", "m2m_100": "modeling_headprune_bart.py",
 }
 
-# How a class name ends -> the Auto class that loads it (most specific first)
-AUTO_CLASSES = (("ForCausalLM", "AutoModelForCausalLM"), ("LMHeadModel", "AutoModelForCausalLM"),
-                ("ForSequenceClassification", "AutoModelForSequenceClassification"), ("Model", "AutoModel"))
+# The Auto classes a pruned model loads with, and transformers' table of the classes each builds (by model type)
+AUTO_CLASSES = {"AutoModelForCausalLM": "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
+                "AutoModelForSequenceClassification": "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
+                "AutoModelForSeq2SeqLM": "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
+                "AutoModel": "MODEL_MAPPING_NAMES"}
+PIPELINE_TAGS = {"AutoModelForCausalLM": "text-generation", "AutoModelForSequenceClassification": "text-classification",
+                 "AutoModelForSeq2SeqLM": "translation", "AutoModel": "feature-extraction"}
+ATTENTION_NAMES = {ENC_SELF: "encoder self-attention", ENC_DEC: "cross-attention",
+                   DEC_SELF: "decoder self-attention"}
+MASKINGS = {"zero": "zero (a masked head's output multiplied by 0, as the paper masks, and as removing it does)",
+            "uniform": "uniform (a masked head attends uniformly to the keys it may attend to)",
+            "streaming": "streaming (a masked head sees only the first and the last tokens of its context)"}
 
 
 def remote_file(model) -> Path:
@@ -59,14 +73,36 @@ def remote_file(model) -> Path:
     return REMOTE / REMOTE_FILES[model_type]
 
 
+def sibling_imports(source: str) -> list[str]:
+    """The module files a modeling file imports from its own folder (``from .headprune_common import ...``), found
+    as transformers' dynamic module loader finds them, which copies them with it."""
+    return sorted({f"{name}.py" for name in re.findall(r"^\s*from\s+\.(\S+)\s+import", source, re.MULTILINE)})
+
+
+def auto_class(cls) -> str | None:
+    """The Auto class that builds ``cls``, or (headprune's own classes, e.g. PreNormTransformer) the transformers
+    class it extends, as transformers' Auto tables say."""
+    from transformers.models.auto import modeling_auto
+
+    for klass in cls.__mro__:
+        for auto, table in AUTO_CLASSES.items():
+            if klass.__name__ in getattr(modeling_auto, table).values():
+                return auto
+    return None
+
+
 def auto_map(model, source: str) -> dict[str, str]:
     """config.json's ``auto_map``: the Auto class of ``model``'s class, and AutoModel for its base model,
     each pointing at our subclass ``Pruned<class>`` in the modeling file whose text is ``source``."""
     module = REMOTE_FILES[model.config.model_type].removesuffix(".py")
+    classes = [type(model)]
+    # The base model only of transformers' own classes: headprune's PreNormTransformer keeps its source
+    # vocabulary above M2M100's base model, which would not load alone.
+    if type(model).__module__.startswith("transformers."):
+        classes.append(type(model.base_model))
     entries = {}
-    for cls in (type(model), type(model.base_model)):
-        name = cls.__name__
-        auto = next((a for suffix, a in AUTO_CLASSES if name.endswith(suffix)), None)
+    for cls in classes:
+        name, auto = cls.__name__, auto_class(cls)
         if auto is None or auto in entries:
             continue
         if not re.search(rf"^class Pruned{name}\(", source, re.MULTILINE):
@@ -77,32 +113,134 @@ def auto_map(model, source: str) -> dict[str, str]:
     return entries
 
 
-def save_pruned(model, tokenizer, folder) -> Path:
+def save_pruned(model, tokenizer, folder, *, base_model: str | None = None, criterion: str | None = None,
+                masking: str | None = None, curve_point: dict | None = None) -> Path:
     """Write ``model`` (pruned or not) and ``tokenizer`` (or None) to ``folder`` so that plain transformers loads
     it with ``trust_remote_code=True`` (see the module docstring); headprune's ``load_pruned_weights`` reads it
     too. Written to a temporary sibling and renamed, so a half-written folder is never seen. Returns the folder.
 
+    The model card (README.md) says which heads were removed and, where the caller gives them, from which model
+    (``base_model``: a hub id or a path; default the model's ``name_or_path``), by which ``criterion`` and
+    ``masking`` they were chosen, and the pruning curve's point it was cut at (``curve_point``: its row of
+    pruning.csv, with ``percent_pruned``, ``heads_pruned``, ``score`` and ``metric``, and where known
+    ``unpruned_score`` and ``data``, what it was scored on).
+
     >>> from transformers import AutoModelForCausalLM
     >>> _ = remove_heads(model, [("dec_self", 0, 1)])
-    >>> folder = save_pruned(model, tokenizer, "tiny-shared")
+    >>> folder = save_pruned(model, tokenizer, "tiny-shared", criterion="importance")
     >>> sorted(p.name for p in folder.glob("*.py"))
-    ['modeling_headprune_llama.py']
+    ['headprune_common.py', 'modeling_headprune_llama.py']
     >>> plain = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)  # no headprune needed
     >>> plain.model.layers[0].self_attn.q_proj.out_features  # 3 of 4 heads of 8 dims
     24
     """
     folder = Path(folder)
-    source_file = remote_file(model)
-    source = source_file.read_text()
+    modeling_file = remote_file(model)
+    source = modeling_file.read_text()
     entries = auto_map(model, source)
+    code_files = [modeling_file.name, *sibling_imports(source)]
+    card = model_card(model, entries, folder.name, code_files, base_model=base_model, criterion=criterion,
+                      masking=masking, curve_point=curve_point)
     with atomic_dir(folder) as staging:
         model.save_pretrained(staging)  # safetensors: transformers 5 writes nothing else
         if tokenizer is not None:
             tokenizer.save_pretrained(staging)
-        shutil.copyfile(source_file, staging / source_file.name)
+        for name in code_files:
+            shutil.copyfile(REMOTE / name, staging / name)
         config_path = staging / "config.json"
         config = json.loads(config_path.read_text())
         config["auto_map"] = entries
         config.setdefault("headprune_pruned_heads", {})
         config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        (staging / "README.md").write_text(card)
     return folder
+
+
+# --- The model card ------------------------------------------------------------------------------------
+
+def hub_id(name) -> str | None:
+    """``name`` if it reads as a Hugging Face hub id ("gpt2", "facebook/wmt19-en-de") and is no local path."""
+    name = str(name or "")
+    if not re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?", name) or Path(name).exists():
+        return None
+    return None if name.endswith((".tar.gz", ".tar.bz2", ".tgz")) else name
+
+
+def transformers_class(cls):
+    """The first of ``cls`` and its bases that is transformers' own (PreNormTransformer: M2M100's)."""
+    return next(klass for klass in cls.__mro__ if klass.__module__.startswith("transformers."))
+
+
+def heads_table(model) -> tuple[list[str], int, int]:
+    """The card's table of heads per attention type and layer (rows of markdown), heads removed, heads in all."""
+    from headprune.models.heads import head_shape
+    from headprune.models.prune import pruned_heads
+
+    removed_heads = pruned_heads(model)
+    rows = ["| attention | layer | heads kept | heads removed (0-based) |", "|---|---|---|---|"]
+    removed = total = 0
+    for attn_type, (layers, heads) in head_shape(model).items():
+        for layer in range(layers):
+            gone = sorted(removed_heads.get(attn_type, {}).get(layer, []))
+            removed, total = removed + len(gone), total + heads
+            rows.append(f"| {ATTENTION_NAMES[attn_type]} ({attn_type}) | {layer} | {heads - len(gone)} of {heads} | "
+                        f"{', '.join(map(str, gone)) or '-'} |")
+    return rows, removed, total
+
+
+def model_card(model, entries: dict[str, str], name: str, code_files: list[str], *, base_model=None, criterion=None,
+               masking=None, curve_point=None) -> str:
+    """README.md for the saved folder, as the hub's model cards are written: YAML front matter, then what the
+    model is, how to load it, and what was pruned and how."""
+    import transformers
+
+    source = base_model or getattr(model, "name_or_path", None) or getattr(model.config, "_name_or_path", None)
+    hub = hub_id(source)
+    auto = next(iter(entries))  # the model's own Auto class (the base model's comes second)
+    table, removed, total = heads_table(model)
+    parameters = sum(p.numel() for p in model.parameters())
+    built = transformers_class(type(model)).__name__
+
+    front = ["---", "library_name: transformers"] + ([f"base_model: {hub}"] if hub else [])
+    front += ["tags:", "- headprune", "- attention-head-pruning", "- pruned", f"- {model.config.model_type}",
+              "- custom_code", f"pipeline_tag: {PIPELINE_TAGS[auto]}", "---", ""]
+    about = (f"{f'`{source}`' if source else 'A model'} ({type(model).__name__}) with {removed} of its {total} "
+             "attention heads removed physically with headprune (Michel, Levy and Neubig 2019, \"Are Sixteen Heads "
+             f"Really Better than One?\"): {parameters:,} parameters.")
+    loading = [
+        "```python", f"from transformers import {auto}, AutoTokenizer", "",
+        f'model = {auto}.from_pretrained("{name}", trust_remote_code=True)',
+        f'tokenizer = AutoTokenizer.from_pretrained("{name}")', "```", "",
+        f"`trust_remote_code=True` runs {' and '.join(f'`{f}`' for f in code_files)} from this folder: they import "
+        f"only torch and transformers (saved with transformers {transformers.__version__}), build transformers' own "
+        f"`{built}` and cut each attention to the heads kept, so that the weights load. Without it transformers "
+        "builds its class with every head and refuses the weights (a size mismatch). headprune loads it too: "
+        "`headprune.load_model(path)`."]
+    pruned = [f"- removed: {removed} of {total} heads, per attention type and layer in the table below",
+              f"- criterion: {_criterion_text(criterion)}"]
+    if masking is not None:
+        pruned.append(f"- masking while scoring: {MASKINGS.get(str(masking), str(masking))}")
+    if curve_point:
+        pruned.append(f"- pruning curve: {_curve_point_text(curve_point, removed, total)}")
+    lines = [f"# {name}", "", about, "", "## How to load", "", *loading, "", "## What was pruned", "", *pruned, "",
+             *table, ""]
+    return "\n".join(front + lines)
+
+
+def _criterion_text(criterion) -> str:
+    if criterion is None:
+        return "none recorded (the heads were named by hand)"
+    return f"`{criterion}` (its name in headprune: `headprune.CRITERIA`)"
+
+
+def _curve_point_text(point: dict, removed: int, total: int) -> str:
+    percent = point.get("percent_pruned", 100.0 * removed / total if total else 0.0)
+    heads = int(point.get("heads_pruned", removed))
+    text = f"cut at {percent:g}% of the heads ({heads} of {total})"
+    if point.get("score") is not None:
+        text += f": {point.get('metric', 'score')} {point['score']:.4g}"
+        if point.get("unpruned_score") is not None:
+            text += f" (unpruned: {point['unpruned_score']:.4g})"
+    if point.get("data"):
+        text += f", scored on {point['data']}"
+    return text + "."

@@ -1,54 +1,33 @@
 """A Llama-layout causal LM (Llama, Mistral, Qwen2) with attention heads removed, for plain transformers.
 
-Written beside a pruned model's weights by headprune (``headprune.models.export.save_pruned``), and named
-in its config.json's ``auto_map``, so that
+Written beside a pruned model's weights by headprune (``headprune.models.export.save_pruned``), with
+``headprune_common.py``, and named in its config.json's ``auto_map``, so that
 
     AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)
 
-loads the pruned model without headprune. It imports only torch and transformers.
-
-The config is transformers' own (``LlamaConfig`` ...), with the original head counts and one more entry:
-``headprune_pruned_heads``, {"dec_self": {"<layer>": [removed query heads, original indices]}}. Each class
-here is transformers' class, and at init gives every layer with heads removed an attention of the shapes
-the saved weights have: the kept query heads' rows of ``q_proj`` (columns of ``o_proj``), and the rows of
-``k_proj``/``v_proj`` of the key/value heads they read (query head h reads kv head h // groups, groups =
-num_attention_heads // num_key_value_heads). After pruning a kv head may be read by fewer query heads
-than another: the attention then holds, for each kept query head, the position of its kv head among the
-kept ones (``kv_index``, a list) and gathers keys and values by it after the cache, with ``num_key_value_groups``
-1, so that no attention backend (eager, sdpa) repeats them again. A layer with no head left adds only
-``o_proj``'s bias (zeros when it has none) and keeps a one-head zero cache entry as long as the other
-layers'. Only the dynamic cache (the default) is supported: a static cache is sized from the config's
-head counts.
+loads the pruned model without headprune. Its attention type is "dec_self". Each layer with heads removed
+gets an attention of the shapes the saved weights have: the kept query heads' rows of ``q_proj`` (columns
+of ``o_proj``), and the rows of ``k_proj``/``v_proj`` of the key/value heads they read (query head h reads
+kv head h // groups, groups = num_attention_heads // num_key_value_heads). After pruning a kv head may be
+read by fewer query heads than another: the attention then holds, for each kept query head, the position
+of its kv head among the kept ones (``kv_index``, a list) and gathers keys and values by it after the
+cache, with ``num_key_value_groups`` 1, so that no attention backend (eager, sdpa) repeats them again. A
+layer with no head left adds only ``o_proj``'s bias (zeros when it has none) and keeps a one-head zero
+cache entry as long as the other layers'. Only the dynamic cache (the default) is supported: a static
+cache is sized from the config's head counts.
 """
 from __future__ import annotations
 
 import torch
-from torch import nn
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.llama import modeling_llama
 from transformers.models.mistral import modeling_mistral
 from transformers.models.qwen2 import modeling_qwen2
 
-ATTN_TYPE = "dec_self"
+from .headprune_common import DEC_SELF, PrunedModel, cache_without_heads, keep_first
 
 
-def kept_heads(config, layer: int, num_heads: int) -> list[int]:
-    """The original indices of the query heads that layer ``layer`` keeps."""
-    removed = (getattr(config, "headprune_pruned_heads", None) or {}).get(ATTN_TYPE, {}).get(str(layer), [])
-    return [h for h in range(num_heads) if h not in set(removed)]
-
-
-def _keep_first(linear: nn.Linear, out_features: int | None = None, in_features: int | None = None):
-    """Give ``linear`` the shapes of the saved weights (which from_pretrained then loads into it)."""
-    out_features = linear.out_features if out_features is None else out_features
-    in_features = linear.in_features if in_features is None else in_features
-    linear.weight = nn.Parameter(linear.weight.detach()[:out_features, :in_features].clone())
-    if linear.bias is not None:
-        linear.bias = nn.Parameter(linear.bias.detach()[:out_features].clone())
-    linear.out_features, linear.in_features = out_features, in_features
-
-
-class _PrunedGroupedAttention:
+class PrunedGroupedAttention:
     """Mixed into a family's attention class, so that the model still records its attention maps
     (output_attentions finds attention modules by class)."""
 
@@ -61,10 +40,10 @@ class _PrunedGroupedAttention:
         kv_heads = sorted({h // groups for h in heads})
         index = [kv_heads.index(h // groups) for h in heads]
         d = self.head_dim
-        _keep_first(self.q_proj, out_features=len(heads) * d)
-        _keep_first(self.k_proj, out_features=len(kv_heads) * d)
-        _keep_first(self.v_proj, out_features=len(kv_heads) * d)
-        _keep_first(self.o_proj, in_features=len(heads) * d)
+        keep_first(self.q_proj, out_features=len(heads) * d)
+        keep_first(self.k_proj, out_features=len(kv_heads) * d)
+        keep_first(self.v_proj, out_features=len(kv_heads) * d)
+        keep_first(self.o_proj, in_features=len(heads) * d)
         counts = [index.count(k) for k in range(len(kv_heads))]
         uniform = all(c == counts[0] for c in counts)  # also with no head left
         self.num_key_value_groups = counts[0] if counts and uniform else 1
@@ -83,10 +62,9 @@ class _PrunedGroupedAttention:
 
     def forward(self, hidden_states, position_embeddings=None, attention_mask=None, past_key_values=None, **kwargs):
         input_shape = hidden_states.shape[:-1]
-        if self.q_proj.out_features == 0:
-            if past_key_values is not None:  # keep this layer's cache as long as the others'
-                zeros = hidden_states.new_zeros(input_shape[0], 1, input_shape[1], self.head_dim)
-                past_key_values.update(zeros, zeros, self.layer_idx)
+        if self.q_proj.out_features == 0:  # keep this layer's cache as long as the others'
+            cache_without_heads(past_key_values, False, self.layer_idx, input_shape[0], input_shape[1],
+                                self.head_dim, hidden_states)
             return self.o_proj(hidden_states.new_zeros(*input_shape, 0)), None
         hidden_shape = (*input_shape, -1, self.head_dim)
 
@@ -116,65 +94,65 @@ class _PrunedGroupedAttention:
         return self.o_proj(attn_output), attn_weights
 
 
-class PrunedLlamaAttention(_PrunedGroupedAttention, modeling_llama.LlamaAttention):
+class PrunedLlamaAttention(PrunedGroupedAttention, modeling_llama.LlamaAttention):
     _modeling = modeling_llama
 
 
-class PrunedMistralAttention(_PrunedGroupedAttention, modeling_mistral.MistralAttention):
+class PrunedMistralAttention(PrunedGroupedAttention, modeling_mistral.MistralAttention):
     _modeling = modeling_mistral
 
     def _attention_kwargs(self):
         return {"sliding_window": getattr(self.config, "sliding_window", None)}
 
 
-class PrunedQwen2Attention(_PrunedGroupedAttention, modeling_qwen2.Qwen2Attention):
+class PrunedQwen2Attention(PrunedGroupedAttention, modeling_qwen2.Qwen2Attention):
     _modeling = modeling_qwen2
 
     def _attention_kwargs(self):
         return {"sliding_window": self.sliding_window}
 
 
-def prune_layers(model, attention_class):
-    """Give each decoder layer of ``model`` (any class of the family) the heads its config keeps."""
-    config = model.config
-    for i, layer in enumerate(model.base_model.layers):
-        heads = kept_heads(config, i, config.num_attention_heads)
-        if len(heads) < config.num_attention_heads:
-            layer.self_attn.__class__ = attention_class
-            layer.self_attn.keep_heads(heads)
+class LlamaLayout(PrunedModel):
+    """Each decoder layer's ``self_attn`` becomes ``pruned_attention`` with the heads the config keeps."""
+
+    pruned_attention = PrunedLlamaAttention
+
+    def attention_sites(self):
+        return [(DEC_SELF, i, layer.self_attn, self.config.num_attention_heads)
+                for i, layer in enumerate(self.base_model.layers)]
+
+    def keep_heads(self, attention, heads):
+        attention.__class__ = self.pruned_attention
+        attention.keep_heads(heads)
 
 
-class PrunedLlamaModel(modeling_llama.LlamaModel):
-    def __init__(self, config):
-        super().__init__(config)
-        prune_layers(self, PrunedLlamaAttention)
+class MistralLayout(LlamaLayout):
+    pruned_attention = PrunedMistralAttention
 
 
-class PrunedLlamaForCausalLM(modeling_llama.LlamaForCausalLM):
-    def __init__(self, config):
-        super().__init__(config)
-        prune_layers(self, PrunedLlamaAttention)
+class Qwen2Layout(LlamaLayout):
+    pruned_attention = PrunedQwen2Attention
 
 
-class PrunedMistralModel(modeling_mistral.MistralModel):
-    def __init__(self, config):
-        super().__init__(config)
-        prune_layers(self, PrunedMistralAttention)
+class PrunedLlamaModel(LlamaLayout, modeling_llama.LlamaModel):
+    pass
 
 
-class PrunedMistralForCausalLM(modeling_mistral.MistralForCausalLM):
-    def __init__(self, config):
-        super().__init__(config)
-        prune_layers(self, PrunedMistralAttention)
+class PrunedLlamaForCausalLM(LlamaLayout, modeling_llama.LlamaForCausalLM):
+    pass
 
 
-class PrunedQwen2Model(modeling_qwen2.Qwen2Model):
-    def __init__(self, config):
-        super().__init__(config)
-        prune_layers(self, PrunedQwen2Attention)
+class PrunedMistralModel(MistralLayout, modeling_mistral.MistralModel):
+    pass
 
 
-class PrunedQwen2ForCausalLM(modeling_qwen2.Qwen2ForCausalLM):
-    def __init__(self, config):
-        super().__init__(config)
-        prune_layers(self, PrunedQwen2Attention)
+class PrunedMistralForCausalLM(MistralLayout, modeling_mistral.MistralForCausalLM):
+    pass
+
+
+class PrunedQwen2Model(Qwen2Layout, modeling_qwen2.Qwen2Model):
+    pass
+
+
+class PrunedQwen2ForCausalLM(Qwen2Layout, modeling_qwen2.Qwen2ForCausalLM):
+    pass
