@@ -1,9 +1,58 @@
 """Tiny random models and batches shared by the core tests."""
+import os
+
 import pytest
 import torch
 from transformers import BatchEncoding, BertConfig, BertForSequenceClassification, FSMTConfig, FSMTForConditionalGeneration
 
 PAD, EOS = 1, 2
+
+# --- Where the device-aware tests run ------------------------------------------------------------------
+# The gate, pruning, streaming and retrieval tests put their models and batches through on_test_device and
+# compare outputs within tolerance(). By default that is the CPU in float32, each model in the attention its
+# test builds it with (mostly eager), and exact float32 tolerances. benchmarks/gpu_check.py runs them again
+# with HEADPRUNE_TEST_DEVICE=cuda, HEADPRUNE_TEST_DTYPE=float32|bfloat16, HEADPRUNE_TEST_ATTENTION=eager|sdpa.
+TEST_DEVICE = torch.device(os.environ.get("HEADPRUNE_TEST_DEVICE") or "cpu")
+TEST_DTYPE = getattr(torch, os.environ.get("HEADPRUNE_TEST_DTYPE") or "float32")
+TEST_ATTENTION = os.environ.get("HEADPRUNE_TEST_ATTENTION") or None
+SWITCHED = (TEST_DEVICE.type, TEST_DTYPE, TEST_ATTENTION) != ("cpu", torch.float32, None)
+# Two computations of one result that differ only in how their kernels sum (batched or alone, cached or
+# recomputed) agree to float32's last digits on the CPU; a GPU picks other kernels for other shapes, and
+# bfloat16 keeps 8 bits of mantissa (0.4% a rounding), so there a difference is judged against the size of
+# the values compared.
+RELATIVE_TOLERANCE = {torch.float32: 0.0 if TEST_DEVICE.type == "cpu" else 1e-5, torch.bfloat16: 0.05}
+# Equal token ids from two decodings need every step's argmax to agree: bfloat16's rounding turns near-ties
+# either way, so those tests hold only in float32.
+EXACT_DECODING = TEST_DTYPE == torch.float32
+if TEST_DEVICE.type == "cuda":
+    torch.set_float32_matmul_precision("highest")  # float32 products, not TF32's 10-bit mantissa
+
+
+def on_test_device(thing):
+    """A model moved to the test device and dtype (and attention, where set and the family has it: FSMT keeps
+    eager), or a batch (a dict of tensors) or tensor moved to the device; by default the thing itself."""
+    if not SWITCHED:
+        return thing
+    if isinstance(thing, torch.nn.Module):
+        thing = thing.to(device=TEST_DEVICE, dtype=TEST_DTYPE)
+        if TEST_ATTENTION:
+            thing.set_attn_implementation(TEST_ATTENTION)
+        return thing
+    if isinstance(thing, torch.Tensor):
+        return thing.to(TEST_DEVICE)
+    return type(thing)({k: v.to(TEST_DEVICE) for k, v in thing.items()})
+
+
+def tolerance(atol, reference=None):
+    """The largest difference allowed where float32 on the CPU allows ``atol``: elsewhere also a share of the
+    largest finite value of ``reference`` (the outputs compared; a padding row may hold NaN)."""
+    scale = 1.0 if reference is None else float(reference.detach().float().abs().nan_to_num(0.0, 0.0, 0.0).max())
+    return atol + RELATIVE_TOLERANCE[TEST_DTYPE] * max(scale, 1.0)
+
+
+def needs_exact_decoding():
+    if not EXACT_DECODING:
+        pytest.skip(f"token-for-token equal decodings need float32 (running in {TEST_DTYPE})")
 
 
 def tiny_bert(seed=0, layers=2, heads=4, hidden=16, num_labels=3):
@@ -11,7 +60,7 @@ def tiny_bert(seed=0, layers=2, heads=4, hidden=16, num_labels=3):
     config = BertConfig(vocab_size=50, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
                         intermediate_size=32, num_labels=num_labels, sep_token_id=3, pad_token_id=0,
                         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, attn_implementation="eager")
-    return _spread_weights(BertForSequenceClassification(config).eval())
+    return on_test_device(_spread_weights(BertForSequenceClassification(config).eval()))
 
 
 def tiny_fsmt(seed=0, layers=2, heads=4, d_model=16):
@@ -22,7 +71,7 @@ def tiny_fsmt(seed=0, layers=2, heads=4, d_model=16):
                         max_position_embeddings=64, pad_token_id=PAD, bos_token_id=0, eos_token_id=EOS,
                         decoder_start_token_id=EOS, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
                         tie_word_embeddings=False)
-    return _spread_weights(FSMTForConditionalGeneration(config).eval())
+    return on_test_device(_spread_weights(FSMTForConditionalGeneration(config).eval()))
 
 
 def tiny_m2m100(seed=0, layers=2, heads=4, d_model=16, share_decoder_input_output_embed=True):
@@ -41,7 +90,7 @@ def tiny_m2m100(seed=0, layers=2, heads=4, d_model=16, share_decoder_input_outpu
     model = _spread_weights(PreNormTransformer(config).eval())
     with torch.no_grad():  # random pre-norm models end at once; make </s> unlikely so generate() runs on
         model.lm_head.weight[EOS] *= -1
-    return model
+    return on_test_device(model)
 
 
 def _spread_weights(model, std=0.3):
@@ -62,8 +111,8 @@ def bert_batch(seed=1, batch=4, length=9):
         ids[i, n - 1] = 3  # [SEP]
         ids[i, n:] = 0
         mask[i, n:] = 0
-    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids),
-            "labels": torch.randint(0, 3, (batch,), generator=g)}
+    return on_test_device({"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids),
+                           "labels": torch.randint(0, 3, (batch,), generator=g)})
 
 
 def fsmt_batch(seed=1, batch=3, src_len=7, tgt_len=6):
@@ -81,8 +130,8 @@ def fsmt_batch(seed=1, batch=3, src_len=7, tgt_len=6):
     decoder[:, 0] = EOS
     decoder[:, 1:] = labels[:, :-1]
     decoder[labels == PAD] = PAD
-    return {"input_ids": src, "attention_mask": src_mask, "decoder_input_ids": decoder,
-            "decoder_attention_mask": (labels != PAD).long(), "labels": labels}
+    return on_test_device({"input_ids": src, "attention_mask": src_mask, "decoder_input_ids": decoder,
+                           "decoder_attention_mask": (labels != PAD).long(), "labels": labels})
 
 
 # Every head adapter's family, with a tiny model of it and a batch it reads.

@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import FAMILIES, PAD, TRANSLATION_FAMILIES, DigitTokenizer, repeated, tiny_fsmt, tiny_model_and_batch, variants
+from conftest import (FAMILIES, PAD, TRANSLATION_FAMILIES, DigitTokenizer, needs_exact_decoding, repeated, tiny_fsmt,
+                      tiny_model_and_batch, tolerance, variants)
 from headprune.experiments.evaluate import SourceSharingCache, predict_classes, predict_classes_variants, stack_gates, translate, translate_variants
 from headprune.experiments.runs import gates_without
 from headprune.models.heads import adapter_for, gated
@@ -24,7 +25,7 @@ def test_batched_forward_equals_one_by_one(family, attn_type):
     gates_list = variants(model, attn_type)
     batched = logits(model, repeated(batch, len(gates_list)), stack_gates(model, gates_list))
     alone = [logits(model, batch, gates) for gates in gates_list]
-    assert (batched - torch.cat(alone)).abs().max() <= 1e-5
+    assert (batched - torch.cat(alone)).abs().max() <= tolerance(1e-5, batched)
     assert all((a - alone[-1]).abs().max() > 1e-3 for a in alone[:-1])  # every variant changed the model
 
 
@@ -36,6 +37,7 @@ def generate(model, batch, gates):
 @pytest.mark.parametrize("family", TRANSLATION_FAMILIES)
 @pytest.mark.parametrize("attn_type", ["enc_self", "enc_dec", "dec_self"])
 def test_batched_beam_search_equals_one_by_one(family, attn_type):
+    needs_exact_decoding()
     model, batch = tiny_model_and_batch(family)
     gates_list = variants(model, attn_type)
     batched = generate(model, repeated(batch, len(gates_list)), stack_gates(model, gates_list))
@@ -57,6 +59,7 @@ def test_a_batch_that_does_not_hold_the_variants_is_refused():
 
 
 def test_predict_classes_variants_equals_one_by_one():
+    needs_exact_decoding()  # the argmax of each variant's logits
     make_model, make_batch = FAMILIES["bert"]
     model = make_model()
     batches = [make_batch(seed) for seed in (1, 2, 3)]
@@ -68,6 +71,7 @@ def test_predict_classes_variants_equals_one_by_one():
 
 
 def test_translate_variants_equals_one_by_one():
+    needs_exact_decoding()
     model, tokenizer = tiny_fsmt(), DigitTokenizer()
     g = torch.Generator().manual_seed(0)
     sources = [" ".join(map(str, torch.randint(4, 40, (n,), generator=g).tolist())) for n in (5, 3, 6, 2, 4, 6, 3)]

@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from conftest import _spread_weights
+from conftest import _spread_weights, needs_exact_decoding, on_test_device
 from test_adapter_contract import _random_biases
 from headprune.data.retrieval import make_items, read_items, write_items
 from headprune.experiments.retrieval import (answer_variants, generate_variants, paired_bootstrap_retrieval,
@@ -259,7 +259,7 @@ def tiny_llama_gqa3(vocab, layers=3, seed=0):
     config = LlamaConfig(vocab_size=vocab, hidden_size=24, intermediate_size=48, num_hidden_layers=layers,
                          num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=256, bos_token_id=0,
                          eos_token_id=1, pad_token_id=2, attention_bias=False, attn_implementation="eager")
-    return _random_biases(_spread_weights(LlamaForCausalLM(config).eval()))
+    return on_test_device(_random_biases(_spread_weights(LlamaForCausalLM(config).eval())))
 
 
 def tiny_gpt2(vocab, layers=3, seed=0):
@@ -267,7 +267,7 @@ def tiny_gpt2(vocab, layers=3, seed=0):
     config = GPT2Config(vocab_size=vocab, n_embd=16, n_layer=layers, n_head=4, n_positions=256, resid_pdrop=0.0,
                         embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=1, pad_token_id=2,
                         attn_implementation="eager")
-    return _random_biases(_spread_weights(GPT2LMHeadModel(config).eval()))
+    return on_test_device(_random_biases(_spread_weights(GPT2LMHeadModel(config).eval())))
 
 
 def gate_settings(model):
@@ -308,7 +308,7 @@ def reference_answers(model, tokenizer, items, gates, masking, max_new_tokens):
     with gated(model, gates, masking=masking):
         for length in lengths:
             which = [i for i, item in enumerate(items) if len(item["prompt_ids"]) == length]
-            ids = torch.tensor([items[i]["prompt_ids"] for i in which])
+            ids = on_test_device(torch.tensor([items[i]["prompt_ids"] for i in which]))
             out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
                                  max_new_tokens=max_new_tokens, eos_token_id=stops, pad_token_id=tokenizer.pad_token_id)
             for i, row in zip(which, out[:, length:].tolist()):
@@ -331,6 +331,7 @@ def streaming(sink=2, recent=8):
                          ids=["llama-gqa3-zero", "llama-gqa3-uniform", "llama-gqa3-streaming", "gpt2-zero"])
 def test_answers_of_batched_variants_equal_generate_on_each_setting(make_model, masking):
     """(GPT-2's fused query/key/value projection refuses uniform masking: headprune.models.heads.gated.)"""
+    needs_exact_decoding()
     masking = masking() if callable(masking) else masking
     tokenizer = bpe_tokenizer()
     model = make_model(len(tokenizer))
@@ -358,21 +359,22 @@ def test_answers_of_batched_variants_equal_generate_on_each_setting(make_model, 
 def test_answers_are_computed_in_sdpa_and_the_model_is_left_in_eager():
     """The evaluation needs no attention weights and runs in sdpa (headprune.models.loading.attention_backend);
     the answers are the eager model's generate() (test above) and the model goes back to eager after, even
-    when the evaluation fails."""
+    when the evaluation fails (to the attention it had: sdpa where the tests run in sdpa)."""
     tokenizer = bpe_tokenizer()
     model = tiny_llama_gqa3(len(tokenizer))
+    own = model.config._attn_implementation
     items = make_items(tokenizer, HAYSTACK, context_lengths=[40], depths=[50], seed=2)
     seen = []
     hook = model.model.layers[0].self_attn.register_forward_pre_hook(
         lambda module, args: seen.append(model.config._attn_implementation))
     generate_variants(model, tokenizer, items, gate_settings(model), max_new_tokens=4)
-    assert set(seen) == {"sdpa"} and model.config._attn_implementation == "eager"
+    assert set(seen) == {"sdpa"} and model.config._attn_implementation == own
     hook.remove()
     hook = model.model.layers[0].self_attn.register_forward_pre_hook(lambda module, args: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         generate_variants(model, tokenizer, items, [None], max_new_tokens=4)
     hook.remove()
-    assert model.config._attn_implementation == "eager"
+    assert model.config._attn_implementation == own
 
 
 def test_a_stop_token_ends_the_answer():
@@ -395,6 +397,7 @@ def test_a_stop_token_ends_the_answer():
 
 
 def test_retrieval_runs_scores_and_compares_through_the_study_evalset(tmp_path):
+    needs_exact_decoding()  # answers of run() and run_variants() compared
     import pandas as pd
 
     from headprune.experiments import metrics
