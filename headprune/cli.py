@@ -258,6 +258,21 @@ def named_heads(heads, model) -> list[tuple[str, int, int]]:
     return named
 
 
+def cut_point(args, model, tokenizer, evalset, testset, curve, removed, total_heads) -> dict:
+    """The pruning curve's point where the model is cut, for its model card: the curve's row at that many heads,
+    or, when the cut falls between the curve's steps, those heads scored here."""
+    from headprune.experiments.sweeps import pruning_tables
+
+    rows = curve[curve.heads_pruned == len(removed)]
+    if rows.empty:
+        cut, _ = pruning_tables(model, tokenizer, evalset, {args.criterion: removed}, step_percent=100.0,
+                                settings=settings(args), study=study_name(args), total_heads=total_heads)
+        rows = cut[cut.heads_pruned == len(removed)]
+    return {"percent_pruned": 100.0 * len(removed) / total_heads, "heads_pruned": len(removed),
+            "score": float(rows.score.iloc[0]), "metric": rows.metric.iloc[0],
+            "unpruned_score": float(curve[curve.heads_pruned == 0].score.iloc[0]), "data": testset}
+
+
 def run_prune(args):
     from headprune.experiments.criteria import criterion_order, importance_on_pruned, iterative_order
     from headprune.experiments.runs import all_heads
@@ -281,10 +296,14 @@ def run_prune(args):
         curve, _ = pruning_tables(model, tokenizer, evalset, {args.criterion: order}, step_percent=args.step,
                                   settings=settings(args), study=study_name(args), total_heads=len(heads))
         removed = order[:int(round(args.percent * len(heads) / 100.0))]
+        point = cut_point(args, model, tokenizer, evalset, testset, curve, removed, len(heads))
     from headprune.models.export import save_pruned
 
     remove_heads(model, removed)
-    out = save_pruned(model, tokenizer, args.out)  # loads in headprune, and in transformers (trust_remote_code)
+    # loads in headprune, and in transformers (trust_remote_code); its model card says how it was pruned
+    chosen = {} if args.heads is not None else {"criterion": args.criterion, "masking": settings(args).masking,
+                                                  "curve_point": point}
+    out = save_pruned(model, tokenizer, args.out, base_model=args.model, **chosen)
     if args.heads is None:  # after the model: save_pruned replaces the folder
         write_csv(curve, args.curve or out / "pruning.csv")
     log.info("removed %d of %d heads (%s); saved the pruned model to %s", len(removed), len(heads),
