@@ -9,7 +9,7 @@ torch and transformers, named in config.json's ``auto_map``. Then, on a machine 
     AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)                # Llama, Mistral, Qwen2, GPT-2
     AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True)   # the BERT family
     AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)               # the translation models
-    AutoModel.from_pretrained(folder, trust_remote_code=True)                            # the base model of any
+    AutoModel.from_pretrained(folder, trust_remote_code=True)                            # the base model (not pre-norm)
 
 builds transformers' own class with each layer's attentions cut to the heads the config keeps, so the saved
 shapes load, and gives the pruned model's outputs. transformers copies the helper module with the modeling
@@ -236,7 +236,7 @@ def _criterion_text(criterion) -> str:
 def _curve_point_text(point: dict, removed: int, total: int) -> str:
     percent = point.get("percent_pruned", 100.0 * removed / total if total else 0.0)
     heads = int(point.get("heads_pruned", removed))
-    text = f"cut at {percent:g}% of the heads ({heads} of {total})"
+    text = f"cut at {round(percent, 1):g}% of the heads ({heads} of {total})"
     if point.get("score") is not None:
         text += f": {point.get('metric', 'score')} {point['score']:.4g}"
         if point.get("unpruned_score") is not None:
