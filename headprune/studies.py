@@ -4,12 +4,13 @@ of it is asked to do.
 A study is one model scored one way: the translation model (BLEU), a glue task's fine-tuned BERT
 (accuracy, F1 or MCC), or a ``models`` entry (any family, by config; a language model is scored by
 perplexity, and a ``retrieval`` entry scores a language-modelling study's model on finding a needle in a
-haystack). A new kind of scoring is a new kind here (its test sets by role, its evaluation settings)
-and an EvalSet kind in ``headprune.experiments.runs``; every experiment's rule then runs on it. ``Pipeline(config)`` checks what the JSON schema cannot (cross-references between
+haystack). What differs between the ways is the study's kind (``headprune.experiments.kinds``: one class
+each, its test sets by role, its evaluation settings, its checks); a study asks its kind and never
+branches on it. ``Pipeline(config)`` checks what the JSON schema cannot (cross-references between
 sections; the message names the key) and answers every question the rules ask: a study's kind and
 heads, its model folder, its test sets by role, its jobs, their parameters and resources, and the
 targets of the whole run. ``rules/common.smk`` asks it and nothing else, so a new kind of scoring is
-added here, once, and every experiment's rule reaches it.
+one file in ``headprune/experiments/kinds`` and every experiment's rule reaches it.
 
 Torch-free: Snakemake imports it to plan the run.
 """
@@ -19,17 +20,13 @@ import functools
 from pathlib import Path
 
 from headprune.data.datasets import GLUE_TASKS
+from headprune.experiments.kinds import KINDS, kind_of  # noqa: F401 (KINDS: the config's kinds)
+from headprune.experiments.kinds.base import ConfigError
+from headprune.experiments.kinds.language_modeling import LM_SPLITS
 
-KINDS = ("translation", "classification", "language_modeling", "retrieval")
-# What a study's model is scored on decides its attention types: an encoder-decoder translates, an
-# encoder classifies, a decoder-only LM predicts the next token.
-ATTENTION_TYPES = {"translation": ["enc_self", "enc_dec", "dec_self"], "classification": ["enc_self"],
-                   "language_modeling": ["dec_self"], "retrieval": ["dec_self"]}
 # The test sets a study is evaluated on, by role: "eval" (Table 1, pruning), "ood" (cross-domain,
 # Figure 2), "selection" and "test" (one head per layer, Tables 2-3).
 ROLES = ("eval", "ood", "selection", "test")
-# The splits of a language-modelling study's corpus, by role, and their defaults.
-LM_SPLITS = {"eval_split": "test", "selection_split": "validation", "test_split": "test", "importance_split": "train"}
 DYNAMICS_SPLITS = ("train", "valid", "test")
 # Experiments that name studies (config experiments.<name>), each with its own outputs.
 EXPERIMENTS = ("ablation", "pruning", "attention_types", "glue_pruning", "cross_domain", "criteria",
@@ -38,11 +35,6 @@ EXPERIMENTS = ("ablation", "pruning", "attention_types", "glue_pruning", "cross_
 RETRIEVAL_DEFAULTS = {"needles_per_setting": 1, "needle": "The special magic number is {value}.",
                       "question": "What is the special magic number mentioned in the text?", "answer_prefix": "",
                       "value_digits": 5, "chat_template": True, "max_new_tokens": 32, "seed": 0}
-LANGUAGE_MODELS = ("language_modeling", "retrieval")  # decoder-only LMs: their heads' roles are their own
-
-
-class ConfigError(ValueError):
-    """A config that cannot be run; the message names the key."""
 
 
 def glue_task_spec(glue_entry, name):
@@ -98,8 +90,9 @@ class Study:
             self.kind, self.arch, self.section = "classification", config["bert"], "bert"
         else:
             self.kind, self.arch, self.section = self.entry["kind"], self.entry, f"models.{name}"
+        self.scoring = kind_of(self.kind)  # how it is scored: the kind's class answers what differs
         # a retrieval study scores the model of a language-modelling study: its architecture, its corpus
-        self.lm = pipeline.study(self.entry["model"]) if self.kind == "retrieval" else self
+        self.lm = pipeline.study(self.entry["model"]) if self.scoring.scores_another_study else self
         if self.lm is not self:
             self.arch, self.section = self.lm.arch, self.lm.section
 
@@ -127,7 +120,7 @@ class Study:
 
     @property
     def attention_types(self):
-        return ATTENTION_TYPES[self.kind]
+        return self.scoring.attention_types
 
     @property
     def heads(self):
@@ -148,8 +141,7 @@ class Study:
     def finetuned_by_pipeline(self):
         """Every glue task (fine-tuned from bert.pretrained), and a classification models entry with
         finetune: true (from its source)."""
-        return self.name in self.pipeline.glue or (self.kind == "classification"
-                                                   and self.entry.get("finetune", True) is not False)
+        return self.name in self.pipeline.glue or self.scoring.finetuned(self)
 
     @property
     def model_path(self):
@@ -232,57 +224,21 @@ class Study:
 
     def evalset_name(self, role):
         """The test set (translation), split (GLUE) or corpus split (language modelling) that plays ``role``."""
-        if self.kind in LANGUAGE_MODELS:
-            if role == "ood":
-                raise ConfigError(f"config: {self.name} is a language-modelling study: it has no out-of-domain set")
-            if self.kind == "retrieval" and role == "eval":
-                return self.entry.get("haystack_split", self.lm_split("eval_split"))
-            return self.lm_split(f"{role}_split")
-        if self.kind == "translation":
-            key = {"eval": "eval_set", "ood": "ood_set", "selection": "selection_set", "test": "test_set"}[role]
-            section, name = "translation", self.config["translation"].get(key)
-        else:
-            entry = self.pipeline.glue[self.task]
-            key = {"eval": "eval_split", "ood": "ood_split", "selection": "selection_split", "test": "test_split"}[role]
-            section = f"glue.{self.task}"
-            name = entry.get(key, {"eval": "dev", "selection": "train", "test": entry.get("eval_split", "dev")}.get(role))
+        return self.scoring.evalset_name(self, role)
+
+    def named_set(self, role, section, key, name):
+        """``name``, the set config ``section.key`` gives the ``role`` evaluation, which it must give."""
         if name is None:
             raise ConfigError(f"config: {section}.{key} is needed for the '{role}' evaluation of {self.name}")
         return name
 
     def evalset_spec(self, role="eval"):
         """What a script needs to build the test set of ``role`` (headprune.workflow.load_evalset)."""
-        name = self.evalset_name(role)
-        if self.kind == "translation":
-            t = self.config["translation"]
-            source, reference = self.pipeline.testset_files(name)
-            return {"kind": "translation", "source": source, "reference": reference, "lang": t["tgt_lang"],
-                    "max_items": t.get("max_sentences"), "name": name}
-        if self.kind == "retrieval":
-            lengths = "/".join(map(str, self.retrieval["context_lengths"]))
-            return {"kind": "retrieval", "items": f"{self.items_dir}/{name}.jsonl",
-                    "name": f"needle in a haystack, {name} split ({lengths}-token contexts)", "max_items": None}
-        if self.kind == "language_modeling":
-            # the name every table carries states the window, as the protocol asks
-            return {"kind": "language_modeling", "windows": self.windows_file(name),
-                    "name": f"{name} ({self.entry['window']}-token windows)",
-                    "window": self.entry["window"], "max_items": self.entry.get("max_windows")}
-        bert = self.config["bert"]
-        # Tables 2-3 choose the head on 5000 training examples (a seeded subset), as the paper does.
-        max_items = bert.get("selection_examples") if role == "selection" else None
-        return {"kind": "classification", "tsv": f"{self.glue_dir}/{name}.tsv",
-                "metric": self.pipeline.glue[self.task].get("metric", "accuracy"), "name": name,
-                "max_items": max_items, "seed": bert["finetune"]["seed"]}
+        return self.scoring.evalset_spec(self, role, self.evalset_name(role))
 
     def eval_data(self, roles):
         """The files a job reads to evaluate on ``roles``."""
-        if self.kind == "translation":
-            return sorted({f for role in roles for f in self.pipeline.testset_files(self.evalset_name(role))})
-        if self.kind == "language_modeling":
-            return [self.windows_dir]
-        if self.kind == "retrieval":
-            return [self.items_dir]
-        return [self.glue_dir]
+        return self.scoring.eval_data(self, roles)
 
     def masking(self, default):
         """How this study's ablation and pruning mask a head: models.<study>.masking over the experiment's."""
@@ -294,24 +250,7 @@ class Study:
         config = self.config
         rows = config["ablation"].get("variant_batch_size", {}).get(self.kind, 256)
         streaming = {key: config["streaming"][key] for key in ("sink", "recent")} if masking == "streaming" else {}
-        if self.kind == "translation":
-            t = config["translation"]
-            return {"batch_size": self.entry.get("batch_size", t["batch_size"]), "beam": t["beam"],
-                    "lenpen": t["lenpen"], "bleu": bleu, "masking": masking, "variant_batch_size": rows}
-        if self.kind == "language_modeling":
-            return {"batch_size": self.entry["batch_size"], "masking": masking, "variant_batch_size": rows, **streaming}
-        if self.kind == "retrieval":
-            return {"batch_size": self.entry["batch_size"], "masking": masking, "variant_batch_size": rows,
-                    "max_new_tokens": self.retrieval["max_new_tokens"], **streaming}
-        in_models = self.name in self.pipeline.models
-        return {"batch_size": self.entry.get("batch_size", 64) if in_models else config["bert"]["eval_batch_size"],
-                "max_length": config["bert"]["finetune"]["max_length"], "masking": masking,
-                "variant_batch_size": rows}
-
-    def _lm_train_spec(self, batch_size, max_items):
-        """Windows of the importance split, as importance_batches reads them."""
-        return {"kind": "language_modeling", "windows": self.windows_file(self.lm_split("importance_split")),
-                "batch_size": batch_size, "max_items": max_items}
+        return self.scoring.eval_settings(self, bleu, masking, rows, streaming)
 
     @property
     def importance_table(self):
@@ -321,58 +260,23 @@ class Study:
     @property
     def importance_data(self):
         """The files I_h is estimated on."""
-        if self.lm is not self:
-            return self.lm.importance_data
-        if self.kind == "translation":
-            return [f for name in self.config["translation"]["importance_sets"]
-                    for f in self.pipeline.testset_files(name)]
-        if self.kind == "language_modeling":
-            return [self.windows_dir]
-        return [self.glue_dir]
+        return self.scoring.importance_data(self)
 
     @property
     def importance_spec(self):
         """The data I_h is estimated on: newstest2009-12 for translation, the training split for BERT, the
         first importance_windows windows of a language model's importance split."""
-        config = self.config
-        if self.lm is not self:
-            return self.lm.importance_spec
-        if self.kind == "translation":
-            t = config["translation"]
-            return {"kind": "translation", "sets": [dict(zip(("source", "reference"), self.pipeline.testset_files(n)))
-                                                    for n in t["importance_sets"]],
-                    "batch_size": t["importance_batch_size"], "max_items": t.get("max_sentences")}
-        if self.kind == "language_modeling":
-            return self._lm_train_spec(self.entry["batch_size"], self.entry.get("importance_windows"))
-        bert = config["bert"]
-        return {"kind": "classification", "tsv": f"{self.glue_dir}/{self._train_split}.tsv",
-                "batch_size": bert["finetune"]["batch_size"], "max_length": bert["finetune"]["max_length"],
-                "max_items": bert.get("importance_examples"), "seed": bert["finetune"]["seed"]}
-
-    @property
-    def _train_split(self):
-        return self.pipeline.glue[self.task].get("train_split", "train")
+        return self.scoring.importance_spec(self)
 
     @property
     def train_data(self):
         """The training data files (gates, roles): translation.train_sets, the GLUE task's folder, or the
         windows of a language model's importance split."""
-        if self.kind == "translation":
-            return [f for name in self.pipeline.translation_train_sets for f in self.pipeline.testset_files(name)]
-        return self.importance_data
+        return self.scoring.train_data(self)
 
     def train_spec(self, batch_size):
         """The training data as headprune.workflow.importance_batches reads it (config.concrete's items)."""
-        concrete = self.config["concrete"]
-        if self.kind in LANGUAGE_MODELS:
-            return self.lm._lm_train_spec(batch_size, concrete["max_items"])
-        if self.kind == "translation":
-            return {"kind": "translation", "sets": [dict(zip(("source", "reference"), self.pipeline.testset_files(n)))
-                                                    for n in self.pipeline.translation_train_sets],
-                    "batch_size": batch_size, "max_items": concrete["max_items"], "seed": concrete["seed"]}
-        return {"kind": "classification", "tsv": f"{self.glue_dir}/{self._train_split}.tsv",
-                "batch_size": batch_size, "max_length": self.config["bert"]["finetune"]["max_length"],
-                "max_items": concrete["max_items"], "seed": concrete["seed"]}
+        return self.scoring.train_spec(self, batch_size)
 
     # --- experiments ------------------------------------------------------------------------
 
@@ -511,9 +415,7 @@ class Study:
     @property
     def speed_eval_data(self):
         """Only the eval set: newstest2013 (translation), the GLUE task's folder (its eval split), the LM's windows."""
-        if self.kind == "translation":
-            return self.pipeline.testset_files(self.evalset_name("eval"))
-        return self.eval_data(["eval"])
+        return self.scoring.speed_data(self)
 
     def speed_params(self):
         """The eval set (the first/seeded speed.max_items items of it) and how to time it."""
@@ -523,21 +425,13 @@ class Study:
             evalset["max_items"] = speed["max_items"]
         settings = {"batch_sizes": speed.get("batch_sizes", [1, 4, 16, 64]), "repeats": speed.get("repeats", 3),
                     "prune_percent": speed.get("prune_percent", 50), "warmup_batches": speed.get("warmup_batches", 2)}
-        if self.kind == "translation":
-            settings.update(beam=self.config["translation"]["beam"], lenpen=self.config["translation"]["lenpen"])
-        elif self.kind == "language_modeling":
-            settings.update(decode_tokens=speed.get("decode_tokens", 32))
-        else:
-            settings.update(max_length=self.config["bert"]["finetune"]["max_length"],
-                            padding=speed.get("padding", "max_length"))
+        settings.update(self.scoring.speed_settings(self, speed))
         return {"eval": evalset, "settings": settings}
 
     @property
     def parse_text(self):
         """The eval set's source text, which the roles' parser reads."""
-        if self.kind == "translation":
-            return self.pipeline.testset_files(self.evalset_name("eval"))[:1]
-        return [self.glue_dir]
+        return self.scoring.parse_text(self)
 
     def parse_params(self):
         """Which sentences are parsed (the eval set's source side, or its first text field), and by what."""
@@ -547,23 +441,12 @@ class Study:
         return {"eval": evalset, "parser": roles["parser"], "stanza": roles["stanza"]}
 
     def roles_params(self):
-        roles = self.config["roles"]
-        if self.kind in LANGUAGE_MODELS:
-            return {"windows": self.evalset_spec("eval") if self.kind == "language_modeling"
-                    else self.lm.evalset_spec("eval"), "items": self.evalset_spec("eval") if self.kind == "retrieval" else None,
-                    "max_windows": roles["lm_windows"], "induction": roles["induction"], "batch_size": roles["batch_size"],
-                    "max_new_tokens": self.retrieval["max_new_tokens"] if self.kind == "retrieval" else None,
-                    "kv_heads": self.lm.entry.get("kv_heads")}
-        return {"train": self.train_spec(roles["batch_size"]),
-                **{key: roles[key] for key in ("frequent_words", "positional_threshold", "syntactic_margin", "batch_size")}}
+        return self.scoring.roles_params(self, self.config["roles"])
 
     def head_roles_inputs(self):
         """What the head_roles job reads: an encoder's parsed source sentences and training data (Voita's roles),
         a language model's text windows and, for a retrieval study, its needle-in-a-haystack items."""
-        inputs = {"model": self.model_path, "importance": self.importance_table}
-        if self.kind in LANGUAGE_MODELS:
-            return {**inputs, "windows": self.lm.windows_dir, **({"needles": self.items_dir} if self.kind == "retrieval" else {})}
-        return {**inputs, "parses": f"{self.pipeline.results_dir}/{self.name}/roles/source.conllu", "train": self.train_data}
+        return self.scoring.head_roles_inputs(self, {"model": self.model_path, "importance": self.importance_table})
 
     def retrieval_heads_params(self):
         """Wu et al.'s experiment: the top-K heads by retrieval score masked, against K random heads."""
@@ -833,7 +716,7 @@ class Pipeline:
             "pruning": self.importance_pruning_tables(experiments.get("pruning", []) + experiments.get("glue_pruning", []),
                                                       ["all"]),
             "attention_types": self.importance_pruning_tables(experiments.get("attention_types", []),
-                                                              ATTENTION_TYPES["translation"]),
+                                                              kind_of("translation").attention_types),
             "dynamics": self.dynamics.pruning_tables if self.dynamics else [],  # in the order of scorecard_epochs
             "speed": [f"{self.figures_dir}/{study.name}/table4.csv" for study in self.speed_studies],
             "roles": [f"{results}/{study}/head_roles.csv" for study in experiments.get("retrieval_heads", [])],
@@ -852,7 +735,7 @@ class Pipeline:
     def scored_side_by_side(self) -> list[Study]:
         """Retrieval studies whose language model is ablated and pruned with them: one figure shows both scores."""
         both = set(self.config["experiments"]["ablation"]) & set(self.config["experiments"]["pruning"])
-        return [study for study in self.studies if study.kind == "retrieval" and {study.name, study.lm.name} <= both]
+        return [study for study in self.studies if study.scoring.scores_another_study and {study.name, study.lm.name} <= both]
 
     def targets(self):
         """Every table and figure the configured experiments produce (the default target)."""
@@ -918,51 +801,30 @@ class Pipeline:
         for study, entry in models.items():
             if study == self.translation_name or study in glue:
                 raise ConfigError(f"config: models.{study} has the name of another study (translation.name or a glue task)")
-            needs = {"classification": "task", "language_modeling": "corpus"}.get(entry["kind"])
-            if needs and needs not in entry:
-                raise ConfigError(f"config: models.{study} is a {entry['kind']} study: it needs '{needs}'")
-            if entry["kind"] == "classification" and entry["task"] not in glue:
-                raise ConfigError(f"config: models.{study}.task names '{entry['task']}', which is not a glue entry")
-            if entry["kind"] == "language_modeling":
-                corpus = self.corpora.get(entry["corpus"])
-                if corpus is None:
-                    raise ConfigError(f"config: models.{study}.corpus names '{entry['corpus']}', which is not in corpora")
-                splits = list(corpus["files"]) if "files" in corpus else corpus.get("splits", ["train", "validation", "test"])
-                for key, default in LM_SPLITS.items():
-                    if entry.get(key, default) not in splits:
-                        raise ConfigError(f"config: models.{study}.{key} is '{entry.get(key, default)}', "
-                                          f"not one of corpora.{entry['corpus']}.splits {splits}")
-        for study, entry in models.items():
-            if entry["kind"] == "retrieval":
-                lm = models.get(entry["model"], {})
-                if lm.get("kind") != "language_modeling":
-                    raise ConfigError(f"config: models.{study}.model names '{entry['model']}', which is not a "
-                                      "language_modeling entry of models")
-                for key in ("haystack_split",):
-                    if key in entry:
-                        corpus = self.corpora[lm["corpus"]]
-                        splits = list(corpus["files"]) if "files" in corpus else corpus.get("splits", ["train", "validation", "test"])
-                        if entry[key] not in splits:
-                            raise ConfigError(f"config: models.{study}.{key} is '{entry[key]}', "
-                                              f"not one of corpora.{lm['corpus']}.splits {splits}")
+        # a study scoring another study's model is checked once that study is
+        for borrowing in (False, True):
+            for study, entry in models.items():
+                if kind_of(entry["kind"]).scores_another_study == borrowing:
+                    kind_of(entry["kind"]).check(self, study, entry)
         for experiment, why in (("cross_domain", "no out-of-domain corpus"), ("glue_pruning", "glue tasks only")):
             for study in config["experiments"].get(experiment, []):
-                if study in models and models[study]["kind"] in LANGUAGE_MODELS:
+                if study in models and kind_of(models[study]["kind"]).language_model:
                     raise ConfigError(f"config: experiments.{experiment} names '{study}', a language-modelling study ({why})")
         for study in config["experiments"].get("retrieval_heads", []):
             if models.get(study, {}).get("kind") != "retrieval":
                 raise ConfigError(f"config: experiments.retrieval_heads names '{study}', which is not a retrieval "
                                   "study (a models entry of kind retrieval)")
         for study, entry in models.items():
-            if entry.get("masking") == "streaming" and entry["kind"] not in LANGUAGE_MODELS:
+            if entry.get("masking") == "streaming" and not kind_of(entry["kind"]).language_model:
                 raise ConfigError(f"config: models.{study}.masking is streaming, which only decoder-only language "
                                   "models take (kind language_modeling or retrieval)")
         if self.translation_name in config["experiments"].get("glue_pruning", []):
             raise ConfigError(f"config: experiments.glue_pruning names '{self.translation_name}', the translation study; "
                               "Figure 6 is for glue tasks (Figure 3 draws the translation model's pruning)")
         for study in config.get("speed", {}).get("studies", []):
-            if models.get(study, {}).get("kind") == "retrieval":
-                raise ConfigError(f"config: speed.studies names '{study}', a retrieval study: time its language model")
+            if study in models and kind_of(models[study]["kind"]).scores_another_study:
+                raise ConfigError(f"config: speed.studies names '{study}', a {models[study]['kind']} study: "
+                                  "time its language model")
             if study not in self.study_names:
                 raise ConfigError(f"config: speed.studies names '{study}', "
                                   f"which is neither translation.name nor a glue task ({self.study_names})")

@@ -9,12 +9,11 @@ import contextlib
 import json
 import logging
 import os
-import random
 import sys
 import time
 from pathlib import Path
 
-from headprune.data.datasets import read_glue_split, read_lines
+from headprune.experiments.kinds import kind_of
 from headprune.experiments.runs import EvalSet
 from headprune.io import atomic
 
@@ -76,25 +75,7 @@ def logged(snakemake):
 
 def load_evalset(spec: dict) -> EvalSet:
     """An EvalSet from the dict rules/common.smk builds (evalset_spec)."""
-    limit = spec.get("max_items")
-    if spec["kind"] == "language_modeling":
-        from headprune.experiments.perplexity import load_windows
-
-        chunks = load_windows(spec["windows"], limit)
-        return EvalSet("language_modeling", chunks, chunks, "perplexity")
-    if spec["kind"] == "retrieval":
-        from headprune.data.retrieval import read_items
-
-        items = read_items(spec["items"], limit)
-        return EvalSet("retrieval", [item["value"] for item in items], items, "retrieval")
-    if spec["kind"] == "translation":
-        sources, references = read_lines(spec["source"]), read_lines(spec["reference"])
-        if len(sources) != len(references):
-            raise ValueError(f"{spec['source']} has {len(sources)} lines but {spec['reference']} has {len(references)}")
-        return EvalSet("translation", references[:limit], sources[:limit], "bleu", spec["lang"])
-    pairs, labels = read_glue_split(spec["tsv"])
-    keep = subset(list(range(len(labels))), limit, spec.get("seed", 0))
-    return EvalSet("classification", [labels[i] for i in keep], [pairs[i] for i in keep], spec["metric"])
+    return kind_of(spec["kind"]).load_evalset(spec)
 
 
 def load_study_model(study: dict, device):
@@ -108,23 +89,12 @@ def load_study_model(study: dict, device):
     import torch
 
     from headprune.models.heads import head_shape
-    from headprune.models.loading import (converted_from_fairseq, load_causal_lm, load_classifier, load_seq2seq,
-                                          load_translation)
 
     device = torch.device(device)
     options = {"dtype": study.get("dtype", "float32"),
                "gpus": torch.cuda.device_count() if device.type == "cuda" else 1}
-    kind, path = study["kind"], Path(study["model"])
-    if kind in ("language_modeling", "retrieval"):  # a retrieval study scores a language model
-        model, tokenizer = load_causal_lm(path, device, **options)
-    elif kind == "classification":
-        model, tokenizer = load_classifier(path, device)
-    elif converted_from_fairseq(path):
-        model, tokenizer = load_translation(path, study["src_lang"], study["tgt_lang"], device)
-    else:
-        model, tokenizer = load_seq2seq(path, device, src_code=study.get("src_code"), tgt_code=study.get("tgt_code"),
-                                        **options)
-    section = study.get("section", kind)
+    model, tokenizer = kind_of(study["kind"]).load_model(Path(study["model"]), device, study, options)
+    section = study.get("section", study["kind"])
     for attn_type, (layers, heads) in head_shape(model).items():
         if (layers, heads) != (study["layers"], study["heads"]):
             raise ValueError(f"{study['model']}: {attn_type} has {layers} layers x {heads} heads, but config "
@@ -141,31 +111,7 @@ def load_study_model(study: dict, device):
 def importance_batches(tokenizer, data: dict, model=None) -> list[dict]:
     """The batches I_h is estimated on (rules/common.smk importance_spec): the translation importance
     sets, a seeded subset of a GLUE task's training split, or the first windows of a corpus split."""
-    from headprune.data.batching import classification_batches, translation_batches
-
-    if data["kind"] == "language_modeling":
-        from headprune.experiments.perplexity import load_windows, window_batches
-
-        return window_batches(load_windows(data["windows"], data["max_items"]), data["batch_size"])
-    if data["kind"] == "translation":
-        sources, references = [], []
-        for testset in data["sets"]:
-            sources += read_lines(testset["source"])[:data["max_items"]]
-            references += read_lines(testset["reference"])[:data["max_items"]]
-        start = getattr(model.config, "decoder_start_token_id", None) if model is not None else None
-        return translation_batches(tokenizer, sources, references, data["batch_size"], decoder_start_token_id=start)
-    pairs, labels = read_glue_split(data["tsv"])
-    keep = subset(list(range(len(pairs))), data["max_items"], data["seed"])
-    return classification_batches(tokenizer, [pairs[i] for i in keep], [labels[i] for i in keep],
-                                  data["batch_size"], data["max_length"])
-
-
-def subset(items: list, max_items: int | None, seed: int = 0) -> list:
-    """A seeded random subset (in original order), or everything."""
-    if max_items is None or max_items >= len(items):
-        return items
-    keep = sorted(random.Random(seed).sample(range(len(items)), max_items))
-    return [items[i] for i in keep]
+    return kind_of(data["kind"]).importance_batches(tokenizer, data, model)
 
 
 def write_json(path, payload):

@@ -14,6 +14,7 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 import pandas as pd
 
 from headprune.data.datasets import read_glue_split, read_lines
+from headprune.experiments.kinds import kind_of
 from headprune.io import atomic
 from headprune.models.loading import pick_device
 from headprune.data.parsing import text_frequencies
@@ -66,7 +67,7 @@ with logged(snakemake) as log:
     model, tokenizer = load_study_model(study, device)
     scores = pd.read_csv(snakemake.input.importance)[["study", "attn_type", "layer", "head", "importance", "entropy",
                                                        "confidence"]].assign(study=study["name"])
-    if study["kind"] in ("language_modeling", "retrieval"):
+    if kind_of(study["kind"]).language_model:
         from headprune.scoring.lm_roles import lm_kv_head_table
 
         table = scores.merge(language_model_roles(model, tokenizer, p, device, log), on=["attn_type", "layer", "head"],

@@ -17,6 +17,7 @@ import contextlib
 import copy
 import csv
 import os
+import random
 import shutil
 import urllib.parse
 import warnings
@@ -597,3 +598,11 @@ def _write_glue_split(path: Path, examples: list[_Example]) -> int:
                     raise DataFormatError(f"{path}: a text contains a tab or line break: {text!r}")
             stream.write(f"{example.text_a}\t{example.text_b}\t{example.label}\n")
     return len(examples)
+
+
+def subset(items: list, max_items: int | None, seed: int = 0) -> list:
+    """A seeded random subset (in original order), or everything."""
+    if max_items is None or max_items >= len(items):
+        return items
+    keep = sorted(random.Random(seed).sample(range(len(items)), max_items))
+    return [items[i] for i in keep]

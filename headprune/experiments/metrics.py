@@ -8,7 +8,9 @@ from functools import lru_cache
 import numpy as np
 
 CLASSIFICATION_METRICS = ("accuracy", "mcc", "f1")
-LOWER_IS_BETTER = frozenset({"perplexity"})
+# lm-evaluation-harness's lower-is-better metrics beside perplexity (its higher_is_better says so; the
+# lm_eval kind checks a task's metric against this set)
+LOWER_IS_BETTER = frozenset({"perplexity", "word_perplexity", "byte_perplexity", "bits_per_byte"})
 
 
 def better_sign(metric: str) -> int:

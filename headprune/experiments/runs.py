@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from headprune.experiments import metrics, stats
+from headprune.experiments import metrics
+from headprune.experiments.kinds import kind_of
 
 if TYPE_CHECKING:  # tables are read by the scripts; an evaluation job need not import pandas (0.4 s)
     import pandas as pd
@@ -83,11 +84,12 @@ class EvalSet:
     2
     """
 
-    kind: str  # "translation", "classification", "language_modeling" or "retrieval"
+    kind: str  # a kind of score (headprune.experiments.kinds): "translation", "classification", ...
     references: list  # reference translations, gold labels, the token windows, or the needles' values
     sources: list = field(default_factory=list)  # source sentences, (text_a, text_b) pairs, token windows, or items
     metric: str = "bleu"  # bleu | accuracy | mcc | f1 | perplexity | retrieval
     lang: str = "fr"  # target language (tokenized BLEU)
+    task: object = None  # what a kind needs beside the items: an lm-evaluation-harness task (lm_eval)
 
     def __len__(self):
         return len(self.references)
@@ -143,29 +145,7 @@ class EvalSettings:
 def run_variants(model, tokenizer, evalset: EvalSet, gates_list: list,
                  settings: EvalSettings = EvalSettings()) -> list[list]:
     """Per-item outputs of the model under each gate setting (None: all heads on), in one pass over the set."""
-    from headprune.data.batching import classification_batches
-    from headprune.experiments.evaluate import predict_classes_variants, translate_variants
-
-    if evalset.kind == "language_modeling":
-        from headprune.experiments.perplexity import window_batches, window_nll_variants
-
-        return window_nll_variants(model, window_batches(evalset.sources, settings.batch_size), gates_list,
-                                   variant_batch_size=settings.variant_batch_size, progress=settings.progress,
-                                   masking=settings.mask)
-    if evalset.kind == "retrieval":
-        from headprune.experiments.retrieval import answer_variants
-
-        return answer_variants(model, tokenizer, evalset.sources, gates_list, max_new_tokens=settings.max_new_tokens,
-                               batch_size=settings.batch_size, variant_batch_size=settings.variant_batch_size,
-                               masking=settings.mask, progress=settings.progress)
-    if evalset.kind == "translation":
-        return translate_variants(model, tokenizer, evalset.sources, gates_list, beam=settings.beam,
-                                  lenpen=settings.lenpen, batch_size=settings.batch_size,
-                                  variant_batch_size=settings.variant_batch_size, progress=settings.progress,
-                                  masking=settings.mask)
-    batches = classification_batches(tokenizer, evalset.sources, None, settings.batch_size, settings.max_length)
-    return predict_classes_variants(model, batches, gates_list, variant_batch_size=settings.variant_batch_size,
-                                    progress=settings.progress, masking=settings.mask).tolist()
+    return kind_of(evalset.kind).run_variants(model, tokenizer, evalset, gates_list, settings)
 
 
 def run(model, tokenizer, evalset: EvalSet, gates=None, settings: EvalSettings = EvalSettings()) -> list:
@@ -185,56 +165,20 @@ def score(evalset: EvalSet, outputs: list, bleu: str = "detokenized") -> float:
     >>> score(evalset, run(model, tokenizer, evalset)) > 1  # a perplexity
     True
     """
-    if evalset.kind == "language_modeling":
-        from headprune.experiments.perplexity import perplexity
-
-        return perplexity(outputs)
-    if evalset.kind == "retrieval":
-        from headprune.experiments.retrieval import retrieval_accuracy
-
-        return retrieval_accuracy(outputs, evalset.references)
-    if evalset.kind == "translation":
-        if bleu == "tokenized":
-            return metrics.bleu_tokenized(outputs, evalset.references, evalset.lang)
-        return metrics.bleu_detokenized(outputs, evalset.references)
-    return metrics.classification_score(evalset.metric, outputs, evalset.references)
+    return kind_of(evalset.kind).score(evalset, outputs, bleu)
 
 
 def scores_beside(evalset: EvalSet, outputs: list) -> dict:
     """Scores reported next to the main one: for retrieval, the mean ROUGE-1 recall of the needle sentence
     in the answers (Wu et al.'s measure); nothing for the other kinds."""
-    if evalset.kind == "retrieval":
-        from headprune.experiments.retrieval import rouge1_recall
-
-        return {"rouge1_recall": float(np.mean([rouge1_recall(item["needle"], f"{item.get('answer_prefix', '')} {answer}")
-                                                for item, answer in zip(evalset.sources, outputs)]))}
-    return {}
+    return kind_of(evalset.kind).scores_beside(evalset, outputs)
 
 
 def significance(evalset: EvalSet, full_outputs: list, ablated_outputs: list, *, resamples: int = 1000,
                  seed: int = 0) -> dict:
     """Paired bootstrap (compare-mt for BLEU; over windows for perplexity, over items for retrieval) and, for
     classification, the paper's paired t-test."""
-    if evalset.kind == "language_modeling":
-        from headprune.experiments.perplexity import paired_bootstrap_perplexity
-
-        boot = paired_bootstrap_perplexity(full_outputs, ablated_outputs, n_resamples=resamples, seed=seed)
-        return {"p_bootstrap": boot.p_value, "p_ttest": float("nan")}
-    if evalset.kind == "retrieval":
-        from headprune.experiments.retrieval import paired_bootstrap_retrieval
-
-        boot = paired_bootstrap_retrieval(full_outputs, ablated_outputs, evalset.references, n_resamples=resamples,
-                                          seed=seed)
-        return {"p_bootstrap": boot.p_value, "p_ttest": float("nan")}
-    if evalset.kind == "translation":
-        boot = stats.paired_bootstrap_bleu(full_outputs, ablated_outputs, evalset.references,
-                                           n_resamples=resamples, seed=seed, lang=evalset.lang)
-        return {"p_bootstrap": boot.p_value, "p_ttest": float("nan")}
-    boot = stats.paired_bootstrap_metric(full_outputs, ablated_outputs, evalset.references, evalset.metric,
-                                         n_resamples=resamples, seed=seed)
-    gold = np.asarray(evalset.references)
-    ttest = stats.paired_t_test(np.asarray(full_outputs) == gold, np.asarray(ablated_outputs) == gold)
-    return {"p_bootstrap": boot.p_value, "p_ttest": ttest.p_value}
+    return kind_of(evalset.kind).significance(evalset, full_outputs, ablated_outputs, resamples=resamples, seed=seed)
 
 
 def compare_to_full(evalset: EvalSet, full: dict, variant: dict, *, resamples: int = 1000, seed: int = 0,
@@ -253,7 +197,7 @@ def compare_to_full(evalset: EvalSet, full: dict, variant: dict, *, resamples: i
     ['alpha', 'delta', 'metric', 'n_resamples']
     """
     test = significance(evalset, full["outputs"], variant["outputs"], resamples=resamples, seed=seed)
-    p = test["p_ttest"] if evalset.kind == "classification" else test["p_bootstrap"]
+    p = test[kind_of(evalset.kind).decisive_p]
     return {"metric": evalset.metric, "score_full": full["score"], "score": variant["score"],
             "delta": variant["score"] - full["score"], **test, "significant": bool(p < alpha), "alpha": alpha,
             "n_resamples": resamples}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from headprune.experiments.kinds import kind_of
 from headprune.experiments.runs import (EvalSet, EvalSettings, HeadId, all_heads, compare_to_full, gates_without,
                                         pruning_steps, run_variants, score)
 from headprune.io.progress import counted
@@ -67,17 +68,7 @@ def evalset_batches(tokenizer, evalset: EvalSet, batch_size: int = 32, max_lengt
     >>> sorted(batches[0])
     ['attention_mask', 'input_ids', 'labels']
     """
-    from headprune.data.batching import classification_batches, translation_batches
-
-    if evalset.kind == "language_modeling":
-        from headprune.experiments.perplexity import window_batches
-
-        return window_batches(evalset.sources, batch_size)
-    if evalset.kind == "classification":
-        return classification_batches(tokenizer, evalset.sources, evalset.references, batch_size, max_length)
-    if evalset.kind == "translation":
-        return translation_batches(tokenizer, evalset.sources, evalset.references, batch_size)
-    raise ValueError(f"no scoring batches for a {evalset.kind} set (score heads on its language model's text)")
+    return kind_of(evalset.kind).scoring_batches(tokenizer, evalset, batch_size, max_length)
 
 
 def ablation_table(evalset: EvalSet, full: dict, ablated: dict[HeadId, dict], *, study: str = "",

@@ -1,0 +1,125 @@
+"""What every kind of score answers (``headprune.experiments.kinds``): the evaluation side, which a job
+calls with a model, and the resolution side, which ``headprune.studies.Study`` calls with itself to
+learn what the study's jobs are told. Defaults here are those most kinds share."""
+from __future__ import annotations
+
+
+
+class ConfigError(ValueError):
+    """A config that cannot be run; the message names the key."""
+
+
+class Kind:
+    name: str
+    attention_types: list[str]  # the heads a study of this kind has, by what its model is scored on
+    language_model = False  # a decoder-only LM: its heads' roles are its own (headprune.scoring.lm_roles)
+    decisive_p = "p_bootstrap"  # the p-value that decides significance (compare_to_full)
+    metric = None  # the metric every set of this kind is scored by (None: the set says)
+    # A study of this kind scores the model of another study (its ``model:``, a language_modeling entry):
+    # that study's architecture, corpus, importance and resources are its own.
+    scores_another_study = False
+
+    # --- evaluation: a job's model work and scores ----------------------------------------------
+
+    def load_evalset(self, spec: dict):
+        """An EvalSet from the dict ``evalset_spec`` builds."""
+        raise NotImplementedError
+
+    def run_variants(self, model, tokenizer, evalset, gates_list: list, settings) -> list[list]:
+        """Per-item outputs of the model under each gate setting (None: all heads on), in one pass over the set."""
+        raise NotImplementedError
+
+    def score(self, evalset, outputs: list, bleu: str = "detokenized") -> float:
+        raise NotImplementedError
+
+    def scores_beside(self, evalset, outputs: list) -> dict:
+        """Scores reported next to the main one."""
+        return {}
+
+    def significance(self, evalset, full_outputs: list, ablated_outputs: list, *, resamples: int, seed: int) -> dict:
+        """{"p_bootstrap", "p_ttest"} of the change from the full model's outputs to the ablated ones."""
+        raise NotImplementedError
+
+    def scoring_batches(self, tokenizer, evalset, batch_size: int, max_length: int) -> list[dict]:
+        """Batches with labels to score heads on (``headprune.experiments.sweeps.evalset_batches``)."""
+        raise ValueError(f"no scoring batches for a {self.name} set (score heads on its language model's text)")
+
+    def importance_batches(self, tokenizer, data: dict, model=None) -> list[dict]:
+        """The batches I_h is estimated on, from ``importance_spec``'s or ``train_spec``'s dict."""
+        raise NotImplementedError
+
+    def load_model(self, path, device, study: dict, options: dict):
+        """(model, tokenizer) of a study of this kind (``headprune.workflow.load_study_model``)."""
+        from headprune.models.loading import load_causal_lm
+
+        return load_causal_lm(path, device, **options)
+
+    # --- resolution: what a study's jobs are told (``study`` is a ``headprune.studies.Study``) ------
+
+    def check(self, pipeline, study: str, entry: dict):
+        """Raise ConfigError, naming the key, where a ``models`` entry of this kind cannot run."""
+
+    def finetuned(self, study) -> bool:
+        """Whether the pipeline fine-tunes a ``models`` entry of this kind before studying it."""
+        return False
+
+    def evalset_name(self, study, role: str) -> str:
+        """The test set, split or corpus split that plays ``role`` (eval, ood, selection, test)."""
+        raise NotImplementedError
+
+    def evalset_spec(self, study, role: str, name: str) -> dict:
+        """What a script needs to build the test set ``name`` of ``role`` (``load_evalset``)."""
+        raise NotImplementedError
+
+    def eval_data(self, study, roles: list[str]) -> list[str]:
+        """The files a job reads to evaluate on ``roles``."""
+        raise NotImplementedError
+
+    def eval_settings(self, study, bleu: str, masking: str, rows: int, streaming: dict) -> dict:
+        """How the model is evaluated (``headprune.experiments.runs.EvalSettings``'s fields)."""
+        return {"batch_size": study.entry["batch_size"], "masking": masking, "variant_batch_size": rows, **streaming}
+
+    def importance_data(self, study) -> list[str]:
+        """The files I_h is estimated on."""
+        return study.lm.importance_data
+
+    def importance_spec(self, study) -> dict:
+        """The data I_h is estimated on (``importance_batches`` reads it)."""
+        return study.lm.importance_spec
+
+    def train_data(self, study) -> list[str]:
+        """The training data files (gates, roles)."""
+        return study.importance_data
+
+    def train_spec(self, study, batch_size: int) -> dict:
+        """The training data as ``importance_batches`` reads it (config.concrete's items)."""
+        raise NotImplementedError
+
+    def speed_data(self, study) -> list[str]:
+        """What the speed job reads: the eval set only."""
+        return study.eval_data(["eval"])
+
+    def speed_settings(self, study, speed: dict) -> dict:
+        """What this kind adds to the speed job's settings."""
+        return {"max_length": study.config["bert"]["finetune"]["max_length"],
+                "padding": speed.get("padding", "max_length")}
+
+    def parse_text(self, study) -> list[str]:
+        """The eval set's source text, which the roles' parser reads."""
+        return [study.glue_dir]
+
+    def roles_params(self, study, roles: dict) -> dict:
+        """What the head_roles job is told."""
+        return {"train": study.train_spec(roles["batch_size"]),
+                **{key: roles[key] for key in ("frequent_words", "positional_threshold", "syntactic_margin",
+                                               "batch_size")}}
+
+    def head_roles_inputs(self, study, inputs: dict) -> dict:
+        """What the head_roles job reads, beside the model and importance table in ``inputs``."""
+        return {**inputs, "parses": f"{study.pipeline.results_dir}/{study.name}/roles/source.conllu",
+                "train": study.train_data}
+
+
+def bootstrap_only(p_value: float) -> dict:
+    """A significance result with the paired bootstrap's p alone (the paper's t-test is for classification)."""
+    return {"p_bootstrap": p_value, "p_ttest": float("nan")}
