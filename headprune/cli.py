@@ -7,7 +7,8 @@
 MODEL is a hub id, a model folder or a fairseq tarball. FILE is a text corpus (.txt: language
 modelling, perplexity over windows of --window tokens) or a GLUE-format TSV (.tsv: header
 ``text_a<TAB>text_b<TAB>label``, integer labels: classification). The CSVs have the pipeline's columns.
-A bad argument or file stops with a message naming it and exit status 2.
+A bad argument or file stops with a message naming it and exit status 2; a failure of the machine (a full disk,
+a read-only or forbidden folder) with one naming the path and exit status 1, nothing half-written left behind.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import sys
 from pathlib import Path
 
 from headprune.io import atomic
+from headprune.io.machine_failures import machine_failure
 
 TEXT, GLUE = "text", "glue"
 METRICS = ("accuracy", "f1", "mcc")
@@ -318,6 +320,11 @@ def main(argv=None) -> int:
         {"score": run_score, "sweep": run_sweep, "prune": run_prune}[args.command](args)
     except UsageError as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
+    except Exception as error:
+        failure = machine_failure(error)  # a full disk, a read-only folder, ...: one line, not a traceback
+        if failure is None:
+            raise
+        parser.exit(1, f"{parser.prog}: error: {failure}\n")
     return 0
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from headprune.experiments.kinds import kind_of
 from headprune.experiments.runs import EvalSet
 from headprune.io import atomic
+from headprune.io.machine_failures import machine_failure
 
 
 def keep_freed_memory():
@@ -59,14 +60,29 @@ def logged(snakemake):
     # transformers and huggingface_hub ("Loading weights", "Writing model shards") would only add noise.
     quiet_library_progress_bars()
     log_path = Path(snakemake.log[0])
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "w", buffering=1) as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-        logging.basicConfig(stream=log, level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", force=True)
-        try:
-            yield logging.getLogger(snakemake.rule)
-        except BaseException:
-            logging.exception("rule %s failed", snakemake.rule)
+    try:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "w", buffering=1) as log, contextlib.redirect_stdout(log), \
+                contextlib.redirect_stderr(log):
+            logging.basicConfig(stream=log, level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
+                                force=True)
+            try:
+                yield logging.getLogger(snakemake.rule)
+            except BaseException as error:
+                failure = machine_failure(error) if isinstance(error, Exception) else None
+                if failure is None:
+                    logging.exception("rule %s failed", snakemake.rule)
+                else:
+                    logging.error("rule %s failed: %s", snakemake.rule, failure)
+                raise
+    except Exception as error:
+        # A full disk, a read-only or forbidden folder: one line on the job's own stderr (the log may be on that
+        # disk), exit status 1; the atomic writers have left nothing half-written (headprune.io.machine_failures)
+        failure = machine_failure(error)
+        if failure is None:
             raise
+        print(f"rule {snakemake.rule} failed: {failure}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
     if "SLURM_JOB_ID" in os.environ:  # a cluster job: what it wrote survives its job group failing
         from headprune.io import commits
 

@@ -8,7 +8,8 @@ leaves under the destination's name either the old file or none: never a truncat
   rename within one file system: atomic, never a copy. Before it, the bytes are fsynced: network file
   systems (NFS, Lustre) may report a full disk or quota only at close or fsync, and a node that crashes
   after the rename must not find an empty file under the final name. On any exception (KeyboardInterrupt
-  and SystemExit too) the temporary is removed and the exception goes on.
+  and SystemExit too) the temporary is removed and the exception goes on, marked with the destination
+  (``headprune.io.machine_failures``: a full disk is then reported as writing ``dest``, not a temporary).
 - ``atomic_dir(dest)`` does the same for a folder (``save_pretrained``, a download, an extraction).
 - ``write_text``, ``write_bytes``, ``write_json``, ``write_csv``, ``save_figure``, ``save_numpy``,
   ``save_torch``, ``save_safetensors``, ``tar_writer``, ``copy_file``: the writers the package uses, each
@@ -30,6 +31,8 @@ import secrets
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+
+from headprune.io.machine_failures import note_destination
 
 __all__ = ["atomic_path", "atomic_dir", "leftovers", "write_text", "write_bytes", "write_json", "write_csv",
            "save_figure", "save_numpy", "save_torch", "save_safetensors", "tar_writer", "copy_file"]
@@ -62,8 +65,9 @@ def atomic_path(dest) -> Iterator[Path]:
         yield tmp
         _fsync(tmp)  # a writer that wrote nowhere (or elsewhere) fails here, loudly
         os.replace(tmp, dest)
-    except BaseException:
+    except BaseException as error:
         _remove(tmp)
+        note_destination(error, dest)
         raise
     _fsync_folder(dest.parent)
 
@@ -79,7 +83,11 @@ def atomic_dir(dest) -> Iterator[Path]:
     under that hidden name. Never a mix of old and new files."""
     dest = Path(dest)
     tmp = temporary_name(dest)
-    tmp.mkdir(parents=True)
+    try:
+        tmp.mkdir(parents=True)
+    except OSError as error:  # a read-only or full disk: report dest, not the temporary
+        note_destination(error, dest)
+        raise
     try:
         yield tmp
         for folder, _, files in os.walk(tmp):
@@ -87,8 +95,9 @@ def atomic_dir(dest) -> Iterator[Path]:
                 _fsync(Path(folder, name))
             _fsync_folder(Path(folder))
         _replace_folder(tmp, dest)
-    except BaseException:
+    except BaseException as error:
         _remove(tmp)
+        note_destination(error, dest)
         raise
 
 
@@ -123,10 +132,12 @@ def _fsync_folder(folder: Path) -> None:
 
 
 def _remove(path: Path) -> None:
+    """Best effort, as the writer's own error goes on: on a read-only file system even unlinking a file that was
+    never made fails (EROFS), and that error must not replace the one that says why."""
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, ignore_errors=True)
     else:
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):
             path.unlink()
 
 
@@ -166,12 +177,20 @@ def save_figure(figure, path, **savefig_options) -> Path:
     return Path(path)
 
 
+class _PythonWrites:
+    """A file's ``write`` alone. np.save writes a real file with C's fwrite, which reports a full disk only as
+    "N requested and M written"; through Python's write the OSError says which (ENOSPC, EDQUOT, EFBIG)."""
+
+    def __init__(self, stream):
+        self.write = stream.write
+
+
 def save_numpy(path, array, **save_options) -> Path:
     """``np.save`` to exactly ``path``: given a file object, np.save adds no ".npy" to the name."""
     import numpy as np
 
     with atomic_path(path) as tmp, open(tmp, "wb") as stream:
-        np.save(stream, array, **save_options)
+        np.save(_PythonWrites(stream), array, **save_options)
     return Path(path)
 
 
