@@ -1,0 +1,383 @@
+"""The pipeline on a GPU, in one run (issue #33): what a user's GPU jobs do, checked and timed, in one summary.
+
+1. tests: the gate, pruning, streaming and retrieval tests (TEST_FILES) on the device, in float32 and bfloat16,
+   with eager and sdpa attention (tests/conftest.py's HEADPRUNE_TEST_* switches);
+2. sweep: the single-head sweep's c/(N a) on the 100M Llama-layout benchmark model (benchmarks/ablation_sweep.py
+   --model llama-100m: 270 heads), for perplexity and for retrieval, the jobs run as the pipeline runs them;
+3. speed: Table 4's speedup with half of the heads physically removed, at batch sizes 1-64, for a BERT-base-sized
+   model (benchmarks/speed.py) and the same Llama-layout model (prefill and decode tokens), in float32 and
+   bfloat16;
+
+with the peak GPU memory of each (torch.cuda.max_memory_allocated). Writes OUT/summary.json, OUT/summary.txt (the
+table it prints) and OUT/log.txt (every part's own output); exits 1 when a test failed or a part broke.
+
+    bash benchmarks/gpu_check.sh                 # on the GPU machine (installs the carried wheels first)
+    python benchmarks/gpu_check.py --cpu         # the same on the CPU, small sizes, a few minutes (CI runs it)
+
+Random weights throughout (nothing is downloaded): the numbers measure the machinery, not a model.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+from types import SimpleNamespace
+
+ROOT = Path(__file__).resolve().parents[1]
+TEST_FILES = ["tests/test_batched_gates.py", "tests/test_prune.py", "tests/test_streaming.py", "tests/test_retrieval.py"]
+TEST_SETTINGS = [("float32", "eager"), ("float32", "sdpa"), ("bfloat16", "eager"), ("bfloat16", "sdpa")]
+BATCH_SIZES = [1, 4, 16, 64]
+
+# The sizes of each part, on a GPU and in the CPU form (which checks that the script runs, in 2-4 minutes on 2
+# cores; its numbers mean little). Tests: the settings run. Sweep: benchmarks/ablation_sweep.py's options
+# for llama-100m. Speed: BERT (benchmarks/speed.py's --model) and the Llama model's windows. The CPU form runs
+# one torch thread per process, as the demo's jobs do: on a shared 2-core machine two threads made a small
+# matrix product 10 times slower than one.
+SIZES = {
+    "gpu": {"tests": TEST_SETTINGS, "test_timeout": 180, "threads": 4,
+            "sweep": dict(vocab=8192, windows=4, window=512, context_lengths=[512, 1024], depths=[25, 75], needles=2,
+                          max_new_tokens=16, heads_per_job=[90], sample=1, threads=4, batch_size=100,
+                          variant_batch_size={"language_modeling": 64, "retrieval": 128}),
+            "bert": dict(model="bert", items=256, seq_len=128, repeats=3), "speed_dtypes": ["float32", "bfloat16"],
+            "llama_speed": dict(batch_sizes=BATCH_SIZES, window=512, min_rows=8, decode_tokens=16, repeats=3)},
+    # in the CPU form the test settings that the main suite does not run (it runs float32 and each test's own
+    # attention, mostly eager)
+    "cpu": {"tests": [("bfloat16", "sdpa")], "test_timeout": 600, "threads": 1,
+            "sweep": dict(vocab=512, windows=1, window=32, context_lengths=[48], depths=[50], needles=1,
+                          max_new_tokens=2, heads_per_job=[30], sample=1, threads=1, batch_size=100,
+                          variant_batch_size={"language_modeling": 64, "retrieval": 64}),
+            "bert": dict(model="tiny", items=64, seq_len=32, repeats=2), "speed_dtypes": ["float32"],
+            "llama_speed": dict(batch_sizes=[1, 4], window=16, min_rows=2, decode_tokens=2, repeats=2)},
+}
+
+
+def mib(n_bytes) -> float | None:
+    return None if n_bytes is None else round(n_bytes / 2 ** 20, 1)
+
+
+@contextlib.contextmanager
+def peak_gpu_memory(device: str, into: dict):
+    """Sets into["peak_gpu_mib"]: the most memory tensors held on the GPU while the block ran (None on the CPU)."""
+    import torch
+
+    cuda = device.startswith("cuda")
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    try:
+        yield
+    finally:
+        into["peak_gpu_mib"] = mib(torch.cuda.max_memory_allocated()) if cuda else None
+
+
+# --------------------------------------------------------------------------- 1. tests
+
+# A child process runs pytest and reports its GPU memory peak (it is not the parent's to read).
+PYTEST_CHILD = """
+import json, sys
+import pytest, torch
+code = pytest.main(sys.argv[2:])
+peak = torch.cuda.max_memory_allocated() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+with open(sys.argv[1], "w") as out:
+    json.dump({"exit": int(code), "peak": peak}, out)
+"""
+
+
+def run_tests(device: str, dtype: str, attention: str, sizes: dict, log, scratch: Path) -> dict:
+    junit, report = scratch / f"junit-{dtype}-{attention}.xml", scratch / f"pytest-{dtype}-{attention}.json"
+    env = dict(os.environ, HEADPRUNE_TEST_DEVICE=device, HEADPRUNE_TEST_DTYPE=dtype,
+               HEADPRUNE_TEST_ATTENTION=attention, OMP_NUM_THREADS=str(sizes["threads"]))
+    timeout = sizes["test_timeout"]
+    command = [sys.executable, "-c", PYTEST_CHILD, str(report), *TEST_FILES, "-q", "-p", "no:cacheprovider",
+               f"--junitxml={junit}"]
+    row = {"dtype": dtype, "attention": attention}
+    began = time.perf_counter()
+    log.write(f"\n=== tests on {device}, {dtype}, {attention} attention\n")
+    try:
+        subprocess.run(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        row["error"] = f"timed out after {timeout} s"
+    row["seconds"] = round(time.perf_counter() - began, 1)
+    if junit.exists():
+        suite = ElementTree.parse(junit).getroot()
+        suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+        counts = {key: int(suite.get(key, 0)) for key in ("tests", "failures", "errors", "skipped")}
+        row.update(passed=counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"],
+                   failed=counts["failures"] + counts["errors"], skipped=counts["skipped"],
+                   failures=[f"{case.get('classname')}::{case.get('name')}" for case in suite.iter("testcase")
+                             if case.find("failure") is not None or case.find("error") is not None])
+    elif "error" not in row:
+        row["error"] = "pytest wrote no report (see log.txt)"
+    row["peak_gpu_mib"] = mib(json.loads(report.read_text())["peak"]) if report.exists() else None
+    return row
+
+
+# --------------------------------------------------------------------------- 2. the sweep
+
+
+def import_benchmark(name: str):
+    """benchmarks/NAME.py as a module (benchmarks/ is a folder of scripts, not a package)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        return __import__(name)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+
+def sweep_options(device: str, sizes: dict) -> SimpleNamespace:
+    """benchmarks/ablation_sweep.py's options (its argparse namespace) for these sizes."""
+    return SimpleNamespace(**{k: v for k, v in sizes.items() if k != "variant_batch_size"}, device=device,
+                           variant_batch_size=256, repeats=1, warm_start=False)
+
+
+def llama_studies(device: str, sizes: dict, folder: Path) -> list[dict]:
+    """The 100M Llama-layout model in ``folder`` and its perplexity and retrieval studies (ablation_sweep's)."""
+    studies = import_benchmark("ablation_sweep").llama_studies(folder, sweep_options(device, sizes))
+    for study in studies:
+        study["variant_batch_size"] = sizes["variant_batch_size"][study["kind"]]
+    return studies
+
+
+def run_sweep(study: dict, device: str, sizes: dict, log) -> dict:
+    """The study's a, b/(N a) and c/(N a) for each heads-per-job, as benchmarks/ablation_sweep.py measures them
+    (one process per job), and on a GPU the memory peak of one job (the first, evaluated again in this process:
+    the workers are other processes)."""
+    import torch
+
+    sweep = import_benchmark("ablation_sweep")
+    row = {"study": study["name"], "variant_batch_size": study["variant_batch_size"], "peak_gpu_mib": None}
+    began = time.perf_counter()
+    log.write(f"\n=== sweep: {study['name']} on {device}\n")
+    with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        result = sweep.sweep(study, sweep_options(device, sizes))
+        n, a = result["heads"], result["a"]
+        row.update(heads=n, a_seconds=round(a, 3), b_over_n_a=round(result["b"] / (n * a), 3),
+                   c_over_n_a={str(p["heads_per_job"]): round(p["c"] / (n * a), 3) for p in result["pipeline"]},
+                   c_over_n_a_paired={str(p["heads_per_job"]): round(p["paired"], 3) for p in result["pipeline"]})
+        if device.startswith("cuda"):
+            first_job = sweep_heads(study)[:sizes["heads_per_job"][0]]
+            with peak_gpu_memory(device, row):
+                sweep.worker(study, first_job, device, sizes["threads"], sizes["batch_size"],
+                             study["variant_batch_size"])
+            torch.cuda.empty_cache()
+    row["seconds"] = round(time.perf_counter() - began, 1)
+    return row
+
+
+def sweep_heads(study: dict) -> list[str]:
+    """The study's heads by name, in the sweep's order (its jobs take them in turn)."""
+    from headprune.experiments.runs import all_heads, head_name
+    from headprune.models.loading import load_causal_lm
+
+    model, _ = load_causal_lm(study["folder"])
+    return [head_name(h) for h in all_heads(model)]
+
+
+# --------------------------------------------------------------------------- 3. Table 4's speed
+
+
+def speedup_row(model: str, summary, into: dict) -> list[dict]:
+    """One row per unit: the speedup (%) at each batch size and the pruned = gated check."""
+    rows = []
+    for unit, group in summary.groupby("unit", sort=False):
+        first = group.iloc[0]
+        rows.append({"model": model, "dtype": first["dtype"], "unit": unit,
+                     "speedup_percent": {str(int(r.batch_size)): round(float(r.speedup_percent), 1)
+                                         for r in group.itertuples()},
+                     "original_per_s": {str(int(r.batch_size)): round(float(r.original_mean), 1)
+                                        for r in group.itertuples()},
+                     "heads_pruned": int(first["heads_pruned"]), "heads_total": int(first["heads_total"]),
+                     "check_agreement": float(first["check_agreement"]),
+                     "check_max_abs_diff": float(first["check_max_abs_diff"]), **into})
+    return rows
+
+
+def bert_speed(device: str, dtype: str, sizes: dict, log) -> list[dict]:
+    speed_benchmark = import_benchmark("speed")
+    argv = ["--model", sizes["model"], "--device", device, "--dtype", dtype, "--items", str(sizes["items"]),
+            "--seq-len", str(sizes["seq_len"]), "--repeats", str(sizes["repeats"]),
+            "--batch-sizes", *map(str, BATCH_SIZES)]
+    memory = {}
+    log.write(f"\n=== speed: BERT ({sizes['model']}) on {device}, {dtype}\n")
+    with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log), peak_gpu_memory(device, memory):
+        summary = speed_benchmark.main(argv)
+    name = "bert-base" if sizes["model"] == "bert" else f"bert-{sizes['model']}"
+    return speedup_row(name, summary, memory)
+
+
+def llama_speed(device: str, dtype: str, folder: Path, sizes: dict, log) -> list[dict]:
+    """Table 4 for the sweep's Llama-layout model: a seeded random half of its heads removed; prefill (whole
+    windows) and decode tokens per second, as rules/speed.smk times a language model."""
+    import random
+
+    import torch
+
+    from headprune.experiments import speed
+    from headprune.experiments.runs import all_heads
+    from headprune.models.loading import load_causal_lm
+
+    memory = {}
+    log.write(f"\n=== speed: Llama layout on {device}, {dtype}\n")
+    with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log), peak_gpu_memory(device, memory):
+        model, _ = load_causal_lm(folder, device=device, dtype=dtype)
+        heads = all_heads(model)
+        removed = random.Random(0).sample(heads, len(heads) // 2)
+        pruned = speed.pruned_copy(model, removed)
+        g = torch.Generator().manual_seed(0)
+        batch_sizes = sizes["batch_sizes"]
+        windows = torch.randint(1, model.config.vocab_size, (max(batch_sizes + [sizes["min_rows"]]), sizes["window"]),
+                                generator=g).tolist()
+        settings = speed.SpeedSettings(batch_sizes=batch_sizes, repeats=sizes["repeats"], prune_percent=50.0,
+                                       decode_tokens=sizes["decode_tokens"])
+        # as many rows as the batch size, and at least min_rows: throughput is per token, and batch size 1 over all
+        # 64 windows would take most of the run
+        batches = {(unit, b): speed.lm_inputs(windows[:max(b, sizes["min_rows"])], b, unit, settings.decode_tokens)
+                   for unit in speed.UNITS["lm"] for b in batch_sizes}
+        check = speed.check_pruned_equals_gated(model, pruned, removed,
+                                                [b.to(device) for b in batches["prefill tokens", max(batch_sizes)]],
+                                                "llama", logits=True)
+        runs = speed.measure(model, pruned, batches, settings, "llama", device)
+        runs.insert(0, "study", "gpu_check_llama")
+        summary = speed.summarize(runs, {"heads_pruned": len(removed), "prune_percent": 50.0, **check})
+        print(speed.table4_markdown(summary, "random windows", chosen="at random (seeded)"))
+        del model, pruned
+    return speedup_row("llama-100m", summary, memory)
+
+
+# --------------------------------------------------------------------------- the summary
+
+
+def text_table(summary: dict) -> str:
+    def memory(row):
+        return "-" if row.get("peak_gpu_mib") is None else f"{row['peak_gpu_mib']:.0f}"
+
+    lines = [f"GPU check{' (CPU form)' if summary['cpu_form'] else ''}, {summary['date']}, {summary['device']}, "
+             f"torch {summary['torch']}, transformers {summary['transformers']}, Python {summary['python']}: "
+             f"{summary['seconds']:.0f} s, {'all passed' if summary['ok'] else 'FAILED'}", ""]
+    lines += [f"Tests ({', '.join(Path(f).name for f in TEST_FILES)})",
+              f"  {'dtype':9} {'attention':9} {'passed':>6} {'failed':>6} {'skipped':>7} {'seconds':>8} "
+              f"{'peak GPU MiB':>12}"]
+    for row in summary["tests"]:
+        if "passed" in row:
+            lines.append(f"  {row['dtype']:9} {row['attention']:9} {row['passed']:6d} {row['failed']:6d} "
+                         f"{row['skipped']:7d} {row['seconds']:8.1f} {memory(row):>12}")
+        lines += [f"    FAILED {name}" for name in row.get("failures", [])]
+        if "error" in row:
+            lines.append(f"  {row['dtype']:9} {row['attention']:9} ERROR: {row['error']}")
+    lines += ["", "Single-head sweep on the Llama-layout model (c: the pipeline's jobs; paired: a timed in each job)",
+              f"  {'study':24} {'heads':>5} {'a (s)':>7} {'b/(N a)':>8} {'c/(N a) [heads a job: ratio]':>30} "
+              f"{'paired':>8} {'peak GPU MiB':>12}"]
+    for row in summary["sweep"]:
+        if "error" in row:
+            lines.append(f"  {row['study']:24} ERROR: {row['error']}")
+            continue
+        c = ", ".join(f"{k}: {v:.2f}" for k, v in row["c_over_n_a"].items())
+        paired = ", ".join(f"{v:.2f}" for v in row["c_over_n_a_paired"].values())
+        lines.append(f"  {row['study']:24} {row['heads']:5d} {row['a_seconds']:7.2f} {row['b_over_n_a']:8.2f} "
+                     f"{c:>30} {paired:>8} {memory(row):>12}")
+    lines += ["", "Table 4: speedup with half of the heads removed, by batch size (check: pruned = gated)",
+              f"  {'model':12} {'dtype':9} {'unit':15} " + " ".join(f"{b:>7}" for b in BATCH_SIZES)
+              + f" {'check':>6} {'peak GPU MiB':>12}"]
+    for row in summary["speed"]:
+        if "error" in row:
+            lines.append(f"  {row['model']:12} {row['dtype']:9} ERROR: {row['error']}")
+            continue
+        cells = " ".join(f"{row['speedup_percent'][str(b)]:+6.1f}%" if str(b) in row["speedup_percent"] else
+                         f"{'-':>7}" for b in BATCH_SIZES)
+        lines.append(f"  {row['model']:12} {row['dtype']:9} {row['unit']:15} {cells} "
+                     f"{100 * row['check_agreement']:5.1f}% {memory(row):>12}")
+    return "\n".join(lines) + "\n"
+
+
+def part(rows: list, what: dict, log, run):
+    """Run one part; a part that breaks leaves a row with its error (the others still run)."""
+    try:
+        rows.extend(run())
+    except Exception as error:  # noqa: BLE001 - the summary says what broke, the log has the traceback
+        traceback.print_exc(file=log)
+        rows.append({**what, "error": f"{type(error).__name__}: {error}"[:500]})
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cpu", action="store_true", help="run on the CPU with small sizes (CI's form)")
+    parser.add_argument("--out", type=Path, default=ROOT / "results" / "gpu_check",
+                        help="where summary.json, summary.txt and log.txt go (default: results/gpu_check)")
+    parser.add_argument("--parts", nargs="+", choices=["tests", "sweep", "speed"], default=["tests", "sweep", "speed"])
+    args = parser.parse_args(argv)
+
+    import torch
+    import transformers
+
+    from headprune.workflow import quiet_library_progress_bars
+
+    quiet_library_progress_bars()  # no carriage-return bars from transformers in the output (as in every job)
+    started = time.perf_counter()
+    if not args.cpu and not torch.cuda.is_available():
+        parser.error("no GPU visible to torch: run on a GPU machine, or give --cpu")
+    device, sizes = ("cpu", SIZES["cpu"]) if args.cpu else ("cuda:0", SIZES["gpu"])
+    torch.set_num_threads(sizes["threads"])
+    from headprune.experiments.speed import device_name
+
+    summary = {"date": datetime.date.today().isoformat(), "device": device_name(device), "cpu_form": args.cpu,
+               "torch": torch.__version__, "transformers": transformers.__version__,
+               "python": platform.python_version(), "tests": [], "sweep": [], "speed": []}
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    def save() -> str:
+        """The summary so far (after each part: a run stopped at a time limit keeps what it finished)."""
+        summary["seconds"] = round(time.perf_counter() - started, 1)
+        summary["ok"] = not any("error" in row or row.get("failed")
+                                for rows in (summary["tests"], summary["sweep"], summary["speed"]) for row in rows)
+        (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+        table = text_table(summary)
+        (args.out / "summary.txt").write_text(table)
+        return table
+
+    with open(args.out / "log.txt", "w", buffering=1) as log, \
+            tempfile.TemporaryDirectory(prefix="gpu-check-") as scratch:
+        scratch = Path(scratch)
+        if "tests" in args.parts:
+            for dtype, attention in sizes["tests"]:
+                print(f"tests: {dtype}, {attention} attention ...", flush=True)
+                part(summary["tests"], {"dtype": dtype, "attention": attention}, log,
+                     lambda: [run_tests(device, dtype, attention, sizes, log, scratch)])
+                save()
+        studies = []
+        if "sweep" in args.parts or "speed" in args.parts:
+            print("the Llama-layout model ...", flush=True)
+            part(summary["sweep"], {"study": "llama-100m"}, log,
+                 lambda: studies.extend(llama_studies(device, sizes["sweep"], scratch / "llama")) or [])
+        if "sweep" in args.parts:
+            for study in studies:
+                print(f"sweep: {study['name']} ...", flush=True)
+                part(summary["sweep"], {"study": study["name"]}, log,
+                     lambda: [run_sweep(study, device, sizes["sweep"], log)])
+                save()
+        if "speed" in args.parts:
+            for dtype in sizes["speed_dtypes"]:
+                print(f"speed: BERT and the Llama-layout model, {dtype} ...", flush=True)
+                part(summary["speed"], {"model": "bert", "dtype": dtype}, log,
+                     lambda: bert_speed(device, dtype, sizes["bert"], log))
+                if studies:
+                    part(summary["speed"], {"model": "llama-100m", "dtype": dtype}, log,
+                         lambda: llama_speed(device, dtype, studies[0]["folder"], sizes["llama_speed"], log))
+                save()
+    table = save()
+    print("\n" + table + f"\n(summary.json, summary.txt and log.txt in {args.out})")
+    return 0 if summary["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
