@@ -169,9 +169,10 @@ def generate_variants(model, tokenizer, items: list[dict], gates_list: list, *, 
 
 
 def _greedy_variants(model, ids, gates_list, firsts, stack, *, max_new_tokens, stops, pad, variant_batch_size,
-                     masking, done=None) -> list[list[list[int]]]:
+                     masking, done=None, stopping_criteria=None) -> list[list[list[int]]]:
     """Per gate setting, per row of ``ids`` (prompts of one length): the answer's new token ids; ``done(rows)``
-    is told the (setting, item) rows each generate() answered."""
+    is told the (setting, item) rows each generate() answered. ``stopping_criteria`` (generate()'s, per row;
+    rows are variant-major) end rows early besides the stop tokens (a row ended so is padded after)."""
     from transformers import DynamicCache
 
     rows, length = ids.shape
@@ -201,7 +202,8 @@ def _greedy_variants(model, ids, gates_list, firsts, stack, *, max_new_tokens, s
         with gated(model, stack_gates(model, [gates_list[i] for i in chunk]), masking=masking):
             generated = model.generate(input_ids=repeated, attention_mask=torch.ones_like(repeated),
                                        past_key_values=cache, do_sample=False, num_beams=1,
-                                       max_new_tokens=max_new_tokens, eos_token_id=stops or None, pad_token_id=pad)
+                                       max_new_tokens=max_new_tokens, eos_token_id=stops or None, pad_token_id=pad,
+                                       stopping_criteria=stopping_criteria)
         new = generated[:, length:].tolist()
         for k, i in enumerate(chunk):
             results[i] = [_until_stop(answer, stops) for answer in new[k * rows:(k + 1) * rows]]
