@@ -735,7 +735,8 @@ class Pipeline:
     def scored_side_by_side(self) -> list[Study]:
         """Retrieval studies whose language model is ablated and pruned with them: one figure shows both scores."""
         both = set(self.config["experiments"]["ablation"]) & set(self.config["experiments"]["pruning"])
-        return [study for study in self.studies if study.scoring.scores_another_study and {study.name, study.lm.name} <= both]
+        return [study for study in self.studies
+                if study.scoring.drawn_beside_perplexity and {study.name, study.lm.name} <= both]
 
     def targets(self):
         """Every table and figure the configured experiments produce (the default target)."""

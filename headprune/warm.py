@@ -63,7 +63,11 @@ PRELOAD = ("numpy", "pandas", "torch", "transformers", "matplotlib.figure", "mat
            "snakemake.script", "matplotlib.backends.backend_pdf", "compare_mt.scorers",
            # what the package imports only where it is used (a cold job needs none of them to evaluate a
            # classifier): BLEU, p-values, the fairseq checkpoint reader
-           "sacrebleu", "sacremoses", "scipy.stats", "headprune.models.fairseq")
+           "sacrebleu", "sacremoses", "scipy.stats", "headprune.models.fairseq",
+           # a study scored by an lm-evaluation-harness task (kind lm_eval): lm-eval, its task machinery and
+           # datasets take seconds to import
+           "headprune.experiments.lm_tasks", "lm_eval.api.task", "lm_eval.tasks", "lm_eval.evaluator_utils",
+           "lm_eval.models.huggingface", "datasets")
 
 _in_child = False  # set in a forked child: its start() must let the script run
 CHILD_ENV = "HEADPRUNE_WARM_CHILD"  # and in its environment, for anything it starts

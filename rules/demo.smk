@@ -77,3 +77,26 @@ if "demo" in config:
             ENV
         script:
             "../scripts/demo_language_model.py"
+
+    rule demo_lm_task:
+        # A task in lm-evaluation-harness's YAML format with local data, as a user without hub access
+        # writes one (a models entry of kind lm_eval names the YAML): which number a passage said, as multiple choice.
+        input:
+            corpus=f"{DATA}/upstream/wikitext-2-raw-v1.zip",
+        output:
+            task=f"{DATA}/upstream/lm_tasks/demo_passkey.yaml",
+            test=f"{DATA}/upstream/lm_tasks/demo_passkey.test.jsonl",
+            validation=f"{DATA}/upstream/lm_tasks/demo_passkey.validation.jsonl",
+        params:
+            settings=config["demo"]["lm_task"],
+            seed=config["demo"]["seed"],
+        log:
+            f"{RESULTS}/logs/demo/lm_task.log",
+        threads: 1
+        resources:
+            mem_mb=resource("demo", "mem_mb"),
+            runtime=resource("demo", "runtime"),
+        conda:
+            ENV
+        script:
+            "../scripts/demo_lm_task.py"

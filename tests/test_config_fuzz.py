@@ -311,6 +311,10 @@ USABLE = [
            "models.*.question models.*.value_digits models.*.chat_template models.*.seed", "delete",
            "headprune.studies.RETRIEVAL_DEFAULTS"),
     usable("models.*.answer_prefix", "empty", "no prefix, the default"),
+    usable("models.*.num_fewshot", "delete zero", "lm_eval: zero-shot, the default (a count of examples, 0 and up)"),
+    usable("models.*.limit", "delete null", "lm_eval: every item of the task (documented null)"),
+    usable("models.*.limit", "number", "lm_eval: the task's first items, a count of 1 or more"),
+    usable("models.*.fewshot_seed models.*.selection_task", "delete", "lm_eval: 1234 (lm-eval's), the task itself"),
     usable("models.*.context_lengths.[] models.*.depths.[] concrete.penalties.[] speed.batch_sizes.[] "
            "retrieval_heads.k.[] pruning.orders.[] dynamics.train.checkpoint_epochs.[]", "delete",
            "one setting fewer, each its own items or jobs (the list stays non-empty and in order)"),

@@ -163,7 +163,11 @@ def test_streaming_masking_of_one_study(demo):
 
 
 def test_llama_config(llama):
-    assert llama.study_names[-2:] == ["llama3_8b", "llama3_8b_niah"]
+    assert llama.study_names[-6:] == ["llama3_8b", "llama3_8b_niah", "llama3_8b_hellaswag", "llama3_8b_arc_easy",
+                                      "llama3_8b_mmlu", "llama3_8b_gsm8k"]
+    gsm8k = llama.study("llama3_8b_gsm8k")  # a task's study: the model's heads, GPUs and memory, scored by lm-eval
+    assert gsm8k.heads == llama.study("llama3_8b").heads and gsm8k.resource("ablate", "gpu") == 1
+    assert gsm8k.evalset_spec()["metric"] == "exact_match,strict-match" and gsm8k.evalset_spec()["num_fewshot"] == 5
     study = llama.study("llama3_8b")
     niah = llama.study("llama3_8b_niah")
     # needle in a haystack from 1K tokens to the model's 8K limit, the needle at 0-100% in steps of 10%

@@ -147,9 +147,16 @@ def flags(column: pd.Series) -> pd.Series:
 
 
 def point(metric: str) -> float:
-    if metric not in POINT:
-        raise ValueError(f"scorecard: no point defined for metric '{metric}' (headprune.experiments.scorecard.POINT)")
-    return POINT[metric]
+    """What one point of ``metric`` is. A metric of an lm-evaluation-harness task (acc, acc_norm, exact_match,
+    word_perplexity, ...) not named in POINT: a share (one point is 1%) where higher is better, one unit where
+    lower is (a perplexity)."""
+    if metric in POINT:
+        return POINT[metric]
+    return 0.01 if better_sign(metric) > 0 else 1.0
+
+
+def unit(metric: str) -> str:
+    return UNIT.get(metric, f"% {metric}" if better_sign(metric) > 0 else f" {metric}")
 
 
 def in_points(value: float, metric: str) -> float:
@@ -159,7 +166,7 @@ def in_points(value: float, metric: str) -> float:
 
 def show(value: float, metric: str, sign: bool = False) -> str:
     """A score or change as written: '99.12 BLEU', '-0.75% accuracy'."""
-    return f"{in_points(value, metric):{'+' if sign else ''}.2f}{UNIT[metric]}"
+    return f"{in_points(value, metric):{'+' if sign else ''}.2f}{unit(metric)}"
 
 
 def share(count: int, total: int) -> str:
@@ -291,7 +298,7 @@ def c4_attention_types(pruning: pd.DataFrame, paper_models: dict) -> list[dict]:
         unpruned = study_curves.loc[study_curves["percent_pruned"] == 0, "score"].iloc[0]
         this_run = (f"at {TYPE_PRUNED:.0f}% of a type's heads pruned: "
                     + ", ".join(f"{TYPE_LABELS[t]} {in_points(scores[t]['score'], metric):.2f}" for t in types)
-                    + f"{UNIT[metric]} (unpruned {in_points(unpruned, metric):.2f}); lowest {TYPE_LABELS[lowest]}")
+                    + f"{unit(metric)} (unpruned {in_points(unpruned, metric):.2f}); lowest {TYPE_LABELS[lowest]}")
         rows.append(row("C4", study, this_run, paper_number("C4", paper_models.get(study)),
                         verdict(lowest == "enc_dec")))
     return rows

@@ -16,7 +16,7 @@ import importlib
 
 # name (the config's ``kind:``) -> module of this package holding its class ``Kind``
 MODULES = {"translation": "translation", "classification": "classification",
-           "language_modeling": "language_modeling", "retrieval": "retrieval"}
+           "language_modeling": "language_modeling", "retrieval": "retrieval", "lm_eval": "lm_eval"}
 KINDS = tuple(MODULES)
 
 

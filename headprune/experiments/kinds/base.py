@@ -18,6 +18,8 @@ class Kind:
     # A study of this kind scores the model of another study (its ``model:``, a language_modeling entry):
     # that study's architecture, corpus, importance and resources are its own.
     scores_another_study = False
+    # Drawn against its language model's perplexity, head by head and step by step (perplexity_and_retrieval)
+    drawn_beside_perplexity = False
 
     # --- evaluation: a job's model work and scores ----------------------------------------------
 

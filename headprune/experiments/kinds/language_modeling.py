@@ -106,3 +106,25 @@ class Kind(base.Kind):
 
     def head_roles_inputs(self, study, inputs):
         return {**inputs, "windows": study.lm.windows_dir}
+
+
+class ScoresLanguageModel(Kind):
+    """A kind that scores the model of a language_modeling study (its ``model:``) another way: that study's
+    architecture, corpus, importance (I_h on its text) and resources are its own."""
+
+    scores_another_study = True
+
+    def check(self, pipeline, study, entry):
+        lm = pipeline.models.get(entry["model"], {})
+        if lm.get("kind") != "language_modeling":
+            raise base.ConfigError(f"config: models.{study}.model names '{entry['model']}', which is not a "
+                                   "language_modeling entry of models")
+
+    def scoring_batches(self, tokenizer, evalset, batch_size, max_length):
+        return base.Kind.scoring_batches(self, tokenizer, evalset, batch_size, max_length)
+
+    def importance_data(self, study):
+        return study.lm.importance_data
+
+    def importance_spec(self, study):
+        return study.lm.importance_spec

@@ -6,14 +6,13 @@ from __future__ import annotations
 import numpy as np
 
 from headprune.experiments.kinds import base
-from headprune.experiments.kinds.language_modeling import Kind as LanguageModeling
-from headprune.experiments.kinds.language_modeling import corpus_splits
+from headprune.experiments.kinds.language_modeling import ScoresLanguageModel, corpus_splits
 
 
-class Kind(LanguageModeling):
+class Kind(ScoresLanguageModel):
     name = "retrieval"
     metric = "retrieval"
-    scores_another_study = True
+    drawn_beside_perplexity = True
 
     def load_evalset(self, spec):
         from headprune.data.retrieval import read_items
@@ -48,16 +47,11 @@ class Kind(LanguageModeling):
                                           seed=seed)
         return base.bootstrap_only(boot.p_value)
 
-    def scoring_batches(self, tokenizer, evalset, batch_size, max_length):
-        return base.Kind.scoring_batches(self, tokenizer, evalset, batch_size, max_length)
-
     # --- resolution: it scores the model of a language-modelling study (study.lm) ---------------
 
     def check(self, pipeline, study, entry):
-        lm = pipeline.models.get(entry["model"], {})
-        if lm.get("kind") != "language_modeling":
-            raise base.ConfigError(f"config: models.{study}.model names '{entry['model']}', which is not a "
-                              "language_modeling entry of models")
+        super().check(pipeline, study, entry)
+        lm = pipeline.models[entry["model"]]
         if "haystack_split" in entry:
             splits = corpus_splits(pipeline.corpora[lm["corpus"]])
             if entry["haystack_split"] not in splits:
@@ -76,12 +70,6 @@ class Kind(LanguageModeling):
 
     def eval_data(self, study, roles):
         return [study.items_dir]
-
-    def importance_data(self, study):
-        return study.lm.importance_data
-
-    def importance_spec(self, study):
-        return study.lm.importance_spec
 
     def eval_settings(self, study, bleu, masking, rows, streaming):
         return {"batch_size": study.entry["batch_size"], "masking": masking, "variant_batch_size": rows,

@@ -1,0 +1,164 @@
+"""A study scored by an lm-evaluation-harness task (kind lm_eval, headprune.experiments.kinds.lm_eval): what the
+config says resolves into the study's jobs, its score is lm-eval's own for every gate setting, its paired test
+resamples the task's items, and a config or task that cannot run says so, naming the study and the task."""
+import copy
+
+import numpy as np
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from headprune.demo.corpora import make_wikitext_corpus
+from headprune.demo.lm_task import make_passkey_task
+from headprune.demo.models import tiny_llama_tokenizer
+from headprune.experiments import stats
+from headprune.experiments.kinds import kind_of
+from headprune.experiments.runs import EvalSettings, gates_without, run_variants, score
+from headprune.models.heads import gated
+from headprune.studies import ConfigError, Pipeline
+
+lm_eval = pytest.importorskip("lm_eval")
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def task_yaml(tmp_path_factory):
+    """The demo's task (which of four numbers a passage said) on a small corpus of the demo's language."""
+    folder = tmp_path_factory.mktemp("task")
+    corpus = make_wikitext_corpus(folder / "wikitext-2-raw-v1.zip", {"train": 40, "validation": 40, "test": 40})
+    return make_passkey_task(corpus, folder / "demo_passkey.yaml", items_per_split={"test": 16, "validation": 4})
+
+
+@pytest.fixture(scope="module")
+def llama(task_yaml):
+    """A random Llama with the quirks of real ones: 6 query heads on 2 key/value heads (groups of 3), tied
+    embeddings, a tokenizer that puts <s> first."""
+    text = (task_yaml.parent / "demo_passkey.test.jsonl").read_text()
+    tokenizer = tiny_llama_tokenizer(text, 300)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=24, intermediate_size=32, num_hidden_layers=2,
+                         num_attention_heads=6, num_key_value_heads=2, head_dim=4, max_position_embeddings=512,
+                         tie_word_embeddings=True, initializer_range=0.2, bos_token_id=tokenizer.bos_token_id,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                         attn_implementation="eager")
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config).eval(), tokenizer
+
+
+def spec(task, metric="acc", **changes):
+    return {"kind": "lm_eval", "task": str(task), "num_fewshot": 0, "limit": None, "fewshot_seed": 1234,
+            "metric": metric, "name": "demo_passkey (0-shot)", "max_items": None, **changes}
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def test_the_score_of_every_gate_setting_is_lm_evals_own(task_yaml, llama):
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+
+    model, tokenizer = llama
+    kind = kind_of("lm_eval")
+    settings = [None, gates_without(model, [("dec_self", 0, 0)]),
+                gates_without(model, [("dec_self", 1, h) for h in range(3)])]  # a whole key/value group
+    for metric in ("acc", "acc_norm,none"):  # lm-eval's result key names a metric too
+        evalset = kind.load_evalset(spec(task_yaml, metric))
+        metric = metric.removesuffix(",none")
+        assert len(evalset) == 16 and evalset.metric == metric
+        outputs = run_variants(model, tokenizer, evalset, settings, EvalSettings(batch_size=4, progress=False))
+        manager = TaskManager(include_path=str(task_yaml.parent), include_defaults=False)
+        scores = [score(evalset, per_item) for per_item in outputs]
+        for gates, ours in zip(settings, scores):
+            with gated(model, gates):
+                theirs = lm_eval.simple_evaluate(model=HFLM(pretrained=model, tokenizer=tokenizer, batch_size=4),
+                                                 tasks=["demo_passkey"], task_manager=manager, num_fewshot=0)
+            assert ours == theirs["results"]["demo_passkey"][f"{metric},none"]
+        assert len({str(per_item) for per_item in outputs}) == len(settings)  # the settings changed the log-likelihoods
+
+
+def test_significance_is_a_paired_bootstrap_over_the_tasks_items(task_yaml, llama):
+    """For accuracy, resampling items and comparing mean accuracies is what the classification kind's paired
+    bootstrap does on the chosen answers against the gold ones: the same p from the same seed."""
+    from headprune.experiments.lm_tasks import item_metrics
+
+    model, tokenizer = llama
+    kind = kind_of("lm_eval")
+    evalset = kind.load_evalset(spec(task_yaml))
+    full, ablated = run_variants(model, tokenizer, evalset, [None, gates_without(model, [("dec_self", 0, 1)])],
+                                 EvalSettings(batch_size=4, progress=False))
+    gold = [doc["label"] for doc in evalset.sources]
+
+    def answers(outputs):  # the choice of highest log-likelihood, as lm-eval's acc takes it
+        return [int(np.argmax([float(response[0]) for response in responses])) for responses in outputs]
+
+    correct = [[items["acc"] for items in item_metrics(evalset.task, outputs)] for outputs in (full, ablated)]
+    assert correct == [[float(a == g) for a, g in zip(answers(outputs), gold)] for outputs in (full, ablated)]
+    ours = kind.significance(evalset, full, ablated, resamples=500, seed=3)
+    reference = stats.paired_bootstrap_metric(answers(full), answers(ablated), gold, "accuracy", n_resamples=500,
+                                              seed=3)
+    assert ours["p_bootstrap"] == reference.p_value and np.isnan(ours["p_ttest"])
+    assert kind.decisive_p == "p_bootstrap"
+
+
+def test_a_metric_the_task_does_not_compute_stops_the_job_naming_the_task(task_yaml):
+    from headprune.experiments.lm_tasks import TaskError
+
+    with pytest.raises(TaskError, match="demo_passkey.*(f1|exact_match)"):
+        kind_of("lm_eval").load_evalset(spec(task_yaml, "exact_match"))
+
+
+# --- the config ----------------------------------------------------------------------------------------
+
+
+def demo_config():
+    import yaml
+    from snakemake.utils import validate
+
+    config = yaml.safe_load((ROOT / "demo/config.yaml").read_text())
+    validate(config, str(ROOT / "rules/schemas/config.schema.yaml"))
+    return config
+
+
+def with_entry(**entry):
+    import yaml
+    from snakemake.utils import validate
+
+    config = yaml.safe_load((ROOT / "demo/config.yaml").read_text())
+    config["models"]["judged"] = {"kind": "lm_eval", "model": "tiny_llama", "task": "hellaswag", "metric": "acc_norm",
+                                  **entry}
+    config["models"]["judged"] = {key: value for key, value in config["models"]["judged"].items() if value is not None}
+    config["experiments"]["ablation"].append("judged")
+    validate(config, str(ROOT / "rules/schemas/config.schema.yaml"))
+    return Pipeline(config)
+
+
+def test_a_study_scores_its_language_models_heads_on_the_task():
+    pipeline = Pipeline(demo_config())
+    study = pipeline.study("tiny_llama_passkey")
+    assert study.lm is pipeline.study("tiny_llama") and study.heads == study.lm.heads
+    assert study.evalset_spec() == spec("data/demo/upstream/lm_tasks/demo_passkey.yaml")
+    assert study.eval_data(["eval"]) == ["data/demo/upstream/lm_tasks/demo_passkey.yaml"]  # the demo rule makes it
+    assert study.importance_spec == study.lm.importance_spec  # I_h on the language model's text
+    registry = with_entry(num_fewshot=5, limit=100).study("judged")
+    assert registry.eval_data(["eval"]) == []  # lm-eval fetches a registry task's data itself
+    assert registry.evalset_spec()["name"] == "hellaswag (5-shot)" and registry.evalset_spec()["limit"] == 100
+    assert with_entry(selection_task="arc_easy").study("judged").evalset_spec("selection")["task"] == "arc_easy"
+
+
+@pytest.mark.parametrize("entry, key", [({"model": "tiny_llama_niah"}, "models.judged.model"),
+                                        ({"metric": None}, "metric"), ({"task": None}, "task"),
+                                        ({"num_fewshot": -1}, "num_fewshot"), ({"metric": "acc norm"}, "metric")])
+def test_a_config_that_cannot_run_names_the_key(entry, key):
+    from snakemake.exceptions import WorkflowError
+
+    with pytest.raises((ConfigError, WorkflowError), match=key.replace(".", r"\.")):
+        with_entry(**entry)
+
+
+def test_a_task_study_has_no_out_of_domain_set():
+    config = copy.deepcopy(demo_config())
+    config["experiments"]["cross_domain"].append("tiny_llama_passkey")
+    with pytest.raises(ConfigError, match="experiments.cross_domain names 'tiny_llama_passkey'"):
+        Pipeline(config)
