@@ -20,6 +20,7 @@ import functools
 from pathlib import Path
 
 from headprune.data.datasets import GLUE_TASKS
+from headprune.data.datasets import _check_task as check_glue_task
 from headprune.experiments.kinds import KINDS, kind_of  # noqa: F401 (KINDS: the config's kinds)
 from headprune.experiments.kinds.base import ConfigError
 from headprune.experiments.kinds.language_modeling import LM_SPLITS
@@ -777,9 +778,31 @@ class Pipeline:
 
     # --- checks the schema cannot make ------------------------------------------------------
 
+    def _check_local_files(self):
+        """A download that is a path in this workflow: the demo's rules write those under <data_dir>/upstream;
+        without a demo section it must be there already."""
+        def downloads(node, key):
+            if isinstance(node, dict):
+                if isinstance(node.get("url"), str) and "://" not in node["url"]:
+                    yield key, node["url"]
+                for name, value in node.items():
+                    if name != "demo":
+                        yield from downloads(value, f"{key}.{name}" if key else str(name))
+
+        upstream = f"{self.data_dir}/upstream/"
+        for key, path in downloads(self.config, ""):
+            if "demo" in self.config and not path.startswith(upstream):
+                raise ConfigError(f"config: {key}.url is '{path}', which the demo does not make (it writes under "
+                                  f"data_dir's upstream/, {upstream})")
+            if "demo" not in self.config and not Path(path).exists():
+                raise ConfigError(f"config: {key}.url is '{path}', a local file that is not there (and no demo "
+                                  "section makes it)")
+
     def _check(self):
         config, translation, glue, models = self.config, self.config["translation"], self.glue, self.models
-        for key in ("importance_sets", "eval_set"):
+        for key in ("importance_sets", "eval_set", "ood_set", "selection_set", "test_set"):
+            if translation.get(key) is None:
+                continue
             names = translation[key] if isinstance(translation[key], list) else [translation[key]]
             for name in names:
                 if name not in translation["testsets"]:
@@ -791,6 +814,14 @@ class Pipeline:
                 raise ConfigError(f"config: glue.{task}.task is '{spec['task']}', not one of {sorted(GLUE_TASKS)}")
             if "task" not in spec and not ({"url", "files"} & set(spec)):
                 raise ConfigError(f"config: glue.{task} needs either 'task' (a built-in GLUE task) or 'url' or 'files'")
+            try:
+                splits = check_glue_task(glue_task_spec(spec, task))
+            except ValueError as error:
+                raise ConfigError(f"config: glue.{task}: {error}") from None
+            for key in ("eval_split", "ood_split", "selection_split", "test_split", "train_split"):
+                if key in spec and spec[key] not in splits:
+                    raise ConfigError(f"config: glue.{task}.{key} is '{spec[key]}', not one of its splits {sorted(splits)}")
+        self._check_local_files()
         for experiment, studies in config["experiments"].items():
             for study in studies:
                 if study not in self.study_names:

@@ -380,38 +380,7 @@ DAG_STOPS = [
 
 # What passes validation and fails in a job, or stops the DAG without naming the key, because only a check
 # across sections could catch it. Each is a check for headprune.studies.Pipeline._check to make.
-KNOWN_GAPS = [
-    (usable("translation.ood_set translation.selection_set translation.test_set", "empty",
-            "not checked against translation.testsets: the DAG stops on the missing data/testsets/.en, which "
-            "names no key"),
-     Mutation(("translation", "ood_set"), "empty", "", "config.yaml")),
-    (usable("translation.testsets.*", "delete",
-            "a test set that ood_set, selection_set or test_set names: the DAG stops on its missing files",
-            when=_named_by_a_role),
-     Mutation(("translation", "testsets", "mtnt"), "delete", None, "config.yaml")),
-    (usable("glue.*.eval_split glue.*.ood_split glue.*.selection_split glue.*.test_split glue.*.train_split",
-            "empty", "not checked against the task's splits: the dry run plans it, the job that reads the split "
-            "fails"),
-     Mutation(("glue", "mnli", "eval_split"), "empty", "", "config.yaml")),
-    (usable("glue.*.task", "delete",
-            "the entry's own keys are then the whole task spec, without splits or columns: prepare_glue's "
-            "_check_task fails in the job"),
-     Mutation(("glue", "mnli", "task"), "delete", None, "demo/config.yaml")),
-    (usable("glue.*.files glue.*.files.*", "delete empty",
-            "the entry's files replace the built-in task's (dict.update): its splits then name a file that is "
-            "not there, and prepare_glue's _check_task fails in the job",
-            when=lambda config, m: _files_of_a_built_in_task(config, m) and (len(m.path) > 3 or m.kind == "empty")),
-     Mutation(("glue", "mrpc", "files", "mrpc_dev_ids"), "delete", None, "demo/config.yaml")),
-    (usable("data_dir", "delete",
-            "the demo writes its files into <data_dir>/upstream, and its URLs name data/demo/upstream: the DAG "
-            "stops on missing input files, which names the files, not the key",
-            when=lambda config, m: "demo" in config),
-     Mutation(("data_dir",), "delete", None, "demo/config.yaml")),
-    (usable("demo", "delete",
-            "the demo's URLs then name local files that no rule makes: the DAG stops on missing input files, "
-            "which names the files, not the key"),
-     Mutation(("demo",), "delete", None, "demo/config.yaml")),
-]
+KNOWN_GAPS = []  # none left: headprune.studies.Pipeline checks what crosses sections
 
 
 def known_gap(mutation, config):
@@ -606,13 +575,19 @@ def test_a_rejected_mutation_stops_the_workflow_before_any_job_naming_its_key(fu
 
 # --- the known gaps, and the issue's own cases ----------------------------------------------------------------------
 
-@pytest.mark.parametrize("gap, example", KNOWN_GAPS, ids=[str(example) for _, example in KNOWN_GAPS])
-def test_a_known_gap_is_still_open(gap, example, schema_parsed_once):
-    """When Pipeline checks it, this fails: remove the entry from KNOWN_GAPS."""
-    original = load(example.config)
-    assert gap.covers(example, original)
-    verdict = check(apply(original, example))
-    assert verdict.status == "passed", f"{example} is now rejected ({verdict.message}): remove it from KNOWN_GAPS"
+@pytest.mark.parametrize("example, message", [
+    # once known gaps (passed here, failed in a job), now Pipeline's checks across sections
+    (Mutation(("translation", "ood_set"), "empty", "", "config.yaml"), "translation.ood_set names ''"),
+    (Mutation(("translation", "testsets", "mtnt"), "delete", None, "config.yaml"), "translation.ood_set names 'mtnt'"),
+    (Mutation(("glue", "mnli", "eval_split"), "empty", "", "config.yaml"), "glue.mnli.eval_split is ''"),
+    (Mutation(("glue", "mnli", "task"), "delete", None, "demo/config.yaml"), "config: glue.mnli: GLUE task"),
+    (Mutation(("glue", "mrpc", "files", "mrpc_dev_ids"), "delete", None, "demo/config.yaml"), "config: glue.mrpc:"),
+    (Mutation(("data_dir",), "delete", None, "demo/config.yaml"), "which the demo does not make"),
+    (Mutation(("demo",), "delete", None, "demo/config.yaml"), "a local file that is not there"),
+], ids=str)
+def test_a_value_only_a_check_across_sections_catches_names_its_key(example, message, schema_parsed_once):
+    verdict = check(apply(load(example.config), example))
+    assert verdict.status == "rejected" and message in verdict.message, verdict
 
 
 @pytest.mark.parametrize("path, value, message", [

@@ -113,9 +113,15 @@ def test_c3_not_run_without_an_importance_curve():
     assert [r["verdict"] for r in sc.c3_pruning(curve("wmt", [36.0, 35.0], order="random"), MODELS)] == [NOT_RUN]
 
 
-def test_unknown_metric_is_an_error_naming_it():
-    with pytest.raises(ValueError, match="'chrf'"):
-        sc.c3_pruning(curve("own", [50.0, 49.0], metric="chrf"), MODELS)
+def test_an_lm_eval_tasks_metric_has_its_points():
+    """A metric of an lm-evaluation-harness task (kind lm_eval): a share where higher is better (1 point is 1%),
+    one unit where lower is (a perplexity, whose change counts in percent of the unpruned one, as perplexity's
+    does); the rows name the metric."""
+    rows = sc.c3_pruning(pd.concat([curve("task", [1.0, 0.995, 0.98, 0.5], metric="acc_norm"),
+                                    curve("words", [20.0, 20.5, 23.0], metric="word_perplexity")], ignore_index=True),
+                         MODELS)
+    assert rows[0]["this_run"] == "10% prunable (unpruned 100.00% acc_norm; 98.00% acc_norm at 20%)"
+    assert rows[1]["this_run"] == "0% prunable (unpruned 20.00 word_perplexity; 20.50 word_perplexity at 10%)"
 
 
 # --- C4: attention types -------------------------------------------------------------------------

@@ -100,11 +100,12 @@ def test_demo_groups_heads_but_ablates_each_alone(tmp_path):
     assert jobs == {("demo_en_fr", "enc_self-0-0..enc_dec-0-3"), ("demo_en_fr", "enc_dec-1-0..dec_self-1-3"),
                     ("mnli", "enc_self-0-0..enc_self-1-3"), ("roberta_mnli", "enc_self-0-0..enc_self-1-3"),
                     ("tiny_llama", "dec_self-0-0..dec_self-1-3"), ("tiny_llama_niah", "dec_self-0-0..dec_self-1-3"),
-                    ("tiny_llama_streaming", "dec_self-0-0..dec_self-1-3")}
+                    ("tiny_llama_streaming", "dec_self-0-0..dec_self-1-3"),
+                    ("tiny_llama_passkey", "dec_self-0-0..dec_self-1-3")}
     layers = set(re.findall(r"output: results/demo/(\w+)/one_head/(\S+)\.json", result.stdout))
     assert layers == {("demo_en_fr", "enc_self-0..enc_dec-0"), ("demo_en_fr", "enc_dec-1..dec_self-1"),
                       ("mnli", "enc_self-0..enc_self-1"), ("tiny_llama", "dec_self-0..dec_self-1"),
-                      ("tiny_llama_niah", "dec_self-0..dec_self-1")}
+                      ("tiny_llama_niah", "dec_self-0..dec_self-1"), ("tiny_llama_passkey", "dec_self-0..dec_self-1")}
     # (the finished demo's ablation.csv, one row per head, checks that the jobs evaluated every head)
     orders = set(re.findall(r"output: results/demo/demo_en_fr/pruning/all/(\S+)\.csv", result.stdout))
     assert orders == {"importance+random+fisher+attention_gradient+confidence", "entropy_low+entropy_high+combined"

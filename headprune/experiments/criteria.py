@@ -188,8 +188,10 @@ def nearest_step(curve: pd.DataFrame, percent: float) -> int:
 
 def tolerance_points(metric: str, points: float, full_score: float | None = None) -> float:
     """``points`` in the metric's units: BLEU points, percentage points of a [0, 1] score, or for
-    perplexity ``points`` percent of the full model's perplexity."""
-    if metric == "perplexity":
+    perplexity (any metric where lower is better) ``points`` percent of the full model's."""
+    from headprune.experiments.metrics import better_sign
+
+    if better_sign(metric) < 0:
         return full_score * points / 100.0
     return points if metric == "bleu" else points / 100.0
 

@@ -181,8 +181,9 @@ def importance_curves(pruning: pd.DataFrame, scopes) -> pd.DataFrame:
 
 
 def points_worse(unpruned: float, score: float, metric: str) -> float:
-    """How much worse ``score`` is than ``unpruned``, in points (perplexity: percent of the unpruned one)."""
-    if metric == "perplexity":
+    """How much worse ``score`` is than ``unpruned``, in points (a perplexity, or any metric where lower is better:
+    percent of the unpruned one)."""
+    if better_sign(metric) < 0:
         return 100.0 * (score - unpruned) / unpruned
     return in_points(unpruned - score, metric)
 
