@@ -43,14 +43,18 @@ def server_pids(workdir):
     return [int(pid) for log in logs for pid in re.findall(r"warm server (\d+) ready", log.read_text())]
 
 
-@pytest.fixture
-def workdir(tmp_path):
-    yield tmp_path
-    for pid in server_pids(tmp_path):
+def stop_servers(workdir):
+    for pid in server_pids(workdir):
         try:
             os.kill(pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    yield tmp_path
+    stop_servers(tmp_path)
 
 
 def test_jobs_run_in_children_of_one_warm_server(workdir):
@@ -195,18 +199,14 @@ def send_job(path, script):
 
 
 @pytest.fixture
-def shared_workdir(tmp_path_factory):
+def shared_workdir():
     """A working folder other users can reach, as a group's shared folder is (pytest's own is root's alone)."""
     import tempfile
 
     path = Path(tempfile.mkdtemp(prefix="headprune-warm-", dir="/tmp"))
     path.chmod(0o777)
     yield path
-    for pid in server_pids(path):
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+    stop_servers(path)
     subprocess.run(["rm", "-rf", str(path)], check=False)
 
 
