@@ -14,7 +14,6 @@ class Kind:
     attention_types: list[str]  # the heads a study of this kind has, by what its model is scored on
     language_model = False  # a decoder-only LM: its heads' roles are its own (headprune.scoring.lm_roles)
     decisive_p = "p_bootstrap"  # the p-value that decides significance (compare_to_full)
-    metric = None  # the metric every set of this kind is scored by (None: the set says)
     # A study of this kind scores the model of another study (its ``model:``, a language_modeling entry):
     # that study's architecture, corpus, importance and resources are its own.
     scores_another_study = False

@@ -16,7 +16,6 @@ class Kind(base.Kind):
     name = "language_modeling"
     attention_types = ["dec_self"]
     language_model = True
-    metric = "perplexity"
 
     def load_evalset(self, spec):
         from headprune.experiments.perplexity import load_windows

@@ -22,7 +22,6 @@ def task_file(task: str) -> Path | None:
 
 class Kind(ScoresLanguageModel):
     name = "lm_eval"
-    metric = None  # the config names which of the task's metrics is the score
 
     def load_evalset(self, spec):
         from headprune.experiments.lm_tasks import load_task

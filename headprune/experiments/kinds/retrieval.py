@@ -11,7 +11,6 @@ from headprune.experiments.kinds.language_modeling import ScoresLanguageModel, c
 
 class Kind(ScoresLanguageModel):
     name = "retrieval"
-    metric = "retrieval"
     drawn_beside_perplexity = True
 
     def load_evalset(self, spec):

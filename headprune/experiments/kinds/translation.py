@@ -9,7 +9,6 @@ from headprune.experiments.kinds import base
 class Kind(base.Kind):
     name = "translation"
     attention_types = ["enc_self", "enc_dec", "dec_self"]
-    metric = "bleu"
 
     def load_evalset(self, spec):
         from headprune.data.datasets import read_lines
