@@ -779,8 +779,8 @@ class Pipeline:
     # --- checks the schema cannot make ------------------------------------------------------
 
     def _check_local_files(self):
-        """A download that is a path in this workflow: the demo's rules write those under <data_dir>/upstream;
-        without a demo section it must be there already."""
+        """A download that is a path in this workflow must be there already, or be one the demo's rules make
+        (under <data_dir>/upstream)."""
         def downloads(node, key):
             if isinstance(node, dict):
                 if isinstance(node.get("url"), str) and "://" not in node["url"]:
@@ -791,12 +791,14 @@ class Pipeline:
 
         upstream = f"{self.data_dir}/upstream/"
         for key, path in downloads(self.config, ""):
-            if "demo" in self.config and not path.startswith(upstream):
-                raise ConfigError(f"config: {key}.url is '{path}', which the demo does not make (it writes under "
-                                  f"data_dir's upstream/, {upstream})")
-            if "demo" not in self.config and not Path(path).exists():
+            if Path(path).exists():
+                continue
+            if "demo" not in self.config:
                 raise ConfigError(f"config: {key}.url is '{path}', a local file that is not there (and no demo "
                                   "section makes it)")
+            if not path.startswith(upstream):
+                raise ConfigError(f"config: {key}.url is '{path}', a local file that is not there and that the demo "
+                                  f"does not make (it writes under data_dir's upstream/, {upstream})")
 
     def _check(self):
         config, translation, glue, models = self.config, self.config["translation"], self.glue, self.models

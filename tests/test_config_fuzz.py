@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import ast
 import concurrent.futures
+import contextlib
 import copy
 import fnmatch
 import json
@@ -50,6 +51,7 @@ import random
 import re
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,6 +65,7 @@ from headprune.studies import ConfigError, Pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = str(ROOT / "rules" / "schemas" / "config.schema.yaml")
+EMPTY_FOLDER = tempfile.mkdtemp(prefix="headprune-fuzz-")
 CONFIGS = ["config.yaml", "demo/config.yaml", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "configs").glob("*.yaml"))]
 SEED = int(os.environ.get("HEADPRUNE_FUZZ_SEED", "34"))
 EVERY_MUTATION = os.environ.get("HEADPRUNE_FUZZ_ALL") == "1"
@@ -112,7 +115,8 @@ def check(config) -> Verdict:
     config = plain(config)
     try:
         snakemake.utils.validate(config, SCHEMA)
-        Pipeline(config)
+        with contextlib.chdir(EMPTY_FOLDER):  # local downloads are looked for here: a demo run in the checkout aside
+            Pipeline(config)
     except (WorkflowError, ConfigError) as error:
         return Verdict("rejected", str(error))
     except Exception as error:  # a crash before any job, but it names nothing
@@ -582,7 +586,7 @@ def test_a_rejected_mutation_stops_the_workflow_before_any_job_naming_its_key(fu
     (Mutation(("glue", "mnli", "eval_split"), "empty", "", "config.yaml"), "glue.mnli.eval_split is ''"),
     (Mutation(("glue", "mnli", "task"), "delete", None, "demo/config.yaml"), "config: glue.mnli: GLUE task"),
     (Mutation(("glue", "mrpc", "files", "mrpc_dev_ids"), "delete", None, "demo/config.yaml"), "config: glue.mrpc:"),
-    (Mutation(("data_dir",), "delete", None, "demo/config.yaml"), "which the demo does not make"),
+    (Mutation(("data_dir",), "delete", None, "demo/config.yaml"), "that the demo does not make"),
     (Mutation(("demo",), "delete", None, "demo/config.yaml"), "a local file that is not there"),
 ], ids=str)
 def test_a_value_only_a_check_across_sections_catches_names_its_key(example, message, schema_parsed_once):
@@ -655,3 +659,17 @@ def test_every_checksum_is_64_lowercase_hex_or_null(schema_parsed_once):
                 assert names_key(verdict.message, mutation, original), verdict.message
             for fine in (good, None):
                 assert check(apply(original, Mutation((*owner, "sha256"), "set", fine))).status == "passed", owner
+
+
+def test_a_local_download_that_is_there_passes_with_a_demo_too(schema_parsed_once):
+    """A user's own archive beside the demo's: not under data_dir's upstream/, but there."""
+    config = load("demo/config.yaml")
+    config["glue"]["own"] = {"task": "SST-2", "url": "own/SST-2.zip", "sha256": None}
+    verdict = check(config)
+    assert verdict.status == "rejected" and "glue.own.url is 'own/SST-2.zip'" in verdict.message, verdict
+    (Path(EMPTY_FOLDER) / "own").mkdir(exist_ok=True)
+    (Path(EMPTY_FOLDER) / "own" / "SST-2.zip").write_bytes(b"")
+    try:
+        assert check(config).status == "passed", check(config).message
+    finally:
+        (Path(EMPTY_FOLDER) / "own" / "SST-2.zip").unlink()

@@ -115,8 +115,11 @@ def beam_search(model, encoded: dict, gates_list: list, *, beam: int, lenpen: fl
         raise ValueError(f"beam_search would not compute what this model's generate() does: {problem}")
     forced_bos, forced_eos = config.forced_bos_token_id, config.forced_eos_token_id
 
+    # settings made on the CPU (a caller's, or full_gates of a model moved since) go where the batch is
+    gates_list = [None if g is None else {t: v.to(device) for t, v in g.items()} for g in gates_list]
     gated_any = any(g is not None for g in gates_list)
-    settings = [g if g is not None else full_gates(model) for g in gates_list] if gated_any else []
+    settings = [g if g is not None else {t: v.to(device) for t, v in full_gates(model).items()}
+                for g in gates_list] if gated_any else []
     decoder_types = [t for t in (settings[0] if settings else {}) if t != ENC_SELF]
 
     # The encoder once per distinct encoder gate setting (None: all on, as for decoder-only variants).
