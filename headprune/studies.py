@@ -449,15 +449,41 @@ class Study:
         a language model's text windows and, for a retrieval study, its needle-in-a-haystack items."""
         return self.scoring.head_roles_inputs(self, {"model": self.model_path, "importance": self.importance_table})
 
+    @property
+    def retrieval_heads_source(self) -> Study:
+        """The retrieval study whose heads' retrieval scores (head_roles.csv) rank the heads Wu et al.'s
+        experiment masks: the study itself, or for a task the retrieval study of the same language model that
+        experiments.retrieval_heads names (``retrieval_study`` chooses among several)."""
+        if self.kind == "retrieval":
+            return self
+        listed = [self.pipeline.study(name) for name in self.config["experiments"].get("retrieval_heads", [])]
+        found = [other for other in listed if other.kind == "retrieval" and other.lm.name == self.lm.name]
+        chosen = self.entry.get("retrieval_study")
+        if chosen is not None:
+            found = [other for other in found if other.name == chosen]
+        if len(found) != 1:
+            which = (f"models.{self.name}.retrieval_study is '{chosen}', which is not" if chosen is not None else
+                     f"{len(found)} are" if found else "none is")
+            raise ConfigError(f"config: experiments.retrieval_heads names '{self.name}', scored on the heads a "
+                              f"retrieval study of its language model '{self.lm.name}' finds; {which} one of "
+                              "experiments.retrieval_heads (name one with retrieval_study)")
+        return found[0]
+
     def retrieval_heads_params(self):
-        """Wu et al.'s experiment: the top-K heads by retrieval score masked, against K random heads."""
-        settings = self.config["retrieval_heads"]
+        """Wu et al.'s experiment: the top-K heads by retrieval score masked, against K random heads, scored by
+        the study's own score (retrieval accuracy; a task's metric) and by its language model's perplexity."""
+        settings, bleu = self.config["retrieval_heads"], self.config["pruning"]["bleu"]
         heads = len(self.heads)
+        scores = [{"name": self.scoring.wu_score, "eval": self.evalset_spec("eval"), "settings": self.eval_settings(bleu)},
+                  {"name": "perplexity", "eval": self.lm.evalset_spec("eval"), "settings": self.lm.eval_settings(bleu)}]
         return {"k": [k for k in settings["k"] if k <= heads], "random_sets": settings["random_sets"],
-                "retrieval": self.evalset_spec("eval"), "perplexity": self.lm.evalset_spec("eval"),
-                "retrieval_settings": self.eval_settings(self.config["pruning"]["bleu"]),
-                "perplexity_settings": self.lm.eval_settings(self.config["pruning"]["bleu"]),
+                "heads_from": self.retrieval_heads_source.name, "scores": scores,
                 "significance": self.config["significance"]}
+
+    def retrieval_heads_inputs(self):
+        source = self.retrieval_heads_source
+        return {"model": self.model_path, "eval": self.eval_data(["eval"]), "windows": self.lm.windows_dir,
+                "roles": f"{self.pipeline.results_dir}/{source.name}/head_roles.csv"}
 
 
 class Dynamics:
@@ -720,7 +746,8 @@ class Pipeline:
                                                               kind_of("translation").attention_types),
             "dynamics": self.dynamics.pruning_tables if self.dynamics else [],  # in the order of scorecard_epochs
             "speed": [f"{self.figures_dir}/{study.name}/table4.csv" for study in self.speed_studies],
-            "roles": [f"{results}/{study}/head_roles.csv" for study in experiments.get("retrieval_heads", [])],
+            "roles": [f"{results}/{study}/head_roles.csv" for study in experiments.get("retrieval_heads", [])
+                      if self.study(study).retrieval_heads_source.name == study],
             "retrieval_heads": [f"{results}/{study}/retrieval_heads.csv" for study in experiments.get("retrieval_heads", [])],
         }
 
@@ -738,6 +765,18 @@ class Pipeline:
         both = set(self.config["experiments"]["ablation"]) & set(self.config["experiments"]["pruning"])
         return [study for study in self.studies
                 if study.scoring.drawn_beside_perplexity and {study.name, study.lm.name} <= both]
+
+    def head_map_studies(self) -> dict[str, list[str]]:
+        """Per language model ablated with another study that scores it (retrieval, a task, ...): those studies of
+        experiments.ablation, the language model first; one figure maps each head's cost under each score."""
+        ablated = [self.study(name) for name in self.config["experiments"]["ablation"]]
+        groups: dict[str, list[str]] = {}
+        for study in ablated:
+            if study.scoring.language_model and study.lm.name in self.config["experiments"]["ablation"]:
+                groups.setdefault(study.lm.name, [study.lm.name])
+                if study.name != study.lm.name:
+                    groups[study.lm.name].append(study.name)
+        return {lm: names for lm, names in groups.items() if len(names) > 1}
 
     def targets(self):
         """Every table and figure the configured experiments produce (the default target)."""
@@ -770,6 +809,8 @@ class Pipeline:
         for study in self.scored_side_by_side():
             targets += files(study.name, "perplexity_and_retrieval.png", "perplexity_and_retrieval.pdf",
                              "perplexity_and_retrieval.csv")
+        for lm in self.head_map_studies():
+            targets += files(lm, "head_maps.png", "head_maps.pdf", "head_maps.csv", "head_maps_correlations.csv")
         for study in self.speed_studies:
             targets += files(study.name, "table4.csv", "table4.md")
         targets += self.dynamics.figures if self.dynamics else []
@@ -845,9 +886,11 @@ class Pipeline:
                 if study in models and kind_of(models[study]["kind"]).language_model:
                     raise ConfigError(f"config: experiments.{experiment} names '{study}', a language-modelling study ({why})")
         for study in config["experiments"].get("retrieval_heads", []):
-            if models.get(study, {}).get("kind") != "retrieval":
-                raise ConfigError(f"config: experiments.retrieval_heads names '{study}', which is not a retrieval "
-                                  "study (a models entry of kind retrieval)")
+            kind = models.get(study, {}).get("kind")
+            if kind is None or kind_of(kind).wu_score is None:
+                raise ConfigError(f"config: experiments.retrieval_heads names '{study}', which is neither a retrieval "
+                                  "study nor a task (a models entry of kind retrieval or lm_eval)")
+            self.study(study).retrieval_heads_source  # noqa: B018 (a task's retrieval study is there)
         for study, entry in models.items():
             if entry.get("masking") == "streaming" and not kind_of(entry["kind"]).language_model:
                 raise ConfigError(f"config: models.{study}.masking is streaming, which only decoder-only language "

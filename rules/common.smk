@@ -132,10 +132,13 @@ def side_by_side_inputs(wildcards):
             for table, path in (("ablation", "eval/ablation.csv"), ("pruning", "pruning.csv"))}
 
 
+def head_maps_inputs(wildcards):
+    """The single-head ablation of each study that scores this language model (itself first)."""
+    return {name: f"{RESULTS}/{name}/eval/ablation.csv" for name in PIPELINE.head_map_studies()[wildcards.study]}
+
+
 def retrieval_heads_inputs(wildcards):
-    s = study(wildcards)
-    return {"model": s.model_path, "needles": s.items_dir, "windows": s.lm.windows_dir,
-            "roles": f"{RESULTS}/{s.name}/head_roles.csv"}
+    return study(wildcards).retrieval_heads_inputs()
 
 
 def parse_inputs(wildcards):

@@ -87,6 +87,7 @@ if "demo" in config:
             task=f"{DATA}/upstream/lm_tasks/demo_passkey.yaml",
             test=f"{DATA}/upstream/lm_tasks/demo_passkey.test.jsonl",
             validation=f"{DATA}/upstream/lm_tasks/demo_passkey.validation.jsonl",
+            train=f"{DATA}/upstream/lm_tasks/demo_passkey.train.jsonl",
         params:
             settings=config["demo"]["lm_task"],
             seed=config["demo"]["seed"],

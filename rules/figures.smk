@@ -161,3 +161,26 @@ rule plot_criteria:
         ENV
     script:
         "../scripts/plot_criteria.py"
+
+
+rule plot_head_maps:
+    input:
+        unpack(head_maps_inputs),
+    output:
+        csv=f"{FIGURES}/{{study}}/head_maps.csv",
+        correlations=f"{FIGURES}/{{study}}/head_maps_correlations.csv",
+        png=report(f"{FIGURES}/{{study}}/head_maps.png", caption="../report/head_maps.rst", category="Head maps",
+                   subcategory="{study}"),
+        pdf=f"{FIGURES}/{{study}}/head_maps.pdf",
+    params:
+        style=figure_style,
+    log:
+        f"{RESULTS}/logs/plot_head_maps/{{study}}.log",
+    resources:
+        gpu=resource("figures", "gpu"),
+        mem_mb=resource("figures", "mem_mb"),
+        runtime=resource("figures", "runtime"),
+    conda:
+        ENV
+    script:
+        "../scripts/plot_head_maps.py"

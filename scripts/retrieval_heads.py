@@ -1,6 +1,8 @@
-"""Wu et al. (2025)'s experiment: mask the top-K heads by retrieval score (head_roles.csv) and, against them,
-K random heads (several seeded sets) for each K; retrieval accuracy and perplexity of every setting, each
-with a paired bootstrap test against the full model. One row per (K, selection, set)."""
+"""Wu et al. (2025)'s experiment: mask the top-K heads by retrieval score (head_roles.csv of the retrieval study
+that finds them) and, against them, K random heads (several seeded sets) for each K; the study's own score
+(retrieval accuracy, or a task's metric: do the retrieval heads matter for it?) and its language model's
+perplexity for every setting, each with a paired bootstrap test against the full model. One row per (K,
+selection, set); columns <score>, <score>_full, p_<score>, significant_<score> per score."""
 from headprune import warm
 
 warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
@@ -31,25 +33,28 @@ with logged(snakemake) as log:
         settings += [("random", k, seed, random.Random(seed).sample(heads, k)) for seed in range(p["random_sets"])]
     gates = [gates_without(model, masked) if masked else None for *_, masked in settings]
     results = {}
-    for name, spec, evaluation in (("retrieval", p["retrieval"], p["retrieval_settings"]),
-                                   ("perplexity", p["perplexity"], p["perplexity_settings"])):
-        evalset, eval_settings = load_evalset(spec), EvalSettings(**evaluation)
+    for entry in p["scores"]:
+        name = entry["name"]
+        evalset, eval_settings = load_evalset(entry["eval"]), EvalSettings(**entry["settings"])
         started = time.perf_counter()
         outputs = run_variants(model, tokenizer, evalset, gates, eval_settings)
         log.info("%s: %d settings on %d items in %.2f s", name, len(gates), len(evalset), time.perf_counter() - started)
         full = {"outputs": outputs[0], "score": score(evalset, outputs[0])}
         test = {key: p["significance"][key] for key in ("resamples", "seed", "alpha")}
-        results[name] = [compare_to_full(evalset, full, {"outputs": out, "score": score(evalset, out)}, **test)
-                         for out in outputs]
+        results[name] = ([compare_to_full(evalset, full, {"outputs": out, "score": score(evalset, out)}, **test)
+                          for out in outputs], evalset.metric)
     rows = []
     for i, (selection, k, seed, masked) in enumerate(settings[1:], start=1):
-        r, q = results["retrieval"][i], results["perplexity"][i]
-        rows.append({"study": study["name"], "k": k, "selection": selection, "seed": seed,
-                     "heads": " ".join(head_name(h) for h in masked),
-                     "retrieval": r["score"], "retrieval_full": r["score_full"], "p_retrieval": r["p_bootstrap"],
-                     "significant_retrieval": r["significant"],
-                     "perplexity": q["score"], "perplexity_full": q["score_full"], "p_perplexity": q["p_bootstrap"],
-                     "significant_perplexity": q["significant"]})
-        log.info("K=%d %s (set %d): retrieval %.3f (full %.3f), perplexity %.3f (full %.3f)", k, selection, seed,
-                 r["score"], r["score_full"], q["score"], q["score_full"])
+        row = {"study": study["name"], "k": k, "selection": selection, "seed": seed,
+               "heads": " ".join(head_name(h) for h in masked)}
+        for name, (compared, metric) in results.items():
+            c = compared[i]
+            row.update({name: c["score"], f"{name}_full": c["score_full"], f"p_{name}": c["p_bootstrap"],
+                        f"significant_{name}": c["significant"]})
+            if name == "task":
+                row["task_metric"] = metric
+        rows.append(row)
+        log.info("K=%d %s (set %d): %s", k, selection, seed,
+                 ", ".join(f"{name} {compared[i]['score']:.3f} (full {compared[i]['score_full']:.3f})"
+                           for name, (compared, _) in results.items()))
     atomic.write_csv(pd.DataFrame(rows), snakemake.output[0], index=False)

@@ -26,7 +26,7 @@ def task_yaml(tmp_path_factory):
     """The demo's task (which of four numbers a passage said) on a small corpus of the demo's language."""
     folder = tmp_path_factory.mktemp("task")
     corpus = make_wikitext_corpus(folder / "wikitext-2-raw-v1.zip", {"train": 40, "validation": 40, "test": 40})
-    return make_passkey_task(corpus, folder / "demo_passkey.yaml", items_per_split={"test": 16, "validation": 4})
+    return make_passkey_task(corpus, folder / "demo_passkey.yaml", items_per_split={"test": 16, "validation": 4, "train": 12})
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +140,13 @@ def test_a_study_scores_its_language_models_heads_on_the_task():
     assert study.lm is pipeline.study("tiny_llama") and study.heads == study.lm.heads
     assert study.evalset_spec() == spec("data/demo/upstream/lm_tasks/demo_passkey.yaml")
     assert study.eval_data(["eval"]) == ["data/demo/upstream/lm_tasks/demo_passkey.yaml"]  # the demo rule makes it
-    assert study.importance_spec == study.lm.importance_spec  # I_h on the language model's text
+    # I_h on the task's own loss: the gold answers of the split it is not scored on (its training split)
+    assert study.importance_spec == {"kind": "lm_eval", "study": "tiny_llama_passkey",
+                                     "task": "data/demo/upstream/lm_tasks/demo_passkey.yaml", "split": None,
+                                     "num_fewshot": 0, "fewshot_seed": 1234, "max_items": 500, "batch_size": 20}
+    assert study.importance_data == study.eval_data(["eval"])
+    corpus = with_entry(importance_split="corpus").study("judged")
+    assert corpus.importance_spec == corpus.lm.importance_spec and corpus.importance_data == corpus.lm.importance_data
     registry = with_entry(num_fewshot=5, limit=100).study("judged")
     assert registry.eval_data(["eval"]) == []  # lm-eval fetches a registry task's data itself
     assert registry.evalset_spec()["name"] == "hellaswag (5-shot)" and registry.evalset_spec()["limit"] == 100
@@ -161,4 +167,36 @@ def test_a_task_study_has_no_out_of_domain_set():
     config = copy.deepcopy(demo_config())
     config["experiments"]["cross_domain"].append("tiny_llama_passkey")
     with pytest.raises(ConfigError, match="experiments.cross_domain names 'tiny_llama_passkey'"):
+        Pipeline(config)
+
+
+def test_wus_experiment_on_a_task_masks_the_heads_its_models_retrieval_study_finds():
+    pipeline = Pipeline(demo_config())
+    task = pipeline.study("tiny_llama_passkey")
+    assert task.retrieval_heads_source.name == "tiny_llama_niah"
+    params = task.retrieval_heads_params()
+    assert [score["name"] for score in params["scores"]] == ["task", "perplexity"]
+    assert params["scores"][0]["eval"] == task.evalset_spec() and params["heads_from"] == "tiny_llama_niah"
+    assert task.retrieval_heads_inputs()["roles"].endswith("/tiny_llama_niah/head_roles.csv")
+    retrieval = pipeline.study("tiny_llama_niah").retrieval_heads_params()
+    assert [score["name"] for score in retrieval["scores"]] == ["retrieval", "perplexity"]
+    # the scorecard's W1 reads the heads' retrieval scores once, from the retrieval study
+    assert pipeline.scorecard_inputs()["roles"] == [f"{pipeline.results_dir}/tiny_llama_niah/head_roles.csv"]
+    # one map per language model, its own perplexity first, then each study that scores it
+    assert pipeline.head_map_studies() == {"tiny_llama": ["tiny_llama", "tiny_llama_niah", "tiny_llama_streaming",
+                                                          "tiny_llama_passkey"]}
+
+
+def test_wus_experiment_on_a_task_needs_a_retrieval_study_of_its_model():
+    config = copy.deepcopy(demo_config())
+    config["experiments"]["retrieval_heads"] = ["tiny_llama_passkey"]
+    with pytest.raises(ConfigError, match="experiments.retrieval_heads names 'tiny_llama_passkey'.*none is"):
+        Pipeline(config)
+    config["experiments"]["retrieval_heads"] = ["tiny_llama_niah", "tiny_llama_streaming", "tiny_llama_passkey"]
+    with pytest.raises(ConfigError, match="2 are"):
+        Pipeline(config)
+    config["models"]["tiny_llama_passkey"]["retrieval_study"] = "tiny_llama_streaming"
+    assert Pipeline(config).study("tiny_llama_passkey").retrieval_heads_source.name == "tiny_llama_streaming"
+    config["experiments"]["retrieval_heads"] = ["tiny_llama"]
+    with pytest.raises(ConfigError, match="neither a retrieval study nor a task"):
         Pipeline(config)

@@ -75,3 +75,30 @@ def test_language_model_roles_by_step_count_their_own_roles():
 def test_language_model_roles_figure_leaves_out_a_score_it_lacks(retrieval, panels):
     figure = figures.build_lm_roles_figure(lm_roles(retrieval))
     assert len([ax for ax in figure.axes if ax.get_title()]) == panels
+
+
+def ablation_of(study, metric, full, scores, significant):
+    """An eval/ablation.csv of 2 layers x 2 heads."""
+    return pd.DataFrame({"study": study, "metric": metric, "attn_type": "dec_self", "layer": [0, 0, 1, 1],
+                         "head": [0, 1, 0, 1], "score": scores, "score_full": full,
+                         "delta": [s - full for s in scores], "significant": significant})
+
+
+def test_head_maps_put_each_heads_cost_under_every_score_side_by_side():
+    from scipy.stats import spearmanr
+
+    from headprune.experiments.head_maps import build_head_maps_figure, head_maps_table, rank_correlations
+
+    perplexity = ablation_of("lm", "perplexity", 10.0, [10.5, 12.0, 10.0, 9.8], [False, True, False, False])
+    task = ablation_of("task", "acc", 0.80, [0.70, 0.80, 0.40, 0.81], [False, False, True, False])
+    table = head_maps_table({"lm": perplexity, "task": task})
+    # worse is positive in points of each metric: perplexity up 2 is +2; accuracy down 0.40 is +40
+    costs = table.set_index(["study", "layer", "head"])["cost_points"]
+    assert costs[("lm", 0, 1)] == pytest.approx(2.0) and costs[("lm", 1, 1)] == pytest.approx(-0.2)
+    assert costs[("task", 1, 0)] == pytest.approx(40.0) and costs[("task", 1, 1)] == pytest.approx(-1.0)
+    correlations = rank_correlations(table)
+    expected = spearmanr([0.5, 2.0, 0.0, -0.2], [10.0, 0.0, 40.0, -1.0]).statistic
+    assert correlations.loc["lm", "task"] == pytest.approx(expected)
+    figure = build_head_maps_figure(table, "lm")
+    images = [ax.images[0].get_array() for ax in figure.axes if ax.images]
+    assert len(images) == 2 and images[1][1, 0] == pytest.approx(40.0)  # every cell is a row of the table

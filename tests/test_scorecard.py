@@ -269,7 +269,7 @@ def test_rule_writes_the_scorecard_from_the_configured_experiments_only(tmp_path
     assert list(zip(card["claim"], card["study"], card["verdict"])) == [
         ("C1", "mnli", REPRODUCED), ("C2", "(none)", NOT_RUN), ("C3", "sst2", REPRODUCED), ("C4", "(none)", NOT_RUN),
         ("C5", "demo_de_en", REPRODUCED), ("C6", "(none)", NOT_RUN), ("W1", "(none)", NOT_RUN),
-        ("W2", "(none)", NOT_RUN), ("W3", "(none)", NOT_RUN)]
+        ("W2", "(none)", NOT_RUN), ("W3", "(none)", NOT_RUN), ("W4", "(none)", NOT_RUN)]
     assert card.loc[4, "this_run"].startswith("% of unpruned BLEU kept at 40% pruned: epoch 1 60.0%, epoch 2 62.0%, "
                                               "epoch 5 90.0% (unpruned BLEU 10.0, 20.0, 50.0)")
     assert (results / "figures" / "scorecard.md").read_text() == sc.markdown(card)
@@ -311,3 +311,32 @@ def test_wu_masking_rules_compare_top_k_with_random_heads():
     assert sc.w2_w3_masking(wu_runs("b", 0.65, [0.8, 0.8]))[0]["verdict"] == NOT_REPRODUCED
     assert sc.w2_w3_masking(wu_runs("c", 0.3, [0.8], significant=False))[0]["verdict"] == NOT_REPRODUCED
     assert sc.w2_w3_masking(wu_runs("d", 0.3, [0.8], ppl_top=11.0))[1]["verdict"] == NOT_REPRODUCED
+
+
+def task_runs(study, top, randoms, metric="acc", full=0.9, significant=True):
+    """Wu et al.'s experiment scored on a task: task, task_full, significant_task and task_metric columns."""
+    rows = [{"study": study, "k": 2, "selection": "top", "seed": 0, "task": top, "task_full": full,
+             "significant_task": significant, "task_metric": metric, "perplexity": 10.2, "perplexity_full": 10.0}]
+    rows += [{**rows[0], "selection": "random", "seed": i, "task": r, "significant_task": False}
+             for i, r in enumerate(randoms)]
+    rows.append({**rows[0], "k": 1, "task": 0.1})  # a smaller K: the rule reads the largest
+    return pd.DataFrame(rows)
+
+
+def test_wu_on_a_task_compares_top_k_with_random_heads_in_the_tasks_metric():
+    # accuracy 0.60 with the top-2 masked against 0.80 with random pairs: 20 points more, significant
+    (w4,) = sc.w4_tasks(task_runs("t", 0.6, [0.75, 0.85]))
+    assert w4["verdict"] == REPRODUCED and w4["study"] == "t"
+    assert w4["this_run"].startswith("K=2: acc 60.00")
+    # 4 points is not far more; not significant is not either
+    assert sc.w4_tasks(task_runs("t", 0.78, [0.82]))[0]["verdict"] == NOT_REPRODUCED
+    assert sc.w4_tasks(task_runs("t", 0.6, [0.8], significant=False))[0]["verdict"] == NOT_REPRODUCED
+    # a lower-is-better metric (a task's perplexity): a rise is the cost
+    rising = task_runs("p", 30.0, [12.0, 14.0], metric="word_perplexity", full=11.0)
+    assert sc.w4_tasks(rising)[0]["verdict"] == REPRODUCED
+    assert sc.w4_tasks(task_runs("p", 12.0, [30.0], metric="word_perplexity"))[0]["verdict"] == NOT_REPRODUCED
+    # a retrieval study's runs beside a task's: W2/W3 read the one, W4 the other
+    both = pd.concat([wu_runs("a", 0.3, [0.7, 0.9]), task_runs("t", 0.6, [0.8])], ignore_index=True)
+    assert [r["study"] for r in sc.w2_w3_masking(both)] == ["a", "a"]
+    assert [r["study"] for r in sc.w4_tasks(both)] == ["t"]
+    assert sc.w4_tasks(wu_runs("a", 0.3, [0.7]))[0]["verdict"] == NOT_RUN

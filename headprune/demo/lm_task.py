@@ -4,8 +4,8 @@ Each item is a passage of the corpus's test split with a needle sentence in it (
 is 15306.", headprune.demo.passkey), the question after it, and four numbers to end the answer with: the
 needle's and three others. The model (trained on passkey documents cut from its train split) picks the
 needle's number by copying it from the passage, which takes attention heads: with every head masked it
-guesses. The task is a YAML file with local JSON-lines data (a test split, and a validation split for
-few-shot examples), as a user without hub access writes one for lm-evaluation-harness (docs/lm_eval.md).
+guesses. The task is a YAML file with local JSON-lines data (a test split, a validation split for few-shot
+examples and a train split whose gold answers I_h is estimated on), as a user without hub access writes one for lm-evaluation-harness (docs/lm_eval.md).
 """
 from __future__ import annotations
 
@@ -25,7 +25,9 @@ dataset_kwargs:
   data_files:
     test: {test}
     validation: {validation}
+    train: {train}
 test_split: test
+training_split: train
 fewshot_split: validation
 output_type: multiple_choice
 doc_to_text: "{{{{passage}}}}\\n{{{{question}}}}\\n{{{{answer_prefix}}}}"
@@ -70,13 +72,13 @@ def items(text: str, count: int, rng: random.Random, *, choices: int = 4, passag
 
 
 def make_passkey_task(corpus_zip, out_yaml, *, items_per_split: dict, seed: int = 0, name: str = "demo_passkey"):
-    """Write the task YAML and its test and validation JSON-lines files beside it (cut from the corpus's
-    test and validation splits; the model trained on its train split)."""
+    """Write the task YAML and its test, validation and train JSON-lines files beside it (passages of the
+    corpus's split of the same name; the model trained on passkey documents of its train split)."""
     out_yaml = Path(out_yaml)
     out_yaml.parent.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
     files = {}
-    for split in ("test", "validation"):
+    for split in ("test", "validation", "train"):  # in this order: a split added later leaves the others as they were
         path = out_yaml.with_name(f"{out_yaml.stem}.{split}.jsonl")
         rows = items(read_wikitext(corpus_zip, split), items_per_split[split], rng)
         with atomic_path(path) as tmp:
@@ -84,5 +86,6 @@ def make_passkey_task(corpus_zip, out_yaml, *, items_per_split: dict, seed: int 
         files[split] = path
     with atomic_path(out_yaml) as tmp:
         tmp.write_text(TASK_YAML.format(name=name, test=json.dumps(str(files["test"])),
-                                        validation=json.dumps(str(files["validation"]))), encoding="utf-8")
+                                        validation=json.dumps(str(files["validation"])),
+                                        train=json.dumps(str(files["train"]))), encoding="utf-8")
     return out_yaml

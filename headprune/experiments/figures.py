@@ -860,30 +860,43 @@ def build_lm_roles_figure(roles: pd.DataFrame, style: dict | None = None) -> Fig
     return figure
 
 
+def wu_scores(runs: pd.DataFrame) -> list[str]:
+    """The scores of a retrieval_heads.csv, in its column order: each has <score>_full beside it (retrieval or
+    task, then perplexity)."""
+    return [column for column in runs.columns if f"{column}_full" in runs.columns]
+
+
 def retrieval_heads_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Wu et al.'s experiment per K: the top-K heads masked, and the mean (and spread) over the random K-head
-    sets, for retrieval accuracy and perplexity; one row per K and selection."""
-    _require_columns(runs, ["study", "k", "selection", "seed", "retrieval", "perplexity", "retrieval_full",
-                            "perplexity_full"], "retrieval heads table")
+    sets, for each score (retrieval accuracy or a task's metric, and perplexity); one row per K and selection."""
+    _require_columns(runs, ["study", "k", "selection", "seed"], "retrieval heads table")
+    scores = wu_scores(runs)
+    if len(scores) < 2:
+        raise ValueError(f"retrieval heads table: two scores (<score> and <score>_full columns) expected, found "
+                         f"{scores}")
     rows = []
     for (k, selection), part in runs.groupby(["k", "selection"], sort=True):
-        rows.append({"study": part["study"].iloc[0], "k": int(k), "selection": selection, "sets": len(part),
-                     "retrieval": part["retrieval"].mean(), "retrieval_min": part["retrieval"].min(),
-                     "retrieval_max": part["retrieval"].max(), "retrieval_full": part["retrieval_full"].iloc[0],
-                     "perplexity": part["perplexity"].mean(), "perplexity_min": part["perplexity"].min(),
-                     "perplexity_max": part["perplexity"].max(), "perplexity_full": part["perplexity_full"].iloc[0],
-                     "significant_retrieval": int(part["significant_retrieval"].sum()),
-                     "significant_perplexity": int(part["significant_perplexity"].sum())})
+        row = {"study": part["study"].iloc[0], "k": int(k), "selection": selection, "sets": len(part)}
+        for score in scores:
+            row.update({score: part[score].mean(), f"{score}_min": part[score].min(),
+                        f"{score}_max": part[score].max(), f"{score}_full": part[f"{score}_full"].iloc[0]})
+        row.update({f"significant_{score}": int(part[f"significant_{score}"].sum()) for score in scores})
+        if "task_metric" in part:
+            row["task_metric"] = part["task_metric"].iloc[0]
+        rows.append(row)
     return pd.DataFrame(rows)
 
 
 def build_retrieval_heads_figure(table: pd.DataFrame, style: dict | None = None) -> Figure:
-    """Two panels against K: retrieval accuracy and perplexity with the top-K retrieval heads masked and with
-    K random heads masked (mean, and the range over the random sets), the full model dashed."""
+    """A panel per score against K (retrieval accuracy or the task's metric, and perplexity): the top-K retrieval
+    heads masked and K random heads masked (mean, and the range over the random sets), the full model dashed."""
     style = _style(style)
+    scores = [score for score in wu_scores(table) if f"{score}_min" in table]
+    labels = {"retrieval": "retrieval accuracy", "perplexity": "perplexity",
+              "task": f"task: {table['task_metric'].iloc[0]}" if "task_metric" in table else "task"}
     with _rc(style):
-        figure, axes = _new_figure(style, 2)
-        for ax, score, label in ((axes[0], "retrieval", "retrieval accuracy"), (axes[1], "perplexity", "perplexity")):
+        figure, axes = _new_figure(style, len(scores))
+        for ax, score in zip(axes, scores):
             for selection, marker in (("top", "o"), ("random", "s")):
                 part = table[table.selection == selection].sort_values("k")
                 ax.plot(part["k"], part[score], marker=marker, label=f"{selection} K heads masked")
@@ -891,7 +904,7 @@ def build_retrieval_heads_figure(table: pd.DataFrame, style: dict | None = None)
                     ax.fill_between(part["k"], part[f"{score}_min"], part[f"{score}_max"], alpha=0.2)
             ax.axhline(table[f"{score}_full"].iloc[0], linestyle="--", color="gray", label="all heads")
             ax.set_xlabel("K heads masked")
-            ax.set_ylabel(label)
+            ax.set_ylabel(labels.get(score, score))
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         axes[0].set_title(f"{table['study'].iloc[0]}: retrieval heads masked")
         axes[0].legend()

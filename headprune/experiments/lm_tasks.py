@@ -150,7 +150,7 @@ def _seeded_as_simple_evaluate():
 
 
 def load_task(task: str, *, include_path: str | None = None, num_fewshot: int | None = None,
-              limit: int | float | None = None, fewshot_seed: int = 1234) -> LMTask:
+              limit: int | float | None = None, fewshot_seed: int = 1234, split=None) -> LMTask:
     """The lm-eval task ``task`` with its requests built as ``simple_evaluate(tasks=[task],
     num_fewshot=num_fewshot, limit=limit, fewshot_random_seed=fewshot_seed)`` builds them (``limit``:
     documents per task, as there).
@@ -160,7 +160,12 @@ def load_task(task: str, *, include_path: str | None = None, num_fewshot: int | 
     tasks are not indexed). A task's data is read by ``datasets`` (offline: ``HF_DATASETS_OFFLINE=1`` and a
     cached or local copy). Raises TaskError (naming the task) for an unknown task, data that cannot be
     read, a tag, a group mixing output types, and what ``evaluate_variants`` cannot do (an output type,
-    sampled generation, images or audio)."""
+    sampled generation, images or audio).
+
+    ``split``: the documents of another split of the task's dataset than the one lm-eval evaluates (its test
+    split, else its validation split), e.g. "train" to estimate I_h on (``headprune.experiments.lm_task_loss``),
+    or a function of each lm-eval task object that names it (None: the task has none); few-shot examples come
+    from where the task takes them, as ever."""
     is_path = str(task).endswith((".yaml", ".yml")) or "/" in str(task)
     if is_path:
         path = Path(task).expanduser().resolve()
@@ -190,6 +195,8 @@ def load_task(task: str, *, include_path: str | None = None, num_fewshot: int | 
                             f"or group ({', '.join(sorted(tasks)[:5])}{', ...' if len(tasks) > 5 else ''})")
         for lm_task in tasks.values():
             _check_supported(task, lm_task)
+            if split is not None:
+                _evaluate_split(task, lm_task, split)
         if len({lm_task.OUTPUT_TYPE for lm_task in tasks.values()}) > 1:
             raise TaskError(f"lm-eval group {task!r} mixes output types "
                             f"({', '.join(sorted({t.OUTPUT_TYPE for t in tasks.values()}))}): name one of its tasks")
@@ -227,6 +234,25 @@ def _build_requests(task: str, lm_task, num_fewshot, limit, fewshot_seed) -> lis
     for instances in requests:
         instances.sort(key=lambda instance: instance.idx)
     return list(zip(docs, requests))
+
+
+def eval_split(lm_task) -> str:
+    """The split lm-eval evaluates a task on: its test split, else its validation split."""
+    return lm_task.config.test_split or lm_task.config.validation_split
+
+
+def _evaluate_split(task: str, lm_task, split) -> None:
+    """Make lm-eval build the task's requests from ``split`` (its ``eval_docs`` read the test split)."""
+    if callable(split):
+        split = split(lm_task)
+        if split is None:
+            raise TaskError(f"lm-eval task {task!r}: {lm_task.task_name!r} has no split besides the one it is "
+                            f"scored on ({eval_split(lm_task)!r})")
+    available = list(getattr(lm_task, "dataset", None) or [])
+    if split not in available:
+        raise TaskError(f"lm-eval task {task!r}: {lm_task.task_name!r} has no split {split!r} "
+                        f"(its data has {', '.join(map(repr, available)) or 'none'})")
+    lm_task.config.test_split = split
 
 
 def _check_supported(task: str, lm_task) -> None:

@@ -19,6 +19,9 @@ class Kind:
     scores_another_study = False
     # Drawn against its language model's perplexity, head by head and step by step (perplexity_and_retrieval)
     drawn_beside_perplexity = False
+    # Its score's name in Wu et al.'s experiment (retrieval_heads.csv's columns); None: the experiment does not
+    # take a study of this kind
+    wu_score: str | None = None
 
     # --- evaluation: a job's model work and scores ----------------------------------------------
 

@@ -5,7 +5,9 @@ lm-evaluation-harness builds the requests (prompts, few-shot examples, choices, 
 computes each item's metrics from the responses; the project computes the responses, for every gate
 setting of a job at once (``headprune.experiments.lm_tasks``). The study's score is one of the task's
 metrics, aggregated as the task says; significance is a paired bootstrap over the task's items of that
-aggregate. I_h and the heads' roles are the language model's own (estimated on its corpus).
+aggregate. I_h is estimated on the task's own loss (``headprune.experiments.lm_task_loss``: the gold answers
+of a split the task is not scored on), or with ``importance_split: corpus`` on the language model's text;
+the heads' roles are the language model's own.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ def task_file(task: str) -> Path | None:
 
 class Kind(ScoresLanguageModel):
     name = "lm_eval"
+    wu_score = "task"  # Wu et al.'s experiment scored on the task: do the retrieval heads matter for it?
 
     def load_evalset(self, spec):
         from headprune.experiments.lm_tasks import load_task
@@ -61,6 +64,21 @@ class Kind(ScoresLanguageModel):
         boot = stats.paired_bootstrap(aggregated, full, ablated, evalset.references, n_resamples=resamples, seed=seed)
         return base.bootstrap_only(boot.p_value)
 
+    def importance_batches(self, tokenizer, data, model=None):
+        from headprune.experiments.lm_task_loss import importance_split, task_loss_batches
+        from headprune.experiments.lm_tasks import TaskError, load_task
+
+        file = task_file(data["task"])
+        try:
+            task = load_task(str(file) if file else data["task"], num_fewshot=data["num_fewshot"],
+                             limit=data["max_items"], fewshot_seed=data["fewshot_seed"],
+                             split=data["split"] or importance_split)
+        except TaskError as error:
+            raise TaskError(f"{data['study']}: {error}; head importance is estimated on a split the task is not "
+                            f"scored on: set models.{data['study']}.importance_split (a split of its data, or "
+                            "'corpus': the language model's text)") from error
+        return task_loss_batches(model, tokenizer, task, data["batch_size"])
+
     # --- resolution: it scores the model of a language-modelling study (study.lm) ---------------
 
     def evalset_name(self, study, role):
@@ -80,6 +98,22 @@ class Kind(ScoresLanguageModel):
 
     def eval_data(self, study, roles):
         return sorted({str(task_file(name)) for name in map(study.evalset_name, roles) if task_file(name)})
+
+    def importance_data(self, study):
+        if study.entry.get("importance_split") == "corpus":
+            return study.lm.importance_data
+        return study.eval_data(["eval"])
+
+    def importance_spec(self, study):
+        """The task's gold answers on ``importance_split`` (None: the task's training split, else its validation
+        split, whichever it is not scored on), at most ``importance_items`` documents; or the language model's
+        text (``importance_split: corpus``)."""
+        entry = study.entry
+        if entry.get("importance_split") == "corpus":
+            return study.lm.importance_spec
+        return {"kind": "lm_eval", "study": study.name, "task": entry["task"], "split": entry.get("importance_split"),
+                "num_fewshot": entry.get("num_fewshot", 0), "fewshot_seed": entry.get("fewshot_seed", 1234),
+                "max_items": entry.get("importance_items", 500), "batch_size": entry["batch_size"]}
 
 
 def _checked_metric(task, spec) -> str:

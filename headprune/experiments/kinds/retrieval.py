@@ -12,6 +12,7 @@ from headprune.experiments.kinds.language_modeling import ScoresLanguageModel, c
 class Kind(ScoresLanguageModel):
     name = "retrieval"
     drawn_beside_perplexity = True
+    wu_score = "retrieval"
 
     def load_evalset(self, spec):
         from headprune.data.retrieval import read_items
