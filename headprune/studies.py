@@ -255,8 +255,9 @@ class Study:
 
     @property
     def importance_table(self):
-        """importance.csv: a retrieval study prunes by its language model's (I_h estimated on perplexity)."""
-        return f"{self.pipeline.results_dir}/{self.lm.name}/importance.csv"
+        """importance.csv: a retrieval study prunes by its language model's (I_h estimated on perplexity), a task
+        by its own (on its gold answers) unless its I_h is the language model's (importance_split: corpus)."""
+        return f"{self.pipeline.results_dir}/{self.scoring.importance_study(self).name}/importance.csv"
 
     @property
     def importance_data(self):

@@ -39,9 +39,12 @@ def keep_freed_memory():
 
 
 def quiet_library_progress_bars():
-    """No tqdm bars from transformers and huggingface_hub: their switch is read when they are imported, so
-    set the environment for a later import and, where one already happened, turn the bars off directly."""
+    """No tqdm bars from transformers, huggingface_hub and datasets: their switch is read when they are imported,
+    so set the environment for a later import and, where one already happened, turn the bars off directly."""
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    if "datasets" in sys.modules:
+        sys.modules["datasets"].disable_progress_bars()
     if "huggingface_hub" in sys.modules:
         from huggingface_hub.utils import disable_progress_bars
 

@@ -145,8 +145,10 @@ def test_a_study_scores_its_language_models_heads_on_the_task():
                                      "task": "data/demo/upstream/lm_tasks/demo_passkey.yaml", "split": None,
                                      "num_fewshot": 0, "fewshot_seed": 1234, "max_items": 500, "batch_size": 20}
     assert study.importance_data == study.eval_data(["eval"])
+    assert study.importance_table == f"{pipeline.results_dir}/tiny_llama_passkey/importance.csv"  # its own job's
     corpus = with_entry(importance_split="corpus").study("judged")
     assert corpus.importance_spec == corpus.lm.importance_spec and corpus.importance_data == corpus.lm.importance_data
+    assert corpus.importance_table == corpus.lm.importance_table
     registry = with_entry(num_fewshot=5, limit=100).study("judged")
     assert registry.eval_data(["eval"]) == []  # lm-eval fetches a registry task's data itself
     assert registry.evalset_spec()["name"] == "hellaswag (5-shot)" and registry.evalset_spec()["limit"] == 100

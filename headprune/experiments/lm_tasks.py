@@ -275,14 +275,19 @@ def _check_supported(task: str, lm_task) -> None:
 
 @contextlib.contextmanager
 def _quiet_lm_eval():
-    """lm-eval's INFO and WARNING lines (one per document built, one per model wrapped) kept out of a job's log."""
+    """lm-eval's INFO and WARNING lines (one per document built, one per model wrapped) and its bar over the
+    documents whose requests it builds (carriage returns in a job's log) kept out; the job logs its own progress."""
+    import lm_eval.api.task
+
     logger = logging.getLogger("lm_eval")
-    before = logger.level
+    before, bar = logger.level, lm_eval.api.task.tqdm
     logger.setLevel(logging.ERROR)
+    lm_eval.api.task.tqdm = functools.partial(bar, disable=True)
     try:
         yield
     finally:
         logger.setLevel(before)
+        lm_eval.api.task.tqdm = bar
 
 
 # --- metrics: lm-eval's ----------------------------------------------------------------------------

@@ -83,6 +83,10 @@ class Kind:
         """How the model is evaluated (``headprune.experiments.runs.EvalSettings``'s fields)."""
         return {"batch_size": study.entry["batch_size"], "masking": masking, "variant_batch_size": rows, **streaming}
 
+    def importance_study(self, study):
+        """The study whose importance.csv ranks this study's heads: its own, or its language model's."""
+        return study.lm
+
     def importance_data(self, study) -> list[str]:
         """The files I_h is estimated on."""
         return study.lm.importance_data

@@ -99,6 +99,9 @@ class Kind(ScoresLanguageModel):
     def eval_data(self, study, roles):
         return sorted({str(task_file(name)) for name in map(study.evalset_name, roles) if task_file(name)})
 
+    def importance_study(self, study):
+        return study.lm if study.entry.get("importance_split") == "corpus" else study
+
     def importance_data(self, study):
         if study.entry.get("importance_split") == "corpus":
             return study.lm.importance_data
