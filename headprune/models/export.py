@@ -61,7 +61,12 @@ ATTENTION_NAMES = {ENC_SELF: "encoder self-attention", ENC_DEC: "cross-attention
                    DEC_SELF: "decoder self-attention"}
 MASKINGS = {"zero": "zero (a masked head's output multiplied by 0, as the paper masks, and as removing it does)",
             "uniform": "uniform (a masked head attends uniformly to the keys it may attend to)",
-            "streaming": "streaming (a masked head sees only the first and the last tokens of its context)"}
+            "streaming": "streaming (a masked head sees only the first and the last tokens of its context)",
+            "mean": "mean (a masked head's output replaced by its mean over the real tokens of training data)",
+            "optimal": "optimal (a masked head's output replaced by the constant that minimises the expected loss, "
+                       "learned on training data)",
+            "resample": "resample (a masked head's output replaced by its output at another training item's token of "
+                        "the same position)"}
 
 
 def remote_file(model) -> Path:
@@ -219,7 +224,14 @@ def model_card(model, entries: dict[str, str], name: str, code_files: list[str],
     pruned = [f"- removed: {removed} of {total} heads, per attention type and layer in the table below",
               f"- criterion: {_criterion_text(criterion)}"]
     if masking is not None:
-        pruned.append(f"- masking while scoring: {MASKINGS.get(str(masking), str(masking))}")
+        word = getattr(masking, "word", masking)  # a config word or a headprune.models.masking mode
+        pruned.append(f"- masking while scoring: {MASKINGS.get(str(word), str(word))}")
+    compensation = getattr(model.config, "headprune_bias_compensation", None)
+    if compensation:
+        count = sum(len(heads) for layers in compensation.get("heads", {}).values() for heads in layers.values())
+        pruned.append(f"- bias compensation: {count} removed heads' {compensation.get('kind', 'constant')} output "
+                      "vectors are kept in their layers' output-projection biases (FLAP), so the model computes what "
+                      "the full one does with those heads replaced by their constants")
     if curve_point:
         pruned.append(f"- pruning curve: {_curve_point_text(curve_point, removed, total)}")
     lines = [f"# {name}", "", about, "", "## How to load", "", *loading, "", "## What was pruned", "", *pruned, "",

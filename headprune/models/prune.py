@@ -12,6 +12,16 @@ module to a subclass that runs with the heads it has (FSMT reshapes with its ful
 otherwise; every family must run with no heads left); GPT-2's fused projection and grouped-query
 attention slice their own way. ``cache_without_heads`` keeps the decoding cache of a layer with
 no heads as long as the others'.
+
+Bias compensation (FLAP, An et al. 2024; issue #32): ``prune_heads(model, heads, constants=...)`` keeps what a
+removed head h would have put out under mean or optimal ablation, its constant c_h (a ``HeadConstants``): its
+output projection columns applied to it, W_o[:, h] c_h, are added to the projection's bias before the columns
+go, so the pruned model computes what the full model computes with those heads' gates 0 under
+``Constant(constants)`` masking (``headprune.models.masking``). A projection without a bias (Llama, Mistral,
+Qwen2's ``o_proj``) gets one, recorded in ``config.headprune_added_output_bias`` ({attn_type: [layers]}) so
+that ``load_pruned_weights`` and the exported modeling files (``headprune.models.remote``) build it before the
+weights load; ``config.headprune_bias_compensation`` says which heads were compensated, with constants of
+which kind (the model card reports it).
 """
 from __future__ import annotations
 
@@ -20,21 +30,29 @@ from pathlib import Path
 import torch
 from torch import nn
 from transformers.cache_utils import EncoderDecoderCache
+from transformers.pytorch_utils import Conv1D
 
 from headprune.models.heads import AttentionSite, adapter_for
 
 PRUNED_HEADS_KEY = "headprune_pruned_heads"
+ADDED_BIAS_KEY = "headprune_added_output_bias"  # {attn_type: [layers whose output projection got a bias]}
+COMPENSATION_KEY = "headprune_bias_compensation"  # {"kind": ..., "heads": {attn_type: {"layer": [heads]}}}
 
 
-def prune_heads(model, heads: dict[str, dict[int, list[int]]]):
+def prune_heads(model, heads: dict[str, dict[int, list[int]]], constants=None):
     """Remove ``heads[attn_type][layer]`` (original head indices) from ``model`` in place.
 
-    Heads already removed are ignored, so pruning can be applied step by step.
-    Returns the model.
+    Heads already removed are ignored, so pruning can be applied step by step. With ``constants`` (a
+    ``headprune.models.head_constants.HeadConstants``), each removed head's constant goes into its output
+    projection's bias (bias compensation, see the module docstring): the pruned model then equals the full
+    one masked with ``Constant(constants)`` (gates 0 for the removed heads). Returns the model.
     """
     adapter = adapter_for(model)
     recorded = pruned_heads(model)
-    for site in adapter.sites(model):
+    sites = adapter.sites(model)
+    if constants is not None:
+        constants.check(sites)
+    for site in sites:
         remove = set(int(h) for h in heads.get(site.attn_type, {}).get(site.layer, []))
         for h in remove:
             if not 0 <= h < site.original_num_heads:
@@ -43,12 +61,55 @@ def prune_heads(model, heads: dict[str, dict[int, list[int]]]):
         if not remove & set(site.kept_heads):
             continue
         keep = [h for h in site.kept_heads if h not in remove]
+        if constants is not None:
+            compensate_bias(model, site, [h for h in site.kept_heads if h in remove], constants)
         adapter.prune_site(site, keep)
         already = set(recorded.setdefault(site.attn_type, {}).get(site.layer, []))
         recorded[site.attn_type][site.layer] = sorted(already | remove)
     # JSON keys are strings: store layers that way so a saved config reads back the same.
     setattr(model.config, PRUNED_HEADS_KEY,
             {t: {str(layer): hs for layer, hs in sorted(layers.items())} for t, layers in recorded.items()})
+    return model
+
+
+def compensate_bias(model, site: AttentionSite, heads: list[int], constants):
+    """Add W_o[:, h] c_h of ``heads`` (original indices, still in the site) to the site's output projection's bias,
+    giving it one if it has none (recorded in the config); computed in float64, stored in the bias's dtype."""
+    output = site.output
+    positions = [site.kept_heads.index(h) for h in heads]
+    device = output.weight.device
+    columns = torch.tensor([p * site.head_dim + i for p in positions for i in range(site.head_dim)],
+                           dtype=torch.long, device=device)
+    vector = constants.values[(site.attn_type, site.layer)][heads].to(device=device, dtype=torch.float64).flatten()
+    if isinstance(output, Conv1D):  # GPT-2: weight (in, out), x @ weight + bias
+        shift = vector @ output.weight.detach().index_select(0, columns).double()
+    else:  # nn.Linear: weight (out, in)
+        shift = output.weight.detach().index_select(1, columns).double() @ vector
+    if output.bias is None:
+        output.bias = nn.Parameter(torch.zeros(shift.shape[0], dtype=output.weight.dtype, device=device),
+                                   requires_grad=output.weight.requires_grad)
+        added = {t: list(layers) for t, layers in (getattr(model.config, ADDED_BIAS_KEY, None) or {}).items()}
+        added[site.attn_type] = sorted(set(added.get(site.attn_type, [])) | {site.layer})
+        setattr(model.config, ADDED_BIAS_KEY, added)
+    with torch.no_grad():
+        output.bias.copy_((output.bias.double() + shift).to(output.bias.dtype))
+    record = getattr(model.config, COMPENSATION_KEY, None) or {}
+    kinds = {k for k in (record.get("kind"), constants.kind) if k}
+    compensated = {t: dict(layers) for t, layers in record.get("heads", {}).items()}
+    layer_heads = set(compensated.setdefault(site.attn_type, {}).get(str(site.layer), [])) | set(heads)
+    compensated[site.attn_type][str(site.layer)] = sorted(layer_heads)
+    setattr(model.config, COMPENSATION_KEY, {"kind": "+".join(sorted(kinds)), "heads": compensated})
+
+
+def add_recorded_biases(model):
+    """Give the output projections the config records as given a bias (``ADDED_BIAS_KEY``) a zero one, to load into."""
+    added = getattr(model.config, ADDED_BIAS_KEY, None) or {}
+    for site in adapter_for(model).sites(model):
+        output = site.output
+        if site.layer in added.get(site.attn_type, []) and output.bias is None:
+            out = output.weight.shape[1] if isinstance(output, Conv1D) else output.weight.shape[0]
+            output.bias = nn.Parameter(torch.zeros(out, dtype=output.weight.dtype, device=output.weight.device),
+                                       requires_grad=output.weight.requires_grad)
     return model
 
 
@@ -115,7 +176,9 @@ def apply_recorded_pruning(model):
     """Give a freshly built model the shapes recorded in its config (before loading weights)."""
     recorded = pruned_heads(model)
     setattr(model.config, PRUNED_HEADS_KEY, {})
-    return prune_heads(model, recorded) if recorded else model
+    if recorded:
+        prune_heads(model, recorded)
+    return add_recorded_biases(model)
 
 
 def load_pruned_weights(model_class, folder: str | Path, **kwargs):

@@ -30,6 +30,13 @@ each divided by N. All three come out of the same pass; ``estimator`` picks the 
 - ``entropy``, ``entropy_normalized``, ``confidence``: statistics of A_h, mean over real queries
   (``attention_statistics``).
 
+For a head switched off by a constant instead of by zeroing (mean or optimal ablation,
+``headprune.models.masking.Constant``: a head with gate xi puts out xi o_h + (1 - xi) c_h), pass
+``constants=`` (a ``HeadConstants``): the pass then runs under that masking, and a token's share of dL/dxi_h
+is a_{t,h} = (o_{t,h} - c_h) . dL/d(gated output)_t, the first-order estimate of what replacing the head by
+its constant changes (|(o_h - c_h) . dL/do_h| summed over tokens instead of |o_h . dL/do_h|). Every
+importance estimator and fisher follow from those a_t as above; the attention statistics do not change.
+
 ``head_scores`` computes every column in the eager attention backend, the only one that returns
 attention weights. ``head_importance`` computes only the gate-gradient columns (importance*,
 fisher) in whatever backend the model has (sdpa is faster): I_h re-estimated after every pruning
@@ -66,7 +73,7 @@ def _zeros(shape):
 
 def head_scores(model, batches: Iterable[dict], *, estimator: str = "token", normalize: bool = True,
                 device: str | torch.device | None = None, gates: dict[str, torch.Tensor] | None = None,
-                progress: bool = True) -> pd.DataFrame:
+                progress: bool = True, constants=None) -> pd.DataFrame:
     """Every criterion of every head, one row per head (switches the model to eager attention).
 
     Columns: attn_type, layer, head, importance (the chosen estimator, l2-normalized
@@ -74,7 +81,8 @@ def head_scores(model, batches: Iterable[dict], *, estimator: str = "token", nor
     importance_example / importance_batch (raw, unnormalized), fisher, attention_gradient,
     entropy (nats), entropy_normalized (divided by log of the number of keys), confidence,
     estimator, normalized. ``gates`` (attn_type -> (layers, heads), default all 1) is the point
-    the gradients are taken at. Heads physically pruned get 0 everywhere.
+    the gradients are taken at. Heads physically pruned get 0 everywhere. ``constants`` (a
+    ``HeadConstants``): the criteria of switching a head to its constant (module docstring), not off.
 
     >>> scores = head_scores(model, evalset_batches(tokenizer, evalset, 8), progress=False)
     >>> len(scores), scores.columns[:5].tolist()
@@ -82,29 +90,34 @@ def head_scores(model, batches: Iterable[dict], *, estimator: str = "token", nor
     """
     _use_eager_attention(model)
     return _score_heads(model, batches, attention=True, estimator=estimator, normalize=normalize, device=device,
-                        gates=gates, progress=progress)
+                        gates=gates, progress=progress, constants=constants)
 
 
 def head_importance(model, batches: Iterable[dict], *, estimator: str = "token", normalize: bool = True,
                     device: str | torch.device | None = None, gates: dict[str, torch.Tensor] | None = None,
-                    progress: bool = True) -> pd.DataFrame:
+                    progress: bool = True, constants=None) -> pd.DataFrame:
     """``head_scores``' importance columns and fisher only, without attention weights.
 
     Keeps the model's attention backend (no eager switch, no output_attentions), so it is the
-    cheap call for re-estimating I_h after every pruning step; the numbers are head_scores'.
+    cheap call for re-estimating I_h after every pruning step; the numbers are head_scores'. With
+    ``constants`` (a ``HeadConstants``), the first-order estimate for a head replaced by its constant:
+    |(o_h - c_h) . dL/do_h| summed over tokens (the module docstring).
     """
     return _score_heads(model, batches, attention=False, estimator=estimator, normalize=normalize, device=device,
-                        gates=gates, progress=progress)
+                        gates=gates, progress=progress, constants=constants)
 
 
-def _score_heads(model, batches, *, attention, estimator, normalize, device, gates, progress) -> pd.DataFrame:
+def _score_heads(model, batches, *, attention, estimator, normalize, device, gates, progress,
+                 constants=None) -> pd.DataFrame:
     if estimator not in ESTIMATORS:
         raise ValueError(f"importance estimator must be one of {ESTIMATORS}, got {estimator!r}")
     import torch
 
     from headprune.models.heads import HeadCapture, adapter_for, gated, head_shape
+    from headprune.models.masking import Constant, Zero
 
     adapter = adapter_for(model)
+    masking = Zero() if constants is None else Constant(constants)
     device = torch.device(device) if device is not None else next(model.parameters()).device
     shape = head_shape(model)
     start = _start_gates(model, gates)
@@ -126,7 +139,7 @@ def _score_heads(model, batches, *, attention, estimator, normalize, device, gat
             batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
             leaves = {t: g.to(device).clone().requires_grad_(True) for t, g in start.items()}
             capture = HeadCapture()
-            with gated(model, leaves, capture) as sites:
+            with gated(model, leaves, capture, masking=masking) as sites:
                 loss, outputs = adapter.loss_and_outputs(model, batch, output_attentions=attention)
                 loss.backward()
             maps = _attention_maps(adapter, outputs, sites) if attention else {}
@@ -143,8 +156,12 @@ def _score_heads(model, batches, *, attention, estimator, normalize, device, gat
                 def add(name, scores, site=site):  # scores of the kept heads, in their original columns
                     sums[name][site.attn_type][site.layer, site.kept_heads] += scores.cpu()
 
-                # (B, T, H): each token's contribution to dL/dxi_h
-                per_token = (capture.head_outputs[key].double() * capture.gradients[key].double()).sum(-1)
+                # (B, T, H): each token's contribution to dL/dxi_h: (o_h - c_h) . dL/d(gated output), c_h = 0
+                # under zero masking
+                outputs = capture.head_outputs[key].double()
+                if constants is not None:
+                    outputs = outputs - constants.for_site(site, outputs)
+                per_token = (outputs * capture.gradients[key].double()).sum(-1)
                 per_token = per_token * query_mask[..., None]
                 per_example = per_token.sum(1)  # (B, H): dL_x/dxi_h
                 add("token", per_token.abs().sum((0, 1)))

@@ -8,6 +8,11 @@ mixed in first: the model is built as transformers builds it, then every attenti
 gets the shapes of the saved weights (the kept heads' rows of the query, key and value projections,
 columns of the output projection), so that from_pretrained loads them. Only the shapes change, not the
 order: the kept heads were saved in their original order. Imports only torch and transformers.
+
+A model pruned with bias compensation (headprune's ``prune_heads(..., constants=)``: the removed heads'
+constant outputs folded into their output projection's bias) may have biases its family's projections lack
+(Llama's ``o_proj``): ``headprune_added_output_bias``, {attention type: [layers]}, names them, and each gets a
+bias here (zeros, which from_pretrained then loads).
 """
 from __future__ import annotations
 
@@ -17,6 +22,9 @@ from torch import nn
 from transformers.cache_utils import EncoderDecoderCache
 
 PRUNED_HEADS_KEY = "headprune_pruned_heads"
+ADDED_BIAS_KEY = "headprune_added_output_bias"
+# Where a family's attention module keeps its output projection (the families whose projections may lack a bias)
+OUTPUT_PROJECTIONS = ("o_proj", "out_proj", "c_proj", "out_lin")
 ENC_SELF, ENC_DEC, DEC_SELF = "enc_self", "enc_dec", "dec_self"
 
 
@@ -34,6 +42,14 @@ def keep_first(linear: nn.Linear, out_features: int | None = None, in_features: 
     if linear.bias is not None:
         linear.bias = nn.Parameter(linear.bias.detach()[:out_features].clone())
     linear.out_features, linear.in_features = out_features, in_features
+
+
+def add_bias(linear: nn.Module):
+    """Give a projection without a bias a zero one (its saved value loads into it)."""
+    if linear.bias is None:
+        weight = linear.weight
+        out = weight.shape[1] if type(linear).__name__ == "Conv1D" else weight.shape[0]
+        linear.bias = nn.Parameter(weight.new_zeros(out))
 
 
 def keep_width(width: int, projections, output: nn.Linear):
@@ -80,10 +96,20 @@ class PrunedModel:
 
     def __init__(self, config, *args, **kwargs):
         super().__init__(config, *args, **kwargs)
+        added = getattr(self.config, ADDED_BIAS_KEY, None) or {}
         for attn_type, layer, attention, num_heads in self.attention_sites():
             heads = kept_heads(self.config, attn_type, layer, num_heads)
             if len(heads) < num_heads:
                 self.keep_heads(attention, heads)
+            if layer in added.get(attn_type, []):
+                add_bias(self.output_projection(attention))
+
+    def output_projection(self, attention) -> nn.Module:
+        """The attention's output projection (for a bias the config adds)."""
+        for name in OUTPUT_PROJECTIONS:
+            if isinstance(getattr(attention, name, None), nn.Module):
+                return getattr(attention, name)
+        raise ValueError(f"no output projection found in {type(attention).__name__} to give a bias")
 
     def attention_sites(self):
         raise NotImplementedError

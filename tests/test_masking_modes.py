@@ -1,0 +1,384 @@
+"""The six masking modes side by side (issue #32): one class each (headprune.models.masking), ``gated`` dispatching.
+
+- The config words and how ``gated`` takes a mode (strings "zero"/"uniform", objects), and what it refuses.
+- Mean/optimal (``Constant``): at the first masked layer, the output projection's output with a head's gate g
+  minus its output under zero masking with the same gate is (1 - g) W_o[:, h] c_h, at every token, for every family
+  (Linear and GPT-2's transposed Conv1D, FSMT's time-major layout, grouped-query attention, heads already pruned);
+  and a BERT layer computed by hand (q, k, v, softmax, the head's slice replaced by c_h, the output projection)
+  equals the hooked one. Batched gate variants equal each alone, in forward passes and in beam search.
+- Resample: the same algebra with the donor token's recorded output at each query's position (left-padded LMs
+  count positions over real tokens; FSMT's decoder and cross-attention; an encoder); padding side, batching,
+  gate variants and beam search change nothing; cached decoding equals recomputing each step; draws differ.
+- The data files: safetensors (no pickle) that read back equal.
+"""
+import copy
+
+import pytest
+import torch
+from transformers.pytorch_utils import Conv1D
+
+from conftest import PAD, repeated, variants
+from test_adapter_contract import FAMILIES, build
+from headprune.models.families.causal_lm import positions
+from headprune.models.head_constants import HeadConstants, ResamplePool
+from headprune.models.heads import HeadCapture, Streaming, adapter_for, full_gates, gated, stack_gates
+from headprune.models.masking import (MASKING_WORDS, MODES, Constant, Mean, Optimal, Resample, Uniform, Zero,
+                                      as_masking, masking_for)
+from headprune.models.prune import prune_heads
+from headprune.scoring.constants import mean_constants, resample_pool
+
+
+def random_constants(model, seed=0, scale=0.5, kind="mean") -> HeadConstants:
+    g = torch.Generator().manual_seed(seed)
+    return HeadConstants({(s.attn_type, s.layer): scale * torch.randn(s.original_num_heads, s.head_dim, generator=g)
+                          for s in adapter_for(model).sites(model)}, kind)
+
+
+def logits(model, batch, gates=None, masking="zero"):
+    with torch.no_grad(), gated(model, gates, masking=masking):
+        return adapter_for(model).loss_and_outputs(model, batch)[1].logits
+
+
+# --- The modes and their words ---------------------------------------------------------------------------------
+
+def test_six_modes_by_word():
+    assert MASKING_WORDS == ("zero", "uniform", "streaming", "mean", "optimal", "resample")
+    assert [MODES[w] for w in MASKING_WORDS] == [Zero, Uniform, Streaming, Mean, Optimal, Resample]
+    assert {w for w in MASKING_WORDS if MODES[w].acts_on_outputs} == {"zero", "mean", "optimal", "resample"}
+    assert as_masking("zero") == Zero() and as_masking("uniform") == Uniform()
+    assert as_masking(Streaming(2, 3)) == Streaming(2, 3)
+    model, _ = build("bert")
+    constants = random_constants(model)
+    assert isinstance(masking_for("mean", constants=constants), Mean)
+    assert masking_for("streaming", sink=1, recent=2) == Streaming(1, 2)
+    assert isinstance(Constant.of(random_constants(model, kind="optimal")), Optimal)
+    assert type(Constant.of(random_constants(model, kind="hand-made"))) is Constant
+
+
+@pytest.mark.parametrize("word, needs", [("mean", "Mean\\(constants\\)"), ("optimal", "Optimal\\(constants\\)"),
+                                         ("resample", "Resample\\(pool, seed, draw\\)")])
+def test_words_that_need_data_are_refused_as_strings(word, needs):
+    model, batch = build("bert")
+    with pytest.raises(ValueError, match=f"masking must be one of.*{needs}"):
+        logits(model, batch, full_gates(model), masking=word)
+    with pytest.raises(ValueError, match="needs its"):
+        masking_for(word)
+
+
+def test_mode_objects_check_their_data():
+    model, batch = build("bert")
+    with pytest.raises(ValueError, match="takes mean constants; these are 'optimal'"):
+        Mean(random_constants(model, kind="optimal"))
+    with pytest.raises(TypeError, match="takes a HeadConstants"):
+        Mean({("enc_self", 0): torch.zeros(4, 4)})
+    llama, _ = build("llama")
+    with pytest.raises(ValueError, match="no constants for enc_self layer 0"):
+        logits(model, batch, full_gates(model), masking=Mean(random_constants(llama)))
+    with pytest.raises(ValueError, match="Resample.draw must be an int >= 0"):
+        Resample(resample_pool(model, [batch], progress=False), 0, -1)
+    with pytest.raises(ValueError, match="masking must be one of"):
+        masking_for("sliding")
+
+
+# --- Constant masking: the output projection's algebra, every family --------------------------------------------
+
+def projection_outputs(model, batch, site, gates, masking):
+    """What the site's output projection puts out (its own layout) under ``gated``."""
+    seen = {}
+
+    def keep(module, args, output):
+        seen["out"] = output.detach()
+
+    handle = site.output.register_forward_hook(keep)
+    try:
+        logits(model, batch, gates, masking)
+    finally:
+        handle.remove()
+    return seen["out"]
+
+
+def columns_times(site, heads, vectors):
+    """sum over ``heads`` (original indices) of W_o[:, head columns] @ vectors[i] (..., head_dim): by hand, from the
+    weight, for a Linear (out, in) or a Conv1D (in, out)."""
+    weight = site.output.weight.detach().double()
+    total = 0
+    for head, vector in zip(heads, vectors):
+        p = site.kept_heads.index(head)
+        block = slice(p * site.head_dim, (p + 1) * site.head_dim)
+        part = weight[block, :] if isinstance(site.output, Conv1D) else weight[:, block].T  # (head_dim, out)
+        total = total + vector.double() @ part
+    return total
+
+
+@pytest.mark.parametrize("pruned", [False, True], ids=["full", "pruned"])
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_constant_replaces_the_head_output_at_the_first_masked_layer(family, pruned):
+    model, batch = build(family)
+    constants = random_constants(model)
+    if pruned:  # head 3 of every layer gone: head 2 sits at position 2 of 3, constants keep original indices
+        prune_heads(model, {t: {0: [3], 1: [3]} for t in adapter_for(model).attention_types})
+    for site in [s for s in adapter_for(model).sites(model) if s.layer == 0]:
+        masked = [0, 2]
+        for g in (0.0, 0.3):
+            gates = full_gates(model)
+            gates[site.attn_type][0, masked] = g
+            zero = projection_outputs(model, batch, site, gates, Zero())
+            mean = projection_outputs(model, batch, site, gates, Mean(constants))
+            shift = (1 - g) * columns_times(site, masked, [constants.head(site.attn_type, 0, h) for h in masked])
+            assert ((mean - zero).double() - shift).abs().max() <= 1e-5, (site.attn_type, g)
+            assert shift.abs().max() > 1e-2
+
+
+def test_a_bert_layer_by_hand():
+    """Layer 0 of a BERT computed by hand from its weights, heads 1 and 3 replaced by their constants."""
+    model, batch = build("bert")
+    constants = random_constants(model, seed=2)
+    site = adapter_for(model).sites(model)[0]
+    attention = site.attention
+    gates = full_gates(model)
+    gates["enc_self"][0, [1, 3]] = 0.0
+    seen = {}
+
+    def keep(module, args, kwargs):
+        seen["x"] = args[0] if args else kwargs["hidden_states"]
+
+    hook = attention.register_forward_pre_hook(keep, with_kwargs=True)
+    try:
+        hooked = projection_outputs(model, batch, site, gates, Mean(constants))
+    finally:
+        hook.remove()
+    x = seen["x"].double()
+    heads, d = site.num_heads, site.head_dim
+
+    def project(linear):
+        return (x @ linear.weight.double().T + linear.bias.double()).unflatten(-1, (heads, d)).transpose(1, 2)
+
+    q, k, v = project(site.query), project(site.key), project(site.value)  # (B, H, T, d)
+    scores = q @ k.transpose(-1, -2) / d ** 0.5
+    scores = scores.masked_fill(~batch["attention_mask"].bool()[:, None, None, :], float("-inf"))
+    context = (scores.softmax(-1) @ v).transpose(1, 2)  # (B, T, H, d)
+    for h in (1, 3):
+        context[:, :, h] = constants.head("enc_self", 0, h).double()
+    by_hand = context.flatten(-2) @ site.output.weight.double().T + site.output.bias.double()
+    assert (hooked.double() - by_hand).abs().max() <= 1e-5
+
+
+def test_real_gates_interpolate_and_capture_works():
+    model, batch = build("llama_gqa")
+    constants = random_constants(model)
+    gates = full_gates(model)
+    gates["dec_self"][1, 2] = 0.0
+    capture = HeadCapture()
+    leaves = {t: g.clone().requires_grad_(True) for t, g in gates.items()}
+    with gated(model, leaves, capture, masking=Mean(constants)):
+        loss, _ = adapter_for(model).loss_and_outputs(model, batch)
+        loss.backward()
+    assert capture.head_outputs[("dec_self", 1)].shape[-2:] == (4, 4)
+    assert capture.gradients[("dec_self", 1)].shape == capture.head_outputs[("dec_self", 1)].shape
+    assert leaves["dec_self"].grad is not None and leaves["dec_self"].grad.abs().sum() > 0
+
+
+def mask_batch_generate(model, batch, gates, masking, **options):
+    with torch.no_grad(), gated(model, gates, masking=masking):
+        return model.generate(batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=6,
+                              max_length=None, do_sample=False, num_beams=3, min_new_tokens=4, **options)
+
+
+def assert_variants_equal_alone(model, batch, gates_list, masking, beam=True):
+    stacked = stack_gates(model, gates_list)
+    together = logits(model, repeated(batch, len(gates_list)), stacked, masking)
+    alone = [logits(model, batch, gates, masking) for gates in gates_list]
+    if adapter_for(model).attention_types == ("dec_self",):  # padding positions mean nothing
+        real = batch["attention_mask"].bool().repeat(len(gates_list), 1)
+        assert (together[real] - torch.cat(alone)[real]).abs().max() <= 1e-5
+    else:
+        assert (together - torch.cat(alone)).abs().max() <= 1e-5
+    if not beam:
+        return
+    rows = len(batch["input_ids"])
+    together_ids = mask_batch_generate(model, repeated(batch, len(gates_list)), stacked, masking)
+    for k, gates in enumerate(gates_list):
+        ids = mask_batch_generate(model, batch, gates, masking)
+        mine = together_ids[k * rows:(k + 1) * rows]
+        assert torch.equal(mine[:, :ids.shape[1]], ids) and (mine[:, ids.shape[1]:] == PAD).all()
+
+
+@pytest.mark.parametrize("family, attn_type, pruned", [("gpt2", "dec_self", False), ("llama_gqa", "dec_self", True),
+                                                       ("bart", "enc_dec", False), ("fsmt", "dec_self", True),
+                                                       ("roberta", "enc_self", False)])
+def test_constant_variants_batched_equal_each_alone(family, attn_type, pruned):
+    model, batch = build(family)
+    constants = random_constants(model)
+    if pruned:
+        prune_heads(model, {t: {0: [3]} for t in adapter_for(model).attention_types})
+    gates_list = variants(model, attn_type)
+    assert_variants_equal_alone(model, batch, gates_list, Mean(constants), beam=family not in ("roberta",))
+
+
+# --- Resample -----------------------------------------------------------------------------------------------------
+
+def pool_for(family, model):
+    make_batch = FAMILIES[family][1]
+    return resample_pool(model, [make_batch(seed=s) for s in (11, 12, 13)], progress=False)
+
+
+def query_positions(model, batch, site):
+    """(rows, queries) each query's position as the definition says: a decoder-only LM's over real tokens, else its
+    index."""
+    if adapter_for(model).attention_types == ("dec_self",):
+        return positions(batch["attention_mask"])
+    key = "attention_mask" if site.attn_type == "enc_self" else "decoder_attention_mask"
+    rows, queries = batch[key].shape
+    return torch.arange(queries)[None].expand(rows, -1)
+
+
+@pytest.mark.parametrize("family", ["llama_gqa", "gpt2", "fsmt", "bart", "bert"])
+def test_resample_gives_the_donor_tokens_output_at_each_position(family):
+    model, batch = build(family)
+    pool = pool_for(family, model)
+    masking = Resample(pool, seed=3, draw=1)
+    for site in [s for s in adapter_for(model).sites(model) if s.layer == 0]:
+        gates = full_gates(model)
+        gates[site.attn_type][0, [1, 2]] = 0.0
+        zero = projection_outputs(model, batch, site, gates, Zero())
+        got = projection_outputs(model, batch, site, gates, masking)
+        if site.time_major:
+            zero, got = zero.transpose(0, 1), got.transpose(0, 1)
+        stream = pool.stream_of(site.attn_type)
+        donors = pool.donors(stream, 3, 1)
+        recorded = pool.outputs[(site.attn_type, 0)]
+        where = query_positions(model, batch, site).clamp(max=pool.longest(stream))
+        assert pool.positions[stream][donors].tolist() == list(range(len(donors)))  # a donor at each position
+        expected = columns_times(site, [1, 2], [recorded[donors[where]][..., h, :] for h in (1, 2)])
+        real = (batch["attention_mask"] if stream == "source" or family in ("llama_gqa", "gpt2")
+                else batch["decoder_attention_mask"]).bool()
+        assert ((got - zero).double() - expected)[real].abs().max() <= 1e-5, site.attn_type
+
+
+def test_resample_pool_records_real_tokens_with_their_positions():
+    model, batch = build("llama_gqa")
+    pool = resample_pool(model, [batch], progress=False)
+    mask = batch["attention_mask"].bool()
+    assert len(pool.positions["target"]) == int(mask.sum())
+    assert pool.positions["target"].tolist() == positions(batch["attention_mask"])[mask].tolist()
+    capture = HeadCapture()
+    with torch.no_grad(), gated(model, None, capture):
+        adapter_for(model).loss_and_outputs(model, batch)
+    assert torch.equal(pool.outputs[("dec_self", 1)], capture.head_outputs[("dec_self", 1)][mask])
+    limited = resample_pool(model, [batch, batch], max_items=2, progress=False)
+    assert len(limited.positions["target"]) == int(mask[:2].sum())
+
+
+def test_resample_ignores_padding_side_and_batching():
+    from test_adapter_contract import causal_batch
+
+    model, _ = build("llama_gqa")
+    pool = pool_for("llama_gqa", model)
+    masking = Resample(pool, seed=0, draw=0)
+    gates = full_gates(model)
+    gates["dec_self"][0, [0, 3]] = gates["dec_self"][1, 1] = 0.0
+    left, right = causal_batch(padding_side="left"), causal_batch(padding_side="right")
+    a, b = logits(model, left, gates, masking), logits(model, right, gates, masking)
+    real_left, real_right = left["attention_mask"].bool(), right["attention_mask"].bool()
+    assert (a[real_left] - b[real_right]).abs().max() <= 1e-5
+    for row in range(len(left["input_ids"])):  # each row alone, unpadded
+        alone = {k: v[row:row + 1][:, real_left[row]] for k, v in left.items()}
+        assert (logits(model, alone, gates, masking)[0] - a[row][real_left[row]]).abs().max() <= 1e-5
+    assert (a[real_left] - logits(model, left, gates, Zero())[real_left]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("family, attn_type", [("llama_gqa", "dec_self"), ("gpt2", "dec_self"), ("bart", "enc_dec"),
+                                               ("fsmt", "dec_self"), ("fsmt", "enc_self")])
+def test_resample_variants_batched_equal_each_alone(family, attn_type):
+    model, batch = build(family)
+    assert_variants_equal_alone(model, batch, variants(model, attn_type), Resample(pool_for(family, model), 5, 0))
+
+
+@pytest.mark.parametrize("family", ["llama_gqa", "bart"])
+def test_resample_cached_decoding_equals_recomputing_every_step(family):
+    """Greedy generate() (a cache: each step's query at the cache's length) equals a loop that recomputes the whole
+    prefix every step: the donors follow the positions, not the calls."""
+    model, batch = build(family)
+    model.generation_config.forced_eos_token_id = None  # (BART forces </s> at the last step; the loop below does not)
+    masking = Resample(pool_for(family, model), 1, 2)
+    gates = full_gates(model)
+    for t in gates:
+        gates[t][:, [0, 2]] = 0.0
+    steps = 5
+    with torch.no_grad(), gated(model, gates, masking=masking):
+        cached = model.generate(batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=steps,
+                                min_new_tokens=steps, max_length=None, do_sample=False, num_beams=1)
+        if family == "llama_gqa":
+            ids, mask = batch["input_ids"], batch["attention_mask"]
+            for _ in range(steps):
+                out = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=False)
+                ids = torch.cat([ids, out.logits[:, -1].argmax(-1, keepdim=True)], 1)
+                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
+            recomputed = ids
+        else:
+            start = model.generation_config.decoder_start_token_id
+            ids = torch.full((len(batch["input_ids"]), 1), start)
+            for _ in range(steps):
+                out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], decoder_input_ids=ids,
+                            use_cache=False)
+                ids = torch.cat([ids, out.logits[:, -1].argmax(-1, keepdim=True)], 1)
+            recomputed = ids
+    assert torch.equal(cached, recomputed)
+
+
+def test_resample_draws_differ_and_repeat():
+    model, batch = build("bert")
+    pool = pool_for("bert", model)
+    gates = full_gates(model)
+    gates["enc_self"][0, :] = 0.0
+    first = logits(model, batch, gates, Resample(pool, 0, 0))
+    assert torch.equal(first, logits(model, batch, gates, Resample(pool, 0, 0)))
+    others = [logits(model, batch, gates, Resample(pool, seed, draw)) for seed, draw in ((0, 1), (1, 0))]
+    assert all((first - other).abs().max() > 1e-4 for other in others)
+    assert pool.donors("source", 0, 0).tolist() == pool.donors("source", 0, 0).tolist()
+    # a position past the pool's longest item takes the last position's donor
+    site = adapter_for(model).sites(model)[0]
+    last = pool.longest("source")
+    far = pool.donor_outputs(site, torch.tensor([[last, last + 5]]), 0, 0, like=torch.zeros(1))
+    assert torch.equal(far[0, 0], far[0, 1])
+
+
+# --- The data files ---------------------------------------------------------------------------------------------
+
+def test_constants_and_pool_files_are_safetensors_and_read_back(tmp_path):
+    model, batch = build("fsmt")
+    constants = mean_constants(model, [batch], data="tiny", progress=False)
+    path = constants.save(tmp_path / "constants.safetensors")
+    assert int.from_bytes(path.read_bytes()[:8], "little") > 0 and path.read_bytes()[8:9] == b"{"  # a JSON header
+    back = HeadConstants.load(path)
+    assert back.kind == "mean" and back.meta == constants.meta and back.meta["data"] == "tiny"
+    assert back.values.keys() == constants.values.keys()
+    assert all(torch.equal(back.values[k], constants.values[k]) for k in constants.values)
+    summary = constants.summary()
+    assert list(summary.columns) == ["attn_type", "layer", "head", "kind", "norm", "mean", "max_abs"]
+    assert len(summary) == 3 * 2 * 4
+    pool = resample_pool(model, [batch], progress=False)
+    pool_path = pool.save(tmp_path / "pool.safetensors")
+    pool_back = ResamplePool.load(pool_path)
+    assert all(torch.equal(pool_back.outputs[k], pool.outputs[k]) for k in pool.outputs)
+    assert all(torch.equal(pool_back.positions[s], pool.positions[s]) for s in pool.positions)
+    assert isinstance(masking_for("mean", constants=path), Mean)
+    assert isinstance(masking_for("resample", pool=pool_path), Resample)
+    with pytest.raises(ValueError, match="not a head-constants file"):
+        HeadConstants.load(pool_path)
+    with pytest.raises(ValueError, match="not a resample pool"):
+        ResamplePool.load(path)
+
+
+def test_pruned_heads_constants_are_never_read():
+    model, batch = build("llama_gqa")
+    constants = random_constants(model)
+    pruned = prune_heads(copy.deepcopy(model), {"dec_self": {0: [1]}})
+    bad = HeadConstants({k: v.clone() for k, v in constants.values.items()}, "mean")
+    bad.values[("dec_self", 0)][1] = float("nan")  # the removed head's row
+    gates = full_gates(model)
+    gates["dec_self"][0, [0, 2]] = 0.0
+    real = batch["attention_mask"].bool()
+    assert torch.isfinite(logits(pruned, batch, gates, Mean(bad))[real]).all()
+    assert (logits(pruned, batch, gates, Mean(bad)) - logits(pruned, batch, gates, Mean(constants)))[real].abs().max() \
+        == 0
