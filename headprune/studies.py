@@ -24,6 +24,7 @@ from headprune.data.datasets import _check_task as check_glue_task
 from headprune.experiments.kinds import KINDS, kind_of  # noqa: F401 (KINDS: the config's kinds)
 from headprune.experiments.kinds.base import ConfigError
 from headprune.experiments.kinds.language_modeling import LM_SPLITS
+from headprune.models.masking_words import DATA_FILE
 
 # The test sets a study is evaluated on, by role: "eval" (Table 1, pruning), "ood" (cross-domain,
 # Figure 2), "selection" and "test" (one head per layer, Tables 2-3).
@@ -247,11 +248,27 @@ class Study:
 
     def eval_settings(self, bleu, masking="zero"):
         """How the model is evaluated (headprune.experiments.runs.EvalSettings); ``masking`` is how a switched-off
-        head is replaced: a zero output (the paper) or uniform attention over its keys."""
+        head is replaced (a config word of headprune.models.masking: zero, the paper's, uniform, streaming, mean,
+        optimal, resample) with what its mode reads: the streaming window, the file of constants or donors."""
         config = self.config
         rows = config["ablation"].get("variant_batch_size", {}).get(self.kind, 256)
-        streaming = {key: config["streaming"][key] for key in ("sink", "recent")} if masking == "streaming" else {}
-        return self.scoring.eval_settings(self, bleu, masking, rows, streaming)
+        extra = {key: config["streaming"][key] for key in ("sink", "recent")} if masking == "streaming" else {}
+        if masking in DATA_FILE:
+            extra[DATA_FILE[masking]] = self.masking_data(masking)[0]
+            if masking == "resample":
+                extra["resample_seed"] = config["constants"]["resample"]["seed"]
+        return self.scoring.eval_settings(self, bleu, masking, rows, extra)
+
+    def masking_data(self, masking) -> list[str]:
+        """The file a masking mode reads (mean, optimal: the heads' constants; resample: their donors), made by the
+        head_constants job of the study whose importance data this study's I_h is estimated on; [] for others."""
+        if masking not in DATA_FILE:
+            return []
+        owner = self.scoring.importance_study(self)
+        return [f"{self.pipeline.results_dir}/{owner.name}/head_constants/{masking}.safetensors"]
+
+    def head_constants_params(self, mode):
+        return {"mode": mode, **self.config["constants"].get(mode, {})}
 
     @property
     def importance_table(self):

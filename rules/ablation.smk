@@ -43,6 +43,7 @@ rule ablate_head:
     input:
         model=study_model,
         data=study_eval_data,
+        masking=ablation_masking_data,
     output:
         f"{RESULTS}/{{study}}/ablation/{{head}}.json",
     params:
@@ -87,6 +88,7 @@ rule one_head_layer:
     input:
         model=study_model,
         data=study_eval_data,
+        masking=ablation_masking_data,
     output:
         f"{RESULTS}/{{study}}/one_head/{{layer}}.json",
     params:

@@ -271,6 +271,21 @@ def importance_params(wildcards):
     return study(wildcards).importance_spec
 
 
+def head_constants_params(wildcards):
+    return study(wildcards).head_constants_params(wildcards.mode)
+
+
+def ablation_masking_data(wildcards):
+    """The file the study's ablation masking reads (mean, optimal, resample), else nothing."""
+    s = study(wildcards)
+    return s.masking_data(s.masking(config["ablation"]["masking"]))
+
+
+def pruning_masking_data(wildcards):
+    s = study(wildcards)
+    return s.masking_data(s.masking(config["pruning"]["masking"]))
+
+
 def full_eval_params(wildcards):
     return study(wildcards).full_eval_params()
 

@@ -46,7 +46,8 @@ import torch
 from transformers.cache_utils import DynamicLayer
 
 from headprune.experiments.shared_layers import (_recording, _replaying, first_masked_layer, head_output_modules,
-                                                 layer_stack, replayed_modules, variant_progress, what_to_record)
+                                                 layer_stack, replayed_modules, replays_head_outputs, variant_progress,
+                                                 what_to_record)
 from headprune.experiments.stats import paired_bootstrap
 from headprune.models.heads import gated, stack_gates
 from headprune.models.loading import attention_backend
@@ -181,7 +182,7 @@ def _greedy_variants(model, ids, gates_list, firsts, stack, *, max_new_tokens, s
     if not share:
         firsts = [0] * len(firsts)
     prefix = ids[:, :-1]
-    heads = head_output_modules(model) if share and masking == "zero" else None
+    heads = head_output_modules(model) if share and replays_head_outputs(masking) else None
     # the full model's prefix: its cache, and what the variants replay (layers below their first masked one,
     # that layer's head outputs); a variant that masks nothing takes the whole cache
     wanted, last, projections = what_to_record(stack, heads, sorted({f for f in firsts if f < layers}))

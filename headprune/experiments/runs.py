@@ -11,6 +11,7 @@ them for several gate settings in one pass.
 """
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ import numpy as np
 
 from headprune.experiments import metrics
 from headprune.experiments.kinds import kind_of
+from headprune.models.masking_words import DATA_FILE, MASKING_WORDS
 
 if TYPE_CHECKING:  # tables are read by the scripts; an evaluation job need not import pandas (0.4 s)
     import pandas as pd
@@ -114,32 +116,47 @@ class EvalSettings:
     # Several gate settings share one forward or generate() up to this many (setting, item) rows;
     # batch_size alone decides which items share a batch, so the outputs do not depend on it.
     variant_batch_size: int = 256
-    # How a gate of 0 masks a head (headprune.models.heads.gated): "zero" zeroes its output (the paper's
-    # xi_h = 0), "uniform" makes its attention uniform over the keys it may attend to, "streaming" lets it
-    # attend only to the first `sink` and the last `recent` tokens (DuoAttention's streaming heads).
+    # How a gate of 0 masks a head (headprune.models.masking, one class a mode): "zero" zeroes its output (the
+    # paper's xi_h = 0), "uniform" makes its attention uniform over the keys it may attend to, "streaming" lets
+    # it attend only to the first `sink` and the last `recent` tokens (DuoAttention's streaming heads), "mean"
+    # and "optimal" put a constant in its output's place (`constants`: the study's file of them), "resample"
+    # its output at a token of another item (`pool`: the study's donors; `resample_seed`, `draw`).
     masking: str = "zero"
     sink: int = 4  # streaming only
     recent: int = 64  # streaming only
+    constants: str | None = None  # mean and optimal only: a HeadConstants file (safetensors)
+    pool: str | None = None  # resample only: a ResamplePool file (safetensors)
+    resample_seed: int = 0  # resample only
+    draw: int = 0  # resample only
     max_new_tokens: int = 32  # retrieval: the longest answer generated (greedy)
 
     def __post_init__(self):
-        # headprune.models.heads.MASKINGS and STREAMING, without importing torch
-        if self.masking not in ("zero", "uniform", "streaming"):
-            raise ValueError(f"masking must be 'zero', 'uniform' or 'streaming', got {self.masking!r}")
+        # headprune.models.masking.NEEDS, without importing torch
+        if self.masking not in MASKING_WORDS:
+            raise ValueError(f"masking must be one of {MASKING_WORDS}, got {self.masking!r}")
         if self.masking == "streaming":
             for name, least in (("sink", 0), ("recent", 1)):
                 value = getattr(self, name)
                 if isinstance(value, bool) or not isinstance(value, int) or value < least:
                     raise ValueError(f"{name} must be an int >= {least} for streaming masking, got {value!r}")
+        needed = DATA_FILE.get(self.masking)
+        if needed and not getattr(self, needed):
+            raise ValueError(f"{self.masking} masking needs its {needed} file ({needed}=...)")
 
     @property
     def mask(self):
-        """What ``headprune.models.heads.gated`` takes as ``masking``: the string, or Streaming(sink, recent)."""
-        if self.masking != "streaming":
+        """What ``headprune.models.heads.gated`` takes as ``masking``: "zero" or "uniform", or the mode object
+        (``headprune.models.masking.masking_for``) with its window, constants or donors, read once."""
+        if self.masking in ("zero", "uniform"):
             return self.masking
-        from headprune.models.heads import Streaming
+        return _masking(self.masking, self.sink, self.recent, self.constants, self.pool, self.resample_seed, self.draw)
 
-        return Streaming(self.sink, self.recent)
+
+@functools.lru_cache(maxsize=8)
+def _masking(word, sink, recent, constants, pool, seed, draw):
+    from headprune.models.masking import masking_for
+
+    return masking_for(word, sink=sink, recent=recent, constants=constants, pool=pool, seed=seed, draw=draw)
 
 
 def run_variants(model, tokenizer, evalset: EvalSet, gates_list: list,

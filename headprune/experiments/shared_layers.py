@@ -157,6 +157,15 @@ def _replaying(outputs: dict, rows: int, times: int):
                 module.forward = forward
 
 
+def replays_head_outputs(masking) -> bool:
+    """Whether a variant may replay its first masked layer's head outputs from the full model's pass: the masking
+    changes the output projection's input alone and by the gates alone (zero, mean, optimal: a constant); a
+    masking inside the attention (uniform, streaming) or one that reads positions (resample) runs that layer."""
+    from headprune.models.masking import Constant, Zero
+
+    return masking == "zero" or isinstance(masking, (Zero, Constant))
+
+
 def what_to_record(stack: nn.ModuleList, heads: list | None, masked: list[int]):
     """(modules, last, projections) the full model's pass records for variants first masked in layers
     ``masked`` (sorted): the layers below the deepest of them and, with ``heads`` (``head_output_modules``),
@@ -193,7 +202,7 @@ def forward_variants(model, inputs: dict, gates_list: list, forward: Callable, *
     per_group = max(1, variant_batch_size // rows)
     stack = layer_stack(model)
     layers = len(stack) if stack is not None else 0
-    heads = head_output_modules(model) if stack is not None and masking == "zero" else None
+    heads = head_output_modules(model) if stack is not None and replays_head_outputs(masking) else None
     firsts = [first_masked_layer(gates, layers) if stack is not None else 0 for gates in gates_list]
     wanted, last, projections = what_to_record(stack, heads, sorted({f for f in firsts if f < layers}))
     results: list = [None] * len(gates_list)

@@ -78,9 +78,10 @@ from typing import ClassVar
 import torch
 from torch import nn
 
+from headprune.models import masking_words
+from headprune.models.attention_types import DEC_SELF, ENC_SELF
 from headprune.models.heads import (AttentionSite, HeadAdapter, HeadCapture, _batch_major, _gate_per_row,
                                     _site_gate)
-from headprune.models.attention_types import DEC_SELF, ENC_SELF
 
 # Attention backends that take a per-head (batch, heads, queries, keys) mask as it is.
 STREAMING_BACKENDS = ("eager", "sdpa")
@@ -530,6 +531,7 @@ def _add_streaming_hooks(handles: list, model, sites: list[AttentionSite], gates
 # Every mode, by its config word, in the order they are reported.
 MODES: dict[str, type[Masking]] = {cls.word: cls for cls in (Zero, Uniform, Streaming, Mean, Optimal, Resample)}
 MASKING_WORDS = tuple(MODES)
+assert MASKING_WORDS == masking_words.MASKING_WORDS, "headprune/models/masking_words.py lists the same words"
 # What each word needs beside it ("data": a file computed per study).
 NEEDS = {"zero": (), "uniform": (), "streaming": ("sink", "recent"), "mean": ("constants",),
          "optimal": ("constants",), "resample": ("pool", "seed", "draw")}

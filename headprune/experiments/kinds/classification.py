@@ -86,12 +86,12 @@ class Kind(base.Kind):
     def eval_data(self, study, roles):
         return [study.glue_dir]
 
-    def eval_settings(self, study, bleu, masking, rows, streaming):
+    def eval_settings(self, study, bleu, masking, rows, masking_data):
         config = study.config
         in_models = study.name in study.pipeline.models
         return {"batch_size": study.entry.get("batch_size", 64) if in_models else config["bert"]["eval_batch_size"],
                 "max_length": config["bert"]["finetune"]["max_length"], "masking": masking,
-                "variant_batch_size": rows}
+                "variant_batch_size": rows, **masking_data}
 
     def importance_data(self, study):
         return [study.glue_dir]

@@ -71,9 +71,9 @@ class Kind(ScoresLanguageModel):
     def eval_data(self, study, roles):
         return [study.items_dir]
 
-    def eval_settings(self, study, bleu, masking, rows, streaming):
+    def eval_settings(self, study, bleu, masking, rows, masking_data):
         return {"batch_size": study.entry["batch_size"], "masking": masking, "variant_batch_size": rows,
-                "max_new_tokens": study.retrieval["max_new_tokens"], **streaming}
+                "max_new_tokens": study.retrieval["max_new_tokens"], **masking_data}
 
     def roles_params(self, study, roles):
         return {**super().roles_params(study, roles), "items": study.evalset_spec("eval"),

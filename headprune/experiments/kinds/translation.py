@@ -76,10 +76,10 @@ class Kind(base.Kind):
     def eval_data(self, study, roles):
         return sorted({f for role in roles for f in study.pipeline.testset_files(study.evalset_name(role))})
 
-    def eval_settings(self, study, bleu, masking, rows, streaming):
+    def eval_settings(self, study, bleu, masking, rows, masking_data):
         t = study.config["translation"]
         return {"batch_size": study.entry.get("batch_size", t["batch_size"]), "beam": t["beam"],
-                "lenpen": t["lenpen"], "bleu": bleu, "masking": masking, "variant_batch_size": rows}
+                "lenpen": t["lenpen"], "bleu": bleu, "masking": masking, "variant_batch_size": rows, **masking_data}
 
     def _sets(self, study, names):
         return [dict(zip(("source", "reference"), study.pipeline.testset_files(name))) for name in names]
