@@ -267,6 +267,13 @@ class Study:
         owner = self.scoring.importance_study(self)
         return [f"{self.pipeline.results_dir}/{owner.name}/head_constants/{masking}.safetensors"]
 
+    def importance_settings(self) -> dict:
+        """config.importance, and under mean or optimal pruning masking the constants I_h measures a head's change
+        to (|(o_h - c_h) . dL/do_h|, the first-order change of the loss when the head becomes its constant)."""
+        masking = self.masking(self.config["pruning"]["masking"])
+        constants = self.masking_data(masking)[0] if masking in ("mean", "optimal") else None
+        return {**self.config["importance"], **({"constants": constants} if constants else {})}
+
     def head_constants_params(self, mode):
         return {"mode": mode, **self.config["constants"].get(mode, {})}
 

@@ -271,6 +271,15 @@ def importance_params(wildcards):
     return study(wildcards).importance_spec
 
 
+def importance_constants(wildcards):
+    """Under mean or optimal pruning masking, I_h is the first-order change to the constant: its file."""
+    return study(wildcards).importance_settings().get("constants", [])
+
+
+def importance_settings(wildcards):
+    return study(wildcards).importance_settings()
+
+
 def head_constants_params(wildcards):
     return study(wildcards).head_constants_params(wildcards.mode)
 

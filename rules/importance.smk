@@ -5,12 +5,13 @@ rule importance:
     input:
         model=study_model,
         data=study_importance_data,
+        constants=importance_constants,
     output:
         f"{RESULTS}/{{study}}/importance.csv",
     params:
         study=study_of,
         data=importance_params,
-        settings=config["importance"],
+        settings=importance_settings,
     log:
         f"{RESULTS}/logs/importance/{{study}}.log",
     threads: rule_threads("importance", 2)

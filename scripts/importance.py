@@ -16,7 +16,13 @@ with logged(snakemake) as log:
     model, tokenizer = load_study_model(study, device)
     batches = importance_batches(tokenizer, data, model)
     log.info("%s: %d batches, estimator %s", study["name"], len(batches), settings["estimator"])
+    constants = None
+    if settings.get("constants"):  # mean or optimal masking: I_h of the change to each head's constant
+        from headprune.models.head_constants import HeadConstants
+
+        constants = HeadConstants.load(settings["constants"])
+        log.info("I_h as |(o_h - c_h) . dL/do_h|, c_h the %s constants of %s", constants.kind, settings["constants"])
     table = head_scores(model, batches, estimator=settings["estimator"], normalize=settings["normalize"],
-                        device=device)
+                        device=device, constants=constants)
     table.insert(0, "study", study["name"])
     atomic.write_csv(table, snakemake.output[0], index=False)

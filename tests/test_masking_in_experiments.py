@@ -137,3 +137,13 @@ def test_the_dag_makes_a_modes_data_once_and_its_jobs_wait_for_it(tmp_path):
     assert len(made) == 1 and "mode=mean" in made[0] and "study=tiny_llama" in made[0]
     ablations = [b for b in blocks if b.startswith("ablate_head:")]
     assert ablations and all("results/demo/tiny_llama/head_constants/mean.safetensors" in b for b in ablations)
+
+
+def test_pruning_by_a_constant_ranks_heads_by_the_change_to_it():
+    """Under mean or optimal pruning masking the importance job measures |(o_h - c_h) . dL/do_h| with the study's
+    constants; under the others it is the paper's I_h (and its settings are as they were: no rerun)."""
+    pipeline = demo_pipeline(tiny_llama="optimal", tiny_llama_niah="resample")
+    assert pipeline.study("tiny_llama").importance_settings() == {
+        "estimator": "token", "normalize": True,
+        "constants": f"{pipeline.results_dir}/tiny_llama/head_constants/optimal.safetensors"}
+    assert pipeline.study("mnli").importance_settings() == {"estimator": "token", "normalize": True}
