@@ -230,13 +230,14 @@ def test_llama_config_dry_run():
     result = snakemake("-n", "--configfile", "configs/llama.yaml")
     assert result.returncode == 0, result.stderr
     counts = job_stats(result.stdout)
-    assert sum(counts.values()) == 282
+    assert sum(counts.values()) == 286
     # perplexity and needle-in-a-haystack retrieval, each through every experiment; four lm-evaluation-harness
     # tasks through ablation and pruning
     assert counts["ablate_head"] == 6 * 32 and counts["one_head_layer"] == 2 * 11 and counts["prune"] == 6 * 3
     assert counts["evaluate_full"] == counts["significance"] == 6
     assert counts["make_retrieval_items"] == counts["head_roles"] == counts["plot_head_maps"] == 1
     assert counts["retrieval_heads"] == 2  # retrieval, and GSM8K under the same retrieval heads
+    assert counts["importance"] == 5  # the language model's, and each task's on its gold answers
     assert counts["fetch_model"] == counts["fetch_corpus"] == counts["tokenize_corpus"] == counts["speed"] == 1
     assert not {"finetune", "fetch_translation_checkpoint", "train_dynamics"} & set(counts)
     heads = re.findall(r"output: results/llama/llama3_8b/ablation/(\S+)\.json", result.stdout)
