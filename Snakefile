@@ -16,6 +16,7 @@ include: "rules/speed.smk"
 include: "rules/concrete.smk"
 include: "rules/roles.smk"
 include: "rules/retrieval.smk"
+include: "rules/masking_modes.smk"
 include: "rules/report.smk"
 
 

@@ -32,7 +32,7 @@ ROLES = ("eval", "ood", "selection", "test")
 DYNAMICS_SPLITS = ("train", "valid", "test")
 # Experiments that name studies (config experiments.<name>), each with its own outputs.
 EXPERIMENTS = ("ablation", "pruning", "attention_types", "glue_pruning", "cross_domain", "criteria",
-               "one_head_per_layer", "concrete", "head_roles", "retrieval_heads")
+               "one_head_per_layer", "concrete", "head_roles", "retrieval_heads", "masking_modes")
 # A retrieval study's settings the config leaves out (rules/schemas/config.schema.yaml describes them).
 RETRIEVAL_DEFAULTS = {"needles_per_setting": 1, "needle": "The special magic number is {value}.",
                       "question": "What is the special magic number mentioned in the text?", "answer_prefix": "",
@@ -273,6 +273,22 @@ class Study:
         masking = self.masking(self.config["pruning"]["masking"])
         constants = self.masking_data(masking)[0] if masking in ("mean", "optimal") else None
         return {**self.config["importance"], **({"constants": constants} if constants else {})}
+
+    @property
+    def masking_modes(self) -> list[str]:
+        """The modes experiments.masking_modes compares this study under (config.masking_modes.modes)."""
+        return list(self.config["masking_modes"]["modes"])
+
+    def masking_mode_params(self, mode):
+        """One mode's sweep: every head off alone and the importance-order pruning curve under that masking."""
+        config = self.config
+        return {"mode": mode, "eval": self.evalset_spec(), "settings": self.eval_settings(config["pruning"]["bleu"], mode),
+                "step_percent": config["pruning"]["step_percent"], "importance": config["importance"],
+                "significance": config["significance"]}
+
+    def masking_mode_inputs(self, mode):
+        return {"model": self.model_path, "data": self.eval_data(["eval"]), "importance": self.importance_table,
+                "masking": self.masking_data(mode)}
 
     def head_constants_params(self, mode):
         return {"mode": mode, **self.config["constants"].get(mode, {})}
@@ -774,6 +790,8 @@ class Pipeline:
             "roles": [f"{results}/{study}/head_roles.csv" for study in experiments.get("retrieval_heads", [])
                       if self.study(study).retrieval_heads_source.name == study],
             "retrieval_heads": [f"{results}/{study}/retrieval_heads.csv" for study in experiments.get("retrieval_heads", [])],
+            "masking_modes": [f"{results}/{study}/masking_modes/{mode}.csv" for study in experiments.get("masking_modes", [])
+                              for mode in self.study(study).masking_modes],
         }
 
     def scorecard_paper_models(self):
@@ -834,6 +852,9 @@ class Pipeline:
         for study in self.scored_side_by_side():
             targets += files(study.name, "perplexity_and_retrieval.png", "perplexity_and_retrieval.pdf",
                              "perplexity_and_retrieval.csv")
+        for study in experiments.get("masking_modes", []):
+            targets += files(study, "masking_modes.png", "masking_modes.pdf", "masking_modes.csv",
+                             "masking_modes_summary.csv", "masking_modes_correlations.csv")
         for lm in self.head_map_studies():
             targets += files(lm, "head_maps.png", "head_maps.pdf", "head_maps.csv", "head_maps_correlations.csv")
         for study in self.speed_studies:
@@ -916,6 +937,10 @@ class Pipeline:
                 raise ConfigError(f"config: experiments.retrieval_heads names '{study}', which is neither a retrieval "
                                   "study nor a task (a models entry of kind retrieval or lm_eval)")
             self.study(study).retrieval_heads_source  # noqa: B018 (a task's retrieval study is there)
+        for study in config["experiments"].get("masking_modes", []):
+            if "streaming" in config["masking_modes"]["modes"] and not self.study(study).scoring.language_model:
+                raise ConfigError(f"config: masking_modes.modes has streaming, which only decoder-only language models "
+                                  f"take, and experiments.masking_modes names '{study}'")
         for study, entry in models.items():
             if entry.get("masking") == "streaming" and not kind_of(entry["kind"]).language_model:
                 raise ConfigError(f"config: models.{study}.masking is streaming, which only decoder-only language "

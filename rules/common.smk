@@ -280,6 +280,19 @@ def importance_settings(wildcards):
     return study(wildcards).importance_settings()
 
 
+def masking_mode_inputs(wildcards):
+    return study(wildcards).masking_mode_inputs(wildcards.mode)
+
+
+def masking_mode_params(wildcards):
+    return study(wildcards).masking_mode_params(wildcards.mode)
+
+
+def masking_modes_tables(wildcards):
+    """Each mode's sweep of the study, in the config's order."""
+    return [f"{RESULTS}/{wildcards.study}/masking_modes/{mode}.csv" for mode in study(wildcards).masking_modes]
+
+
 def head_constants_params(wildcards):
     return study(wildcards).head_constants_params(wildcards.mode)
 

@@ -1,7 +1,7 @@
 """The scorecard of the paper's claims (headprune.experiments.scorecard) from this run's CSVs.
 
 input: ablation, one_head, pruning, attention_types, dynamics, speed, and beyond the paper roles and
-retrieval_heads (Wu et al.'s experiment): the CSVs of each experiment the config runs (a list, empty when it runs none); params.epochs: the checkpoint epoch of each dynamics
+retrieval_heads (Wu et al.'s experiment) and masking_modes (C1 and C3 under each mode): the CSVs of each experiment the config runs (a list, empty when it runs none); params.epochs: the checkpoint epoch of each dynamics
 table; params.paper_models; output.csv, output.md."""
 from headprune import warm
 
@@ -10,10 +10,12 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 import pandas as pd
 
 from headprune.experiments import scorecard
+from headprune.experiments.masking_modes import as_scorecard_tables
 from headprune.io import atomic
 from headprune.workflow import logged
 
-EXPERIMENTS = ("ablation", "one_head", "pruning", "attention_types", "dynamics", "speed", "roles", "retrieval_heads")
+EXPERIMENTS = ("ablation", "one_head", "pruning", "attention_types", "dynamics", "speed", "roles", "retrieval_heads",
+               "masking_modes")
 
 
 def stacked(paths, epochs=None):
@@ -30,7 +32,10 @@ def stacked(paths, epochs=None):
 with logged(snakemake) as log:
     tables = {name: stacked(list(snakemake.input.get(name, [])), snakemake.params.epochs if name == "dynamics" else None)
               for name in EXPERIMENTS}
-    card = scorecard.scorecard(**tables, paper_models=dict(snakemake.params.paper_models))
+    # C1 and C3 under each masking mode of experiments.masking_modes: a study per mode, "<study> (<mode> masking)"
+    modes_ablation, modes_pruning = as_scorecard_tables(tables.pop("masking_modes"))
+    card = scorecard.scorecard(**tables, paper_models=dict(snakemake.params.paper_models),
+                               modes_ablation=modes_ablation, modes_pruning=modes_pruning)
     atomic.write_csv(card, snakemake.output.csv, index=False)
     atomic.write_text(snakemake.output.md, scorecard.markdown(card))
     for r in card.itertuples():

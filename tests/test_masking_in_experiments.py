@@ -147,3 +147,55 @@ def test_pruning_by_a_constant_ranks_heads_by_the_change_to_it():
         "estimator": "token", "normalize": True,
         "constants": f"{pipeline.results_dir}/tiny_llama/head_constants/optimal.safetensors"}
     assert pipeline.study("mnli").importance_settings() == {"estimator": "token", "normalize": True}
+
+
+# --- the comparison of modes ------------------------------------------------------------------------------------
+
+def mode_runs(mode, deltas, curve, significant, full=10.0, study="lm"):
+    import pandas as pd
+
+    heads = [{"study": study, "mode": mode, "experiment": "single head", "attn_type": "dec_self", "layer": i // 2,
+              "head": i % 2, "metric": "perplexity", "score_full": full, "score": full + d, "delta": d,
+              "p_bootstrap": 0.0 if s else 0.5, "significant": s} for i, (d, s) in enumerate(zip(deltas, significant))]
+    steps = [{"study": study, "mode": mode, "experiment": "pruning", "step": k, "percent_pruned": 25.0 * k,
+              "heads_pruned": k, "metric": "perplexity", "score": score} for k, score in enumerate(curve)]
+    return pd.DataFrame(heads + steps)
+
+
+def test_the_modes_side_by_side_count_heads_prunable_share_and_rank_agreement():
+    import pandas as pd
+    from scipy.stats import spearmanr
+
+    from headprune.experiments.masking_modes import as_scorecard_tables, build_modes_figure, compare_modes
+    from headprune.experiments import scorecard
+
+    runs = pd.concat([mode_runs("zero", [3.0, 0.5, 0.1, 1.0], [10.0, 10.05, 10.2, 11.0, 20.0], [True, True, False, True]),
+                      mode_runs("mean", [2.0, 0.2, 0.3, 0.4], [10.0, 10.05, 10.08, 10.5, 12.0], [True, False, False, False])])
+    summary, correlations = compare_modes(runs, within=1.0)
+    assert summary["significant_heads"].tolist() == [3, 1]
+    # within 1% of perplexity 10 (10.1): zero keeps 25% (10.2 at 50% is over), mean 50% (10.5 at 75% is over)
+    assert summary["prunable_percent"].tolist() == [25.0, 50.0]
+    assert summary["score_all_pruned"].tolist() == [20.0, 12.0]
+    assert summary["largest_delta_worse"].tolist() == [3.0, 2.0]  # worse is positive: a perplexity rise
+    assert correlations.loc["zero", "mean"] == pytest.approx(spearmanr([3.0, 0.5, 0.1, 1.0], [2.0, 0.2, 0.3, 0.4]).statistic)
+    figure = build_modes_figure(runs, summary)
+    assert [line.get_label() for line in figure.axes[1].get_lines()] == ["zero", "mean"]
+    # the scorecard judges C1 and C3 under each mode, a study per mode
+    ablation, pruning = as_scorecard_tables(runs)
+    card = scorecard.scorecard(pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(),
+                               pd.DataFrame(), paper_models={}, modes_ablation=ablation, modes_pruning=pruning)
+    c1 = card[card["claim"] == "C1"].set_index("study")["this_run"]
+    assert c1["lm (zero masking)"].startswith("1/4 (25%)") and c1["lm (mean masking)"].startswith("3/4 (75%)")
+    c3 = card[card["claim"] == "C3"].set_index("study")["this_run"]
+    assert c3["lm (zero masking)"].startswith("25% prunable") and c3["lm (mean masking)"].startswith("50% prunable")
+
+
+def test_the_demo_compares_its_language_model_under_four_modes():
+    pipeline = demo_pipeline()
+    study = pipeline.study("tiny_llama")
+    assert study.masking_modes == ["zero", "mean", "optimal", "resample"]
+    params = study.masking_mode_params("optimal")
+    assert params["settings"]["constants"].endswith("tiny_llama/head_constants/optimal.safetensors")
+    assert study.masking_mode_inputs("zero")["masking"] == []
+    assert f"{pipeline.figures_dir}/tiny_llama/masking_modes_summary.csv" in pipeline.targets()
+    assert len(pipeline.scorecard_inputs()["masking_modes"]) == 4

@@ -1,0 +1,102 @@
+"""One study under every way of switching a head off (issue #32): does the answer to "which heads matter, how
+many can go?" depend on the masking mode (zero, the paper's; mean; optimal; resample; uniform; streaming)?
+
+Per mode (``mode_sweep``, one job each): every head switched off alone with its paired test against the full
+model (as Table 1), and the importance-order pruning curve (as Figure 3), under that mode. The comparison
+(``compare_modes``) sets them side by side: per mode the heads whose removal is significant and the % of
+heads prunable within ``within`` points of the full model, and between every two modes the rank correlation
+of the heads' single-head changes (Spearman). Tidy tables: one row per (mode, head) and per (mode, step).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from headprune.experiments.criteria import area_under_curve, largest_within, tolerance_points
+from headprune.experiments.figures import _new_figure, _rc, _style
+from headprune.experiments.metrics import better_sign
+
+HEAD_COLUMNS = ["study", "mode", "experiment", "attn_type", "layer", "head", "metric", "score_full", "score", "delta",
+                "p_bootstrap", "significant"]
+STEP_COLUMNS = ["study", "mode", "experiment", "step", "percent_pruned", "heads_pruned", "metric", "score"]
+
+
+def mode_sweep(model, tokenizer, evalset, settings, order: list, *, mode: str, study: str, step_percent: float,
+               resamples: int, seed: int, alpha: float) -> pd.DataFrame:
+    """The single-head ablation and the pruning curve of ``order`` (first pruned first) under ``settings``'s
+    masking: rows of experiment "single head" (one per head) and "pruning" (one per step)."""
+    from headprune.experiments.sweeps import pruning_curve, single_head_sweep
+
+    heads = single_head_sweep(model, tokenizer, evalset, settings, resamples=resamples, seed=seed, alpha=alpha,
+                              study=study)
+    heads = heads.assign(mode=mode, experiment="single head")[HEAD_COLUMNS]
+    curve = pruning_curve(model, tokenizer, evalset, order, step_percent, settings, name="importance", study=study)
+    curve = curve.assign(mode=mode, experiment="pruning")[STEP_COLUMNS]
+    return pd.concat([heads, curve], ignore_index=True)
+
+
+def compare_modes(runs: pd.DataFrame, within: float = 1.0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(summary, correlations) of a study's mode sweeps stacked: per mode the significant heads, the % of heads
+    prunable in the importance order within ``within`` points (criteria.tolerance_points) and the area under
+    the pruning curve; the Spearman rank correlation of the heads' single-head deltas between every two modes."""
+    modes = list(dict.fromkeys(runs["mode"]))
+    heads, steps = runs[runs["experiment"] == "single head"], runs[runs["experiment"] == "pruning"]
+    rows = []
+    for mode in modes:
+        mine, curve = heads[heads["mode"] == mode], steps[steps["mode"] == mode]
+        metric = str(mine["metric"].iloc[0])
+        full = float(mine["score_full"].iloc[0])
+        significant = mine["significant"].astype(str).str.lower().isin(["true", "1"])
+        rows.append({"study": mine["study"].iloc[0], "mode": mode, "metric": metric, "score_full": full,
+                     "heads": len(mine), "significant_heads": int(significant.sum()),
+                     "largest_delta_worse": float((-better_sign(metric) * mine["delta"]).max()),
+                     "prunable_percent": largest_within(curve, full, tolerance_points(metric, within, full),
+                                                        better_sign(metric)),
+                     "area_under_curve": area_under_curve(curve),
+                     "score_all_pruned": float(curve.sort_values("percent_pruned")["score"].iloc[-1])})
+    wide = heads.pivot_table(index=["attn_type", "layer", "head"], columns="mode", values="delta")[modes]
+    return pd.DataFrame(rows), wide.rank().corr()
+
+
+def build_modes_figure(runs: pd.DataFrame, summary: pd.DataFrame, style: dict | None = None) -> Figure:
+    """Left: each head's single-head change under each mode (heads ordered by the first mode's change). Right:
+    the importance-order pruning curve under each mode."""
+    style = _style(style)
+    modes = list(summary["mode"])
+    heads, steps = runs[runs["experiment"] == "single head"], runs[runs["experiment"] == "pruning"]
+    metric = str(summary["metric"].iloc[0])
+    with _rc(style):
+        figure, (left, right) = _new_figure(style, 2)
+        first = heads[heads["mode"] == modes[0]].sort_values("delta", key=lambda d: -better_sign(metric) * d)
+        order = [tuple(key) for key in first[["attn_type", "layer", "head"]].itertuples(index=False)]
+        for k, mode in enumerate(modes):
+            mine = heads[heads["mode"] == mode].set_index(["attn_type", "layer", "head"]).loc[order]
+            left.plot(np.arange(len(order)), mine["delta"].to_numpy(float), marker="o", markersize=3, linewidth=1,
+                      color=f"C{k}", label=mode)
+            curve = steps[steps["mode"] == mode].sort_values("percent_pruned")
+            right.plot(curve["percent_pruned"], curve["score"], marker="o", markersize=3, color=f"C{k}", label=mode)
+        left.axhline(0, color="gray", linewidth=0.5)
+        left.set_xlabel(f"head (by its change under {modes[0]})")
+        left.set_ylabel(f"{metric} change, head off alone")
+        left.set_title(f"{summary['study'].iloc[0]}: one head off")
+        left.legend()
+        right.set_xlabel("% heads pruned (importance order)")
+        right.set_ylabel(metric)
+        if better_sign(metric) < 0:
+            right.set_yscale("log")
+        right.set_title("pruning")
+    return figure
+
+
+def as_scorecard_tables(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(ablation, pruning) tables of the mode sweeps in the scorecard's columns, a study per mode named
+    '<study> (<mode> masking)', so that C1 and C3 are judged under each mode."""
+    if runs.empty:
+        return pd.DataFrame(), pd.DataFrame()
+    runs = runs.reset_index(drop=True)
+    label = runs["study"] + " (" + runs["mode"] + " masking)"
+    heads = runs[runs["experiment"] == "single head"].assign(study=label)
+    steps = runs[runs["experiment"] == "pruning"].assign(study=label, order="importance", scope="all")
+    return heads[["study", "attn_type", "layer", "head", "metric", "delta", "significant"]], \
+        steps[["study", "order", "scope", "step", "percent_pruned", "heads_pruned", "score", "metric"]]
