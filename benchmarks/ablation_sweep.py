@@ -18,15 +18,22 @@ scaled to the whole sweep; each sampled job's line gives its layers, its time sp
     python benchmarks/ablation_sweep.py --model bert-base --device cuda --sample 8
     python benchmarks/ablation_sweep.py --model transformer-big --device cuda --sample 8
     python benchmarks/ablation_sweep.py --model llama-100m --heads-per-job 30 --sample 3 \
-        --variant-batch-size language_modeling=4 retrieval=32         # perplexity and retrieval, CPU
+        --variant-batch-size language_modeling=4 retrieval=32 lm_eval=64   # perplexity, retrieval, multiple choice
+    python benchmarks/ablation_sweep.py --model llama-100m --vocab 128256 --scores language_modeling \
+        --heads-per-job 90 --sample 1 --variant-batch-size language_modeling=4   # Llama-3's vocabulary
 
 ``--demo DIR`` reads the demo's translation model folder and newstest2013 and its fine-tuned
 MNLI-like model and dev set from a directory where the demo ran; ``--model`` builds a random-weight
 model of that size with a synthetic vocabulary (nothing is downloaded), so the numbers measure the
 machinery, not the model. ``llama-100m`` is a Llama-layout LM of SmolLM-135M's shape (30 layers of 9
-query heads on 3 KV heads, N = 270) with an 8k vocabulary, timed on two studies: perplexity over 512-token
-windows and needle-in-a-haystack retrieval (contexts of 512 and 1024 tokens, 16 greedy tokens per answer:
-a random model never emits EOS, so every answer decodes all of them).
+query heads on 3 KV heads, N = 270) with an 8k vocabulary (``--vocab``: SmolLM's 49152 or Llama-3's 128256
+for a real output layer; its share of a forward pass is printed), timed on three studies: perplexity over
+512-token windows, needle-in-a-haystack retrieval (contexts of 512 and 1024 tokens, 16 greedy tokens per
+answer: a random model never emits EOS, so every answer decodes all of them), and a multiple-choice
+lm-evaluation-harness task (kind lm_eval: a local task YAML of ``--questions`` passages of ``--passage``
+tokens with ``--choices`` endings each; HellaSwag's shape). For the task, (a) is one evaluation of the full
+model by lm-eval itself (``simple_evaluate`` with its own ``HFLM`` over the loaded model, ``--hflm-batch-size``):
+what a user running lm-eval once per head pays per head; the pipeline's own full evaluation is printed beside it.
 """
 from __future__ import annotations
 
@@ -35,6 +42,7 @@ import time
 STARTED = time.perf_counter()  # before the imports: a worker's time includes them, as a job's does
 
 import argparse  # noqa: E402
+import functools  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import resource  # noqa: E402
@@ -113,9 +121,11 @@ def random_study(size: str, folder: Path, items: int, seed: int = 0) -> dict:
 def llama_studies(folder: Path, args, seed: int = 0) -> list[dict]:
     """A random-weight Llama-layout LM of about 110M parameters in a model folder (SmolLM-135M's layout: hidden
     576, 30 layers of 9 query heads on 3 KV heads, intermediate 1536, tied embeddings, rope; a vocabulary of
-    ``--vocab`` byte-level BPE tokens trained here on synthetic text), and its two studies: perplexity over
-    ``--windows`` windows of ``--window`` tokens of a synthetic corpus, and needle-in-a-haystack retrieval on
-    items from ``headprune.data.retrieval.make_items`` over a synthetic haystack."""
+    ``--vocab`` byte-level BPE tokens trained here on synthetic text: the model's output layer has them all, the
+    tokenizer as many as the text makes), and its three studies: perplexity over ``--windows`` windows of
+    ``--window`` tokens of a synthetic corpus, needle-in-a-haystack retrieval on items from
+    ``headprune.data.retrieval.make_items`` over a synthetic haystack, and a multiple-choice lm-eval task
+    (``multiple_choice_task``)."""
     import random
 
     import numpy as np
@@ -166,10 +176,101 @@ def llama_studies(folder: Path, args, seed: int = 0) -> list[dict]:
     write_items(make_items(fast, text(max(args.context_lengths) // 3), context_lengths=args.context_lengths,
                            depths=args.depths, needles_per_setting=args.needles, seed=seed,
                            answer_prefix="The special magic number is"), items)
-    base = {"folder": model_folder, "params": f"{params / 1e6:.0f}M parameters, vocabulary {args.vocab}"}
+    task = multiple_choice_task(folder / "task", fast, text, args, rng)
+    share = output_layer_share(model_folder, args.window, args.threads, args.device)
+    base = {"folder": model_folder, "params": f"{params / 1e6:.0f}M parameters, vocabulary {args.vocab}",
+            "output_layer": f"output layer {100 * share['time']:.0f}% of a {args.window}-token forward pass's time, "
+                            f"{100 * share['flops']:.0f}% of its multiply-adds"}
     return [{"name": "llama-100m perplexity", "kind": "language_modeling", "windows": windows, **base},
             {"name": "llama-100m retrieval", "kind": "retrieval", "items": items,
-             "max_new_tokens": args.max_new_tokens, **base}]
+             "max_new_tokens": args.max_new_tokens, **base},
+            {"name": "llama-100m multiple choice", "kind": "lm_eval", "task": task,
+             "hflm_batch_size": args.hflm_batch_size, **base}]
+
+
+MC_TASK = """\
+# lm-evaluation-harness task: which words go on from the passage (multiple choice; random weights: a meaningless score)
+task: {name}
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {test}
+test_split: test
+output_type: multiple_choice
+doc_to_text: "{{{{passage}}}}\\nQuestion: Which words come next?\\nAnswer:"
+doc_to_target: "{{{{label}}}}"
+doc_to_choice: "{{{{choices}}}}"
+target_delimiter: " "
+metric_list:
+  - metric: acc
+    aggregation: mean
+    higher_is_better: true
+  - metric: acc_norm
+    aggregation: mean
+    higher_is_better: true
+"""
+
+
+def multiple_choice_task(folder: Path, tokenizer, text, args, rng) -> Path:
+    """A local lm-eval task YAML (``dataset_path: json``, as a user without hub access writes one; the demo's
+    headprune.demo.lm_task is the same kind) of ``--questions`` questions: a passage of ``--passage`` tokens of
+    the synthetic text, then ``--choices`` endings of 2-8 words each (HellaSwag's shape: a shared context, a
+    few multi-token endings), no few-shot examples."""
+    folder.mkdir(parents=True, exist_ok=True)
+    # lm-eval reads the data through datasets: offline, cached beside the task (the workers inherit these)
+    for name, value in (("HF_DATASETS_OFFLINE", "1"), ("HF_HUB_OFFLINE", "1"), ("HF_DATASETS_CACHE", folder / "cache")):
+        os.environ.setdefault(name, str(value))
+    rows = []
+    for _ in range(args.questions):
+        ids = tokenizer(text(args.passage // 4 + 8))["input_ids"][:args.passage]
+        endings = [" ".join(text(2).split()[:rng.randint(2, 8)]) for _ in range(args.choices)]
+        rows.append({"passage": tokenizer.decode(ids).strip(), "choices": endings,
+                     "label": rng.randrange(args.choices)})
+    data = folder / "bench_mc.test.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    task = folder / "bench_mc.yaml"
+    task.write_text(MC_TASK.format(name="bench_mc", test=json.dumps(str(data))))
+    return task
+
+
+def output_layer_share(model_folder: Path, tokens: int, threads: int, device: str) -> dict:
+    """The output layer's share of one forward pass of ``tokens`` tokens (one row): of its time (the body and
+    the output layer timed apart on ``device``, median of 3, ``threads`` torch threads) and of its multiply-adds (the
+    projections, the MLP, attention's scores and sums, the output layer). Every perplexity variant computes the
+    output layer whole; an lm-eval choice only at its continuation's positions."""
+    import torch
+
+    from headprune.models.loading import attention_backend, load_causal_lm
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        model, _ = load_causal_lm(model_folder, device=device)
+        config = model.config
+        ids = torch.randint(1, config.vocab_size, (1, tokens), generator=torch.Generator().manual_seed(0)).to(device)
+        sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+        body, head = [], []
+        with torch.no_grad(), attention_backend(model, "sdpa"):
+            for _ in range(4):
+                sync()
+                began = time.perf_counter()
+                hidden = model.model(input_ids=ids).last_hidden_state
+                sync()
+                middle = time.perf_counter()
+                model.lm_head(hidden)
+                sync()
+                body.append(middle - began)
+                head.append(time.perf_counter() - middle)
+        body, head = sorted(body[1:])[1], sorted(head[1:])[1]
+        layer_params = sum(p.numel() for name, p in model.model.layers.named_parameters() if p.dim() == 2)
+        heads = config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        attention = config.num_hidden_layers * heads * head_dim * tokens  # per token: scores and sums, causal (1/2 x 2)
+        output = config.vocab_size * config.hidden_size
+        del model
+    finally:
+        torch.set_num_threads(before)
+    return {"time": head / (body + head), "flops": output / (layer_params + attention + output)}
 
 
 # --------------------------------------------------------------------------- one job, as the pipeline runs it
@@ -196,9 +297,15 @@ def worker(study: dict, heads: list[str], device: str, threads: int, batch_size:
         from headprune.data.datasets import read_lines
 
         evalset = EvalSet("translation", read_lines(study["reference"]), read_lines(study["source"]), "bleu")
-    elif study["kind"] in ("language_modeling", "retrieval"):  # as headprune.workflow.load_evalset reads them
+    elif study["kind"] in ("language_modeling", "retrieval", "lm_eval"):  # as workflow.load_evalset reads them
         model, tokenizer = load_causal_lm(study["folder"], device=device)
-        if study["kind"] == "language_modeling":
+        if study["kind"] == "lm_eval":  # the task's requests built by lm-eval (headprune.experiments.lm_tasks)
+            from headprune.experiments.kinds import kind_of
+
+            evalset = kind_of("lm_eval").load_evalset({"kind": "lm_eval", "task": str(study["task"]),
+                                                       "num_fewshot": 0, "limit": None, "fewshot_seed": 1234,
+                                                       "metric": "acc"})
+        elif study["kind"] == "language_modeling":
             from headprune.experiments.perplexity import load_windows
 
             chunks = load_windows(study["windows"])
@@ -219,16 +326,29 @@ def worker(study: dict, heads: list[str], device: str, threads: int, batch_size:
     settings = EvalSettings(batch_size=batch_size, variant_batch_size=int(study.get("variant_batch_size",
                                                                                   variant_batch_size)),
                             **({"max_new_tokens": int(study["max_new_tokens"])} if "max_new_tokens" in study else {}))
+    # one full-model evaluation, as a: the pipeline's own; for an lm-eval task, lm-eval's own HFLM
+    full = functools.partial(hflm_evaluation, study, model, tokenizer) if study["kind"] == "lm_eval" else \
+        functools.partial(run_variants, model, tokenizer, evalset, [None], settings)
     if warm:
-        run_variants(model, tokenizer, evalset, gates, settings)
-        times, cpu = [], []
-        for _ in range(3):
-            began, began_cpu = time.perf_counter(), time.process_time()
-            run_variants(model, tokenizer, evalset, gates, settings)
-            times.append(time.perf_counter() - began)
-            cpu.append(time.process_time() - began_cpu)
-        return {"start": loaded - STARTED, "load": evaluated - loaded, "eval": sorted(times)[1],
-                "eval_cpu": sorted(cpu)[1], "variants": len(gates), "heads": heads}
+        def median_of_3(run) -> tuple[float, float]:
+            run()  # untimed: caches, lazy initialization
+            times, cpu = [], []
+            for _ in range(3):
+                began, began_cpu = time.perf_counter(), time.process_time()
+                run()
+                if device.startswith("cuda"):
+                    torch.cuda.synchronize()
+                times.append(time.perf_counter() - began)
+                cpu.append(time.process_time() - began_cpu)
+            return sorted(times)[1], sorted(cpu)[1]
+
+        wall, cpu = median_of_3(full)
+        report = {"start": loaded - STARTED, "load": evaluated - loaded, "eval": wall, "eval_cpu": cpu,
+                  "variants": len(gates), "heads": heads}
+        if study["kind"] == "lm_eval":  # beside it, the project's own full evaluation (its requests batched)
+            report["own"], report["own_cpu"] = median_of_3(
+                functools.partial(run_variants, model, tokenizer, evalset, gates, settings))
+        return report
     evaluated_cpu = time.process_time()
     outputs = run_variants(model, tokenizer, evalset, gates, settings)
     if device.startswith("cuda"):
@@ -237,11 +357,32 @@ def worker(study: dict, heads: list[str], device: str, threads: int, batch_size:
     report = {"start": loaded - STARTED, "load": evaluated - loaded, "eval": done - evaluated,
               "eval_cpu": done_cpu - evaluated_cpu, "variants": len(outputs), "heads": heads}
     if paired:
-        run_variants(model, tokenizer, evalset, [None], settings)
+        full()
         if device.startswith("cuda"):
             torch.cuda.synchronize()
         report["a_here"], report["a_here_cpu"] = time.perf_counter() - done, time.process_time() - done_cpu
     return report
+
+
+def hflm_evaluation(study: dict, model, tokenizer) -> dict:
+    """One evaluation of the full model on the study's lm-eval task by lm-eval itself, as a user runs it on a
+    loaded model: ``simple_evaluate(model=HFLM(pretrained=model, tokenizer=tokenizer, batch_size=...))``, in sdpa
+    attention (transformers' default, and the pipeline's for log-likelihoods). Not counted: indexing the task
+    folder (once per process; lm-eval's command line indexes its ~15,000 task files, 10-40 s, on every run)
+    and simple_evaluate's report of the environment (``pip list`` in a subprocess, about 5 s a call)."""
+    import lm_eval.evaluator
+    from lm_eval.models.huggingface import HFLM
+
+    from headprune.experiments.lm_tasks import _quiet_lm_eval, _task_manager
+    from headprune.models.loading import attention_backend
+
+    lm_eval.evaluator.add_env_info = lambda results: None
+    task = Path(study["task"])
+    manager = _task_manager(str(task.parent), False)
+    with _quiet_lm_eval(), attention_backend(model, "sdpa"):
+        return lm_eval.evaluator.simple_evaluate(
+            model=HFLM(pretrained=model, tokenizer=tokenizer, batch_size=int(study["hflm_batch_size"])),
+            tasks=[str(task)], task_manager=manager, num_fewshot=0, bootstrap_iters=0)
 
 
 def run_worker(study: dict, heads: list[str], args, warm: bool = False, forked: bool = False,
@@ -287,8 +428,8 @@ def sweep(study: dict, args) -> dict:
     from headprune.experiments.runs import all_heads, head_name
     from headprune.models.loading import load_causal_lm, load_classifier, load_translation
 
-    load = {"translation": load_translation, "language_modeling": load_causal_lm,
-            "retrieval": load_causal_lm}.get(study["kind"], load_classifier)
+    load = {"translation": load_translation, "language_modeling": load_causal_lm, "retrieval": load_causal_lm,
+            "lm_eval": load_causal_lm}.get(study["kind"], load_classifier)
     model, _ = load(study["folder"], device=args.device)
     heads = [head_name(h) for h in all_heads(model)]
     del model
@@ -299,9 +440,10 @@ def sweep(study: dict, args) -> dict:
     # (a) the full model once, in a warm process
     full = run_worker(study, ["full"], args, warm=True)[1]
     # (b) one process per head (a sample spread over the layers)
-    one = [run_worker(study, [head], args) for head in spread(heads, args.sample)]
-    b = sum(wall for wall, _ in one) / len(one) * n
-    b_cpu = sum(report["cpu"] for _, report in one) / len(one) * n
+    one = [] if getattr(args, "skip_b", False) else \
+        [run_worker(study, [head], args) for head in spread(heads, args.sample)]
+    b = sum(wall for wall, _ in one) / len(one) * n if one else None
+    b_cpu = sum(report["cpu"] for _, report in one) / len(one) * n if one else None
     # (c) the pipeline's jobs: heads_per_job heads each, evaluated in batched variants
     pipeline = []
     for forked in ([False, True] if args.warm_start else [False]):
@@ -324,7 +466,8 @@ def sweep(study: dict, args) -> dict:
                              "eval": timed[-1][1]["eval"], "forked": forked,
                              "sampled": [{"wall": wall, **report} for wall, report in timed]})
     return {"study": study["name"], "heads": n, "a": full["eval"], "a_cpu": full["eval_cpu"], "b": b, "b_cpu": b_cpu,
-            "b_measured": len(one), "pipeline": pipeline}
+            "b_measured": len(one), "pipeline": pipeline,
+            **({"own": full["own"], "own_cpu": full["own_cpu"]} if "own" in full else {})}
 
 
 def variant_batch_sizes(values: list[str]) -> tuple[int, dict]:
@@ -343,18 +486,27 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--demo", type=Path, help="a directory where the demo ran")
     parser.add_argument("--model", choices=["bert-base", "transformer-big", "llama-100m"],
-                        help="a random-weight model of this size (llama-100m: two studies, perplexity and retrieval)")
+                        help="a random-weight model of this size (llama-100m: three studies, perplexity, retrieval and "
+                             "multiple choice)")
     parser.add_argument("--items", type=int, default=64, help="test items of the random model's test set")
     llama = parser.add_argument_group("llama-100m")
-    llama.add_argument("--vocab", type=int, default=8192, help="vocabulary size (byte-level BPE, tied embeddings)")
+    llama.add_argument("--vocab", type=int, default=8192,
+                       help="vocabulary size: the output layer's rows (byte-level BPE, tied embeddings; real ones: "
+                            "49152 as SmolLM2, 128256 as Llama-3)")
     llama.add_argument("--windows", type=int, default=4, help="perplexity windows")
     llama.add_argument("--window", type=int, default=512, help="tokens per perplexity window")
     llama.add_argument("--context-lengths", type=int, nargs="+", default=[512, 1024], help="retrieval contexts")
     llama.add_argument("--depths", type=float, nargs="+", default=[25, 75], help="retrieval needle depths (%%)")
     llama.add_argument("--needles", type=int, default=2, help="retrieval items per (context length, depth)")
     llama.add_argument("--max-new-tokens", type=int, default=16, help="retrieval: tokens decoded per answer")
-    llama.add_argument("--scores", nargs="+", default=["language_modeling", "retrieval"],
-                       choices=["language_modeling", "retrieval"], help="the studies to time (both by default)")
+    llama.add_argument("--questions", type=int, default=16, help="multiple choice (lm_eval): questions")
+    llama.add_argument("--passage", type=int, default=256, help="multiple choice: tokens of a question's passage")
+    llama.add_argument("--choices", type=int, default=4, help="multiple choice: endings per question (2-8 words each)")
+    llama.add_argument("--hflm-batch-size", type=int, default=16,
+                       help="multiple choice: the batch_size of lm-eval's HFLM that times (a)")
+    llama.add_argument("--scores", nargs="+", default=["language_modeling", "retrieval", "lm_eval"],
+                       choices=["language_modeling", "retrieval", "lm_eval"],
+                       help="the studies to time (all three by default)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per process (the demo's jobs use 1)")
     parser.add_argument("--batch-size", type=int, default=100)
@@ -366,6 +518,7 @@ def main():
     parser.add_argument("--sample", type=int, default=0,
                         help="processes of each kind actually run, spread over the heads and jobs (0: all)")
     parser.add_argument("--repeats", type=int, default=1, help="(c): runs of each job, the median kept")
+    parser.add_argument("--skip-b", action="store_true", help="do not time (b), one process per head")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--heads", help=argparse.SUPPRESS)
     parser.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)
@@ -405,11 +558,16 @@ def main():
             n, a, a_cpu = r["heads"], r["a"], r["a_cpu"]
             rows = study.get("variant_batch_size", args.variant_batch_size)
             about = [f"{r['heads']} heads", f"variant batch size {rows}"]
-            about += [study[key] for key in ("params",) if key in study]
+            about += [study[key] for key in ("params", "output_layer") if key in study]
             print(f"\n{r['study']} ({', '.join(about)}); ratios by wall time [by CPU time]")
-            print(f"  (a) one full-model evaluation          {a:8.2f} s    N a = {n * a:8.1f} s    [CPU {a_cpu:.2f} s]")
-            print(f"  (b) one process per head               {r['b']:8.1f} s    b / (N a) = {r['b'] / (n * a):.2f}"
-                  f" [{r['b_cpu'] / (n * a_cpu):.2f}]    ({r['b_measured']} processes run)")
+            label = "(a) one full-model evaluation" + (" by lm-eval's HFLM" if study["kind"] == "lm_eval" else "")
+            print(f"  {label:39}{a:8.2f} s    N a = {n * a:8.1f} s    [CPU {a_cpu:.2f} s]")
+            if "own" in r:
+                print(f"      the pipeline's own full-model evaluation: {r['own']:.2f} s [CPU {r['own_cpu']:.2f} s], "
+                      f"{a / r['own']:.1f}x faster than HFLM's [{a_cpu / r['own_cpu']:.1f}x]")
+            if r["b"] is not None:
+                print(f"  (b) one process per head               {r['b']:8.1f} s    b / (N a) = {r['b'] / (n * a):.2f}"
+                      f" [{r['b_cpu'] / (n * a_cpu):.2f}]    ({r['b_measured']} processes run)")
             for p in r["pipeline"]:
                 label = "(c') warm start" if p["forked"] else "(c) pipeline   "
                 cpu = "" if p["forked"] else f" [{p['c_cpu'] / (n * a_cpu):.2f}]"  # a forked job's CPU is the server's

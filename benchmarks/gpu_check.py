@@ -3,7 +3,8 @@
 1. tests: the gate, pruning, streaming and retrieval tests (TEST_FILES) on the device, in float32 and bfloat16,
    with eager and sdpa attention (tests/conftest.py's HEADPRUNE_TEST_* switches);
 2. sweep: the single-head sweep's c/(N a) on the 100M Llama-layout benchmark model (benchmarks/ablation_sweep.py
-   --model llama-100m: 270 heads), for perplexity and for retrieval, the jobs run as the pipeline runs them;
+   --model llama-100m: 270 heads), for perplexity, for retrieval and for a multiple-choice lm-evaluation-harness
+   task (a: one evaluation by lm-eval's own HFLM), the jobs run as the pipeline runs them;
 3. speed: Table 4's speedup with half of the heads physically removed, at batch sizes 1-64, for a BERT-base-sized
    model (benchmarks/speed.py) and the same Llama-layout model (prefill and decode tokens), in float32 and
    bfloat16;
@@ -46,16 +47,20 @@ BATCH_SIZES = [1, 4, 16, 64]
 SIZES = {
     "gpu": {"tests": TEST_SETTINGS, "test_timeout": 180, "threads": 4,
             "sweep": dict(vocab=8192, windows=4, window=512, context_lengths=[512, 1024], depths=[25, 75], needles=2,
-                          max_new_tokens=16, heads_per_job=[90], sample=1, threads=4, batch_size=100,
-                          variant_batch_size={"language_modeling": 64, "retrieval": 128}),
+                          max_new_tokens=16, questions=64, passage=256, choices=4, hflm_batch_size=32,
+                          heads_per_job=[90], sample=1, threads=4, batch_size=100,
+                          variant_batch_size={"language_modeling": 64, "retrieval": 128, "lm_eval": 512}),
             "bert": dict(model="bert", items=256, seq_len=128, repeats=3), "speed_dtypes": ["float32", "bfloat16"],
             "llama_speed": dict(batch_sizes=BATCH_SIZES, window=512, min_rows=8, decode_tokens=16, repeats=3)},
     # in the CPU form the test settings that the main suite does not run (it runs float32 and each test's own
     # attention, mostly eager)
     "cpu": {"tests": [("bfloat16", "sdpa")], "test_timeout": 600, "threads": 1,
             "sweep": dict(vocab=512, windows=1, window=32, context_lengths=[48], depths=[50], needles=1,
-                          max_new_tokens=2, heads_per_job=[30], sample=1, threads=1, batch_size=100,
-                          variant_batch_size={"language_modeling": 64, "retrieval": 64}),
+                          max_new_tokens=2, questions=2, passage=8, choices=2, hflm_batch_size=8,
+                          heads_per_job=[30], sample=1, threads=1, batch_size=100,
+                          variant_batch_size={"language_modeling": 64, "retrieval": 64, "lm_eval": 512},
+                          # the multiple-choice study within 40 s more: a smaller job, and no process per head
+                          by_kind={"lm_eval": dict(heads_per_job=[9], skip_b=True)}),
             "bert": dict(model="tiny", items=64, seq_len=32, repeats=2), "speed_dtypes": ["float32"],
             "llama_speed": dict(batch_sizes=[1, 4], window=16, min_rows=2, decode_tokens=2, repeats=2)},
 }
@@ -137,12 +142,13 @@ def import_benchmark(name: str):
 
 def sweep_options(device: str, sizes: dict) -> SimpleNamespace:
     """benchmarks/ablation_sweep.py's options (its argparse namespace) for these sizes."""
-    return SimpleNamespace(**{k: v for k, v in sizes.items() if k != "variant_batch_size"}, device=device,
-                           variant_batch_size=256, repeats=1, warm_start=False)
+    return SimpleNamespace(**{k: v for k, v in sizes.items() if k not in ("variant_batch_size", "by_kind")},
+                           device=device, variant_batch_size=256, repeats=1, warm_start=False)
 
 
 def llama_studies(device: str, sizes: dict, folder: Path) -> list[dict]:
-    """The 100M Llama-layout model in ``folder`` and its perplexity and retrieval studies (ablation_sweep's)."""
+    """The 100M Llama-layout model in ``folder`` and its perplexity, retrieval and multiple-choice studies
+    (ablation_sweep's)."""
     studies = import_benchmark("ablation_sweep").llama_studies(folder, sweep_options(device, sizes))
     for study in studies:
         study["variant_batch_size"] = sizes["variant_batch_size"][study["kind"]]
@@ -156,15 +162,19 @@ def run_sweep(study: dict, device: str, sizes: dict, log) -> dict:
     import torch
 
     sweep = import_benchmark("ablation_sweep")
+    sizes = {**sizes, **sizes.get("by_kind", {}).get(study["kind"], {})}  # a study's own sizes, where it has them
     row = {"study": study["name"], "variant_batch_size": study["variant_batch_size"], "peak_gpu_mib": None}
     began = time.perf_counter()
     log.write(f"\n=== sweep: {study['name']} on {device}\n")
     with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         result = sweep.sweep(study, sweep_options(device, sizes))
         n, a = result["heads"], result["a"]
-        row.update(heads=n, a_seconds=round(a, 3), b_over_n_a=round(result["b"] / (n * a), 3),
+        row.update(heads=n, a_seconds=round(a, 3),
+                   b_over_n_a=None if result["b"] is None else round(result["b"] / (n * a), 3),
                    c_over_n_a={str(p["heads_per_job"]): round(p["c"] / (n * a), 3) for p in result["pipeline"]},
                    c_over_n_a_paired={str(p["heads_per_job"]): round(p["paired"], 3) for p in result["pipeline"]})
+        if "own" in result:  # an lm-eval task: a is lm-eval's HFLM; the pipeline's own full evaluation beside it
+            row["a_own_seconds"] = round(result["own"], 3)
         if device.startswith("cuda"):
             first_job = sweep_heads(study)[:sizes["heads_per_job"][0]]
             with peak_gpu_memory(device, row):
@@ -276,15 +286,16 @@ def text_table(summary: dict) -> str:
         if "error" in row:
             lines.append(f"  {row['dtype']:9} {row['attention']:9} ERROR: {row['error']}")
     lines += ["", "Single-head sweep on the Llama-layout model (c: the pipeline's jobs; paired: a timed in each job)",
-              f"  {'study':24} {'heads':>5} {'a (s)':>7} {'b/(N a)':>8} {'c/(N a) [heads a job: ratio]':>30} "
+              f"  {'study':26} {'heads':>5} {'a (s)':>7} {'b/(N a)':>8} {'c/(N a) [heads a job: ratio]':>30} "
               f"{'paired':>8} {'peak GPU MiB':>12}"]
     for row in summary["sweep"]:
         if "error" in row:
-            lines.append(f"  {row['study']:24} ERROR: {row['error']}")
+            lines.append(f"  {row['study']:26} ERROR: {row['error']}")
             continue
         c = ", ".join(f"{k}: {v:.2f}" for k, v in row["c_over_n_a"].items())
         paired = ", ".join(f"{v:.2f}" for v in row["c_over_n_a_paired"].values())
-        lines.append(f"  {row['study']:24} {row['heads']:5d} {row['a_seconds']:7.2f} {row['b_over_n_a']:8.2f} "
+        b = "-" if row["b_over_n_a"] is None else f"{row['b_over_n_a']:.2f}"
+        lines.append(f"  {row['study']:26} {row['heads']:5d} {row['a_seconds']:7.2f} {b:>8} "
                      f"{c:>30} {paired:>8} {memory(row):>12}")
     lines += ["", "Table 4: speedup with half of the heads removed, by batch size (check: pruned = gated)",
               f"  {'model':12} {'dtype':9} {'unit':15} " + " ".join(f"{b:>7}" for b in BATCH_SIZES)

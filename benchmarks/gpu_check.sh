@@ -6,10 +6,12 @@
 #   bash benchmarks/gpu_check.sh [ARGS...]    # there: installs those wheels offline, runs gpu_check.py ARGS
 #
 # The wheels are the project's dependencies that the GPU machines' image lacks and the package imports for
-# translation studies (Moses tokenization, compare-mt's bootstrap; KINDS.md lists the image's packages), at the
-# versions this checkout's tests run against. The check itself imports none of them (its CPU form passed with
-# them hidden): without the folder it runs all the same. The package is not installed there: PYTHONPATH puts this
-# checkout first, so the image's torch and transformers stay as they are.
+# translation studies (Moses tokenization, compare-mt's bootstrap; KINDS.md lists the image's packages) and for
+# lm-evaluation-harness tasks (lm_eval, and datasets, dill and multiprocess under it: what an lm_eval study's job
+# imports), at the versions this checkout's tests run against. The check imports only the lm-eval ones (its sweep's
+# multiple-choice study): without the folder everything else runs all the same, and that study's row says what
+# is missing. The package is not installed there: PYTHONPATH puts this checkout first, so the image's torch and
+# transformers stay as they are.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WHEELS=build/gpu-check-wheels
@@ -17,7 +19,7 @@ WHEELS=build/gpu-check-wheels
 if [ "${1:-}" = download ]; then
     # pure-Python wheels all: one download serves the GPU machine's Python 3.12
     packages=$(python3 -c 'from importlib.metadata import version
-print(" ".join(f"{name}=={version(name)}" for name in ("sacremoses", "compare-mt", "nltk", "defusedxml")))')
+print(" ".join(f"{name}=={version(name)}" for name in ("sacremoses", "compare-mt", "nltk", "defusedxml", "lm_eval", "datasets", "dill", "multiprocess")))')
     mkdir -p "$WHEELS"
     python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -d "$WHEELS" $packages
     ls "$WHEELS"

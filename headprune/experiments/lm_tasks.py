@@ -20,7 +20,7 @@ What is done here is the model's work, for every gate setting of a job at once (
   them); rows that read the same context before their first scored position (the choices of one question)
   share it: each setting computes the context once and every choice goes on from its keys and values;
   the settings share the full model's layers below their first masked head (``shared_layers``, as
-  ``perplexity.window_nll_variants`` does), contexts included; only the positions a request scores go
+  ``perplexity.window_nll_variants`` does), contexts and choices included; only the positions a request scores go
   through the output layer;
 - ``generate_until``: greedy decoding of every setting together, the prompt shared below each setting's
   first masked layer (``retrieval._greedy_variants``), each row stopping at the model's EOS, at one of the

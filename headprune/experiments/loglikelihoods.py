@@ -149,13 +149,16 @@ def _shared_context_scores(model, reads: list[tuple], starts: list[int], inputs:
     0 .. f-1 (and in layer f, where its head outputs are replayed: the gates act after its attention) their
     keys and values are the full model's. Each setting's context keys and values are repeated for the rows
     that read them; a row reads its own context's positions only (an attention mask over the padding) and
-    goes on from its length (explicit positions). The rows of a group of settings go through the model
-    together under their gates."""
+    goes on from its length (explicit positions). The rows, too, go through the full model once, recorded
+    (the settings that mask nothing take its scores); the rows of a group of settings then go through the
+    model together under their gates, replaying the rows' full-model outputs below their first masked layer
+    (and its head outputs, as for the contexts): a choice's own tokens are not recomputed there either."""
     from transformers import DynamicCache
 
     from headprune.experiments.retrieval import _prefill
     from headprune.experiments.shared_layers import (_recording, _replaying, first_masked_layer, head_output_modules,
-                                                     layer_stack, replayed_modules, what_to_record)
+                                                     layer_stack, replayed_modules, replays_head_outputs,
+                                                     what_to_record)
     from headprune.models.heads import gated, stack_gates
 
     device = inputs["input_ids"].device
@@ -180,16 +183,44 @@ def _shared_context_scores(model, reads: list[tuple], starts: list[int], inputs:
     stack = layer_stack(model)
     layers, contexts = len(stack), len(context)
     firsts = [first_masked_layer(gates, layers) for gates in gates_list]
-    heads = head_output_modules(model) if masking == "zero" else None
-    wanted, last, projections = what_to_record(stack, heads, sorted({f for f in firsts if f < layers}))
+    heads = head_output_modules(model) if replays_head_outputs(masking) else None
+    masked = sorted({f for f in firsts if f < layers})
+    wanted, last, projections = what_to_record(stack, heads, masked)
     full_cache, recorded = DynamicCache(config=model.config), {}
     with _recording(wanted, recorded, None if layers in firsts else last, projections):
         _prefill(model, context, full_cache)
-    per_group = max(1, variant_batch_size // rows)
+
+    def joined(own_from: int, own, own_rows, full_rows, reach: int = layers):
+        """A cache for the rows (variant-major): below ``own_from`` their contexts' keys and values in the full
+        model's cache, from there in the settings' own; layers from ``reach`` on are left empty."""
+        cache = DynamicCache(config=model.config)
+        for j in range(reach):
+            source, picked = (full_cache.layers[j], full_rows) if j < own_from else (own.layers[j], own_rows)
+            layer = copy.copy(source)
+            layer.keys, layer.values = source.keys.index_select(0, picked), source.values.index_select(0, picked)
+            cache.layers[j] = layer
+        return cache
+
     results: list = [None] * len(gates_list)
+    # the rows themselves, once under the full model, recording what the settings replay below their first
+    # masked layer (a choice's tokens too are the full model's there); the settings that mask nothing get
+    # this pass's scores. It reads the full model's cache as far as the contexts' pass went.
+    recorded_rows: dict = {}
+    if wanted:
+        full = [i for i, f in enumerate(firsts) if f == layers]
+        reach = layers if full else masked[-1] + (1 if heads is not None else 0)
+        output = None
+        with _recording(wanted, recorded_rows, None if full else last, projections):
+            output = forward(model, inputs, past_key_values=joined(layers, None, None, context_of_row, reach))
+        for i in full:
+            results[i] = output
+        if done is not None and full:
+            done(len(full) * rows)
+    per_group = max(1, variant_batch_size // rows)
     for first in sorted(set(firsts)):
-        todo = [i for i, f in enumerate(firsts) if f == first]
+        todo = [i for i, f in enumerate(firsts) if f == first and results[i] is None]
         replay = replayed_modules(stack, heads, first, recorded)
+        replay_rows = replayed_modules(stack, heads, first, recorded_rows)
         own_from = first + 1 if heads is not None and first < layers and heads[first][0] in replay else first
         for start in range(0, len(todo), per_group):
             chunk = todo[start:start + per_group]
@@ -200,15 +231,9 @@ def _shared_context_scores(model, reads: list[tuple], starts: list[int], inputs:
                     _prefill(model, context.repeat(len(chunk), 1), own)
             # per row of the chunk (variant-major), its context row: in the settings' own cache, and in the full one
             own_rows = torch.cat([k * contexts + context_of_row for k in range(len(chunk))])
-            full_rows = context_of_row.repeat(len(chunk))
-            cache = DynamicCache(config=model.config)
-            for j in range(layers):
-                source, picked = (full_cache.layers[j], full_rows) if j < own_from else (own.layers[j], own_rows)
-                layer = copy.copy(source)
-                layer.keys, layer.values = source.keys.index_select(0, picked), source.values.index_select(0, picked)
-                cache.layers[j] = layer
+            cache = joined(own_from, own, own_rows, context_of_row.repeat(len(chunk)))
             repeated = {name: value.repeat(len(chunk), *[1] * (value.dim() - 1)) for name, value in inputs.items()}
-            with gated(model, gates, masking=masking):
+            with _replaying(replay_rows, rows, len(chunk)), gated(model, gates, masking=masking):
                 output = forward(model, repeated, past_key_values=cache)
             for k, i in enumerate(chunk):
                 results[i] = output[k * rows:(k + 1) * rows]
