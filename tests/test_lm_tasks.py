@@ -467,3 +467,21 @@ def test_a_metric_the_task_does_not_produce_is_a_task_error_naming_both(tasks):
         task.check_metric("exact_match")
     with pytest.raises(TaskError, match="tiny_lambada"):
         aggregate(task, "f1", [])
+
+
+@pytest.mark.parametrize("kind, num_fewshot", [("mc", 0), ("generation", 2)])
+@pytest.mark.parametrize("word", ["mean", "resample"])
+def test_a_head_replaced_by_a_constant_or_a_donor_equals_simple_evaluate(llama, tasks, word, kind, num_fewshot):
+    """Mean masking (its layer's head outputs replayed from the full model's pass, the constant put in) and
+    resample masking (a donor token's outputs by position), each setting against lm-eval's own HFLM."""
+    from headprune.models.masking import Mean, Resample
+    from headprune.scoring.constants import mean_constants, resample_pool
+
+    model, tokenizer = llama
+    ids = torch.tensor([tokenizer(text)["input_ids"][:12] for text in corpus()[:40] if len(tokenizer(text)["input_ids"]) >= 12])
+    train = [{"input_ids": ids[i:i + 8], "attention_mask": torch.ones_like(ids[i:i + 8])} for i in range(0, len(ids), 8)]
+    masking = (Mean(mean_constants(model, train, progress=False)) if word == "mean" else
+               Resample(resample_pool(model, train, progress=False), seed=1, draw=0))
+    settings = [None, gates_off(model, [(1, 2), (1, 4)]), gates_off(model, [(0, 0), (0, 1), (0, 2)])]
+    distinct = check_against_simple_evaluate(model, tokenizer, tasks[kind], settings, masking, num_fewshot=num_fewshot)
+    assert len(distinct) == len(settings) or kind == "generation"
