@@ -267,6 +267,19 @@ class Study:
         owner = self.scoring.importance_study(self)
         return [f"{self.pipeline.results_dir}/{owner.name}/head_constants/{masking}.safetensors"]
 
+    def experiment_masking_data(self, experiment) -> list[str]:
+        """The file the masking of this study's ``experiment`` (ablation, pruning) reads, else nothing."""
+        return self.masking_data(self.masking(self.config[experiment]["masking"]))
+
+    def importance_constants(self) -> list[str]:
+        """Under mean or optimal pruning masking, I_h is the first-order change to the constant: its file."""
+        constants = self.importance_settings().get("constants")
+        return [constants] if constants else []
+
+    def masking_mode_tables(self) -> list[str]:
+        """Each mode's sweep of the study, in the config's order."""
+        return [f"{self.pipeline.results_dir}/{self.name}/masking_modes/{mode}.csv" for mode in self.masking_modes]
+
     def importance_settings(self) -> dict:
         """config.importance, and under mean or optimal pruning masking the constants I_h measures a head's change
         to (|(o_h - c_h) . dL/do_h|, the first-order change of the loss when the head becomes its constant)."""

@@ -43,7 +43,7 @@ rule ablate_head:
     input:
         model=study_model,
         data=study_eval_data,
-        masking=ablation_masking_data,
+        masking=asks("experiment_masking_data", "ablation"),
     output:
         f"{RESULTS}/{{study}}/ablation/{{head}}.json",
     params:
@@ -88,7 +88,7 @@ rule one_head_layer:
     input:
         model=study_model,
         data=study_eval_data,
-        masking=ablation_masking_data,
+        masking=asks("experiment_masking_data", "ablation"),
     output:
         f"{RESULTS}/{{study}}/one_head/{{layer}}.json",
     params:

@@ -35,6 +35,15 @@ def study(wildcards):
     return PIPELINE.study(wildcards.study)
 
 
+def asks(method, *args, wildcard=None):
+    """An input or params function that asks the study of the job: study.<method>(*args[, the wildcard's value])."""
+    return functools.partial(_ask, method, args, wildcard)
+
+
+def _ask(method, args, wildcard, wildcards):
+    return getattr(study(wildcards), method)(*args, *([wildcards[wildcard]] if wildcard else []))
+
+
 # --- resources ---------------------------------------------------------------------------
 
 
@@ -135,10 +144,6 @@ def side_by_side_inputs(wildcards):
 def head_maps_inputs(wildcards):
     """The single-head ablation of each study that scores this language model (itself first)."""
     return {name: f"{RESULTS}/{name}/eval/ablation.csv" for name in PIPELINE.head_map_studies()[wildcards.study]}
-
-
-def retrieval_heads_inputs(wildcards):
-    return study(wildcards).retrieval_heads_inputs()
 
 
 def parse_inputs(wildcards):
@@ -269,43 +274,6 @@ def finetune_params(wildcards):
 
 def importance_params(wildcards):
     return study(wildcards).importance_spec
-
-
-def importance_constants(wildcards):
-    """Under mean or optimal pruning masking, I_h is the first-order change to the constant: its file."""
-    return study(wildcards).importance_settings().get("constants", [])
-
-
-def importance_settings(wildcards):
-    return study(wildcards).importance_settings()
-
-
-def masking_mode_inputs(wildcards):
-    return study(wildcards).masking_mode_inputs(wildcards.mode)
-
-
-def masking_mode_params(wildcards):
-    return study(wildcards).masking_mode_params(wildcards.mode)
-
-
-def masking_modes_tables(wildcards):
-    """Each mode's sweep of the study, in the config's order."""
-    return [f"{RESULTS}/{wildcards.study}/masking_modes/{mode}.csv" for mode in study(wildcards).masking_modes]
-
-
-def head_constants_params(wildcards):
-    return study(wildcards).head_constants_params(wildcards.mode)
-
-
-def ablation_masking_data(wildcards):
-    """The file the study's ablation masking reads (mean, optimal, resample), else nothing."""
-    s = study(wildcards)
-    return s.masking_data(s.masking(config["ablation"]["masking"]))
-
-
-def pruning_masking_data(wildcards):
-    s = study(wildcards)
-    return s.masking_data(s.masking(config["pruning"]["masking"]))
 
 
 def full_eval_params(wildcards):

@@ -16,7 +16,7 @@ rule head_constants:
     params:
         study=study_of,
         data=importance_params,
-        settings=head_constants_params,
+        settings=asks("head_constants_params", wildcard="mode"),
     log:
         f"{RESULTS}/logs/head_constants/{{study}}/{{mode}}.log",
     threads: rule_threads("importance", 2)

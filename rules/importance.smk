@@ -5,13 +5,13 @@ rule importance:
     input:
         model=study_model,
         data=study_importance_data,
-        constants=importance_constants,
+        constants=asks("importance_constants"),
     output:
         f"{RESULTS}/{{study}}/importance.csv",
     params:
         study=study_of,
         data=importance_params,
-        settings=importance_settings,
+        settings=asks("importance_settings"),
     log:
         f"{RESULTS}/logs/importance/{{study}}.log",
     threads: rule_threads("importance", 2)

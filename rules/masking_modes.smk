@@ -6,14 +6,14 @@ rank correlation of the heads' changes between modes."""
 
 rule masking_mode:
     input:
-        unpack(masking_mode_inputs),
+        unpack(asks("masking_mode_inputs", wildcard="mode")),
     output:
         f"{RESULTS}/{{study}}/masking_modes/{{mode}}.csv",
     wildcard_constraints:
         mode="zero|uniform|streaming|mean|optimal|resample",
     params:
         study=study_of,
-        sweep=masking_mode_params,
+        sweep=asks("masking_mode_params", wildcard="mode"),
     log:
         f"{RESULTS}/logs/masking_mode/{{study}}/{{mode}}.log",
     resources:
@@ -26,9 +26,9 @@ rule masking_mode:
         "../scripts/masking_mode.py"
 
 
-rule compare_masking_modes:
+rule plot_masking_modes:
     input:
-        masking_modes_tables,
+        asks("masking_mode_tables"),
     output:
         csv=f"{FIGURES}/{{study}}/masking_modes.csv",
         summary=f"{FIGURES}/{{study}}/masking_modes_summary.csv",
@@ -40,7 +40,7 @@ rule compare_masking_modes:
         style=figure_style,
         within=config["masking_modes"]["within"],
     log:
-        f"{RESULTS}/logs/compare_masking_modes/{{study}}.log",
+        f"{RESULTS}/logs/plot_masking_modes/{{study}}.log",
     resources:
         gpu=resource("figures", "gpu"),
         mem_mb=resource("figures", "mem_mb"),
@@ -48,4 +48,4 @@ rule compare_masking_modes:
     conda:
         ENV
     script:
-        "../scripts/compare_masking_modes.py"
+        "../scripts/plot_masking_modes.py"

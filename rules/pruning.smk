@@ -20,7 +20,7 @@ rule prune:
         unpack(pruning_inputs),
         model=study_model,
         data=study_eval_data,
-        masking=pruning_masking_data,
+        masking=asks("experiment_masking_data", "pruning"),
     output:
         scores=f"{RESULTS}/{{study}}/pruning/{{scope}}/{{order}}.csv",
         outputs=f"{RESULTS}/{{study}}/pruning/{{scope}}/{{order}}.outputs.json",

@@ -30,7 +30,7 @@ rule make_retrieval_items:
 
 rule retrieval_heads:
     input:
-        unpack(retrieval_heads_inputs),
+        unpack(asks("retrieval_heads_inputs")),
     output:
         f"{RESULTS}/{{study}}/retrieval_heads.csv",
     params:

@@ -31,7 +31,8 @@ with logged(snakemake) as log:
             log.info("optimal constants: %d steps, loss %s -> %s", len(history), history[0], history[-1])
     else:
         made = resample_pool(model, batches, max_items=settings["items"], data=described, device=device)
-    made.save(snakemake.output.data)  # safetensors, written atomically
+    with atomic.atomic_path(snakemake.output.data) as tmp:
+        made.save(tmp)  # safetensors
     if mode == "resample":  # the donors: tokens recorded per stream (source, target)
         summary = pd.DataFrame([{"stream": stream, "tokens": len(positions), "longest": int(positions.max()) + 1}
                                 for stream, positions in made.positions.items()])

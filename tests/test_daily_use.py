@@ -117,9 +117,10 @@ def test_pruning_setting_change_reruns_pruning_and_what_follows(finished_demo, t
     config = write_config(tmp_path / "config.yaml", lambda c: c["pruning"].update(step_percent=20))
     stats, _ = dry_run(finished_demo, configfile=config)
     # Every job of the pruning rules, and everything downstream of them:
-    # (roles_by_step follows the I_h pruning steps, so plot_head_roles takes pruning.step_percent too)
+    # (roles_by_step follows the I_h pruning steps, so plot_head_roles takes pruning.step_percent too; so does
+    # each masking mode's sweep, which prunes in the importance order at those steps)
     pruning_rules = [rule for rule in list_rules(finished_demo)
-                     if "prune" in rule or "pruning" in rule or rule == "plot_head_roles"]
+                     if "prune" in rule or "pruning" in rule or rule in ("plot_head_roles", "masking_mode")]
     downstream, _ = dry_run(finished_demo, "--forcerun", *pruning_rules)
     assert stats["prune"] == downstream["prune"]
     assert not upstream_rules(stats), f"a pruning setting reran {upstream_rules(stats)}"
