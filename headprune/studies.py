@@ -919,6 +919,9 @@ class Pipeline:
             try:
                 splits = check_glue_task(glue_task_spec(spec, task))
             except ValueError as error:
+                if "task" not in spec:  # without a built-in task, the entry must give the whole spec
+                    raise ConfigError(f"config: glue.{task}.task is not set (a built-in GLUE task: "
+                                      f"{', '.join(sorted(GLUE_TASKS))}), and the entry alone is not a task: {error}") from None
                 raise ConfigError(f"config: glue.{task}: {error}") from None
             for key in ("eval_split", "ood_split", "selection_split", "test_split", "train_split"):
                 if key in spec and spec[key] not in splits:

@@ -584,7 +584,7 @@ def test_a_rejected_mutation_stops_the_workflow_before_any_job_naming_its_key(fu
     (Mutation(("translation", "ood_set"), "empty", "", "config.yaml"), "translation.ood_set names ''"),
     (Mutation(("translation", "testsets", "mtnt"), "delete", None, "config.yaml"), "translation.ood_set names 'mtnt'"),
     (Mutation(("glue", "mnli", "eval_split"), "empty", "", "config.yaml"), "glue.mnli.eval_split is ''"),
-    (Mutation(("glue", "mnli", "task"), "delete", None, "demo/config.yaml"), "config: glue.mnli: GLUE task"),
+    (Mutation(("glue", "mnli", "task"), "delete", None, "demo/config.yaml"), "config: glue.mnli.task is not set"),
     (Mutation(("glue", "mrpc", "files", "mrpc_dev_ids"), "delete", None, "demo/config.yaml"), "config: glue.mrpc:"),
     (Mutation(("data_dir",), "delete", None, "demo/config.yaml"), "that the demo does not make"),
     (Mutation(("demo",), "delete", None, "demo/config.yaml"), "a local file that is not there"),

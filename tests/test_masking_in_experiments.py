@@ -114,7 +114,7 @@ def test_a_study_masked_by_a_constant_reads_its_importance_datas_file():
     niah_settings = niah.one_head_params(niah.one_head_jobs[0])["settings"]
     assert niah_settings["pool"] == f"{results}/tiny_llama/head_constants/resample.safetensors"
     assert niah_settings["resample_seed"] == 0
-    assert lm.head_constants_params("optimal") == {"mode": "optimal", "steps": 200, "lr": 0.05, "repeats": 1, "seed": 0}
+    assert lm.head_constants_params("optimal") == {"mode": "optimal", "steps": 50, "lr": 0.05, "repeats": 1, "seed": 0}
     assert pipeline.study("mnli").masking_data("zero") == []
 
 
