@@ -15,13 +15,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WHEELS=build/gpu-check-wheels
+PACKAGES="sacremoses compare-mt nltk defusedxml lm_eval datasets dill multiprocess"
 
 if [ "${1:-}" = download ]; then
-    # pure-Python wheels all: one download serves the GPU machine's Python 3.12
-    packages=$(python3 -c 'from importlib.metadata import version
-print(" ".join(f"{name}=={version(name)}" for name in ("sacremoses", "compare-mt", "nltk", "defusedxml", "lm_eval", "datasets", "dill", "multiprocess")))')
+    # pure-Python wheels, but multiprocess has one per Python version: the GPU machine's 3.12 and this one's
+    packages=$(python3 -c 'import sys; from importlib.metadata import version
+print(" ".join(f"{name}=={version(name)}" for name in sys.argv[1:]))' $PACKAGES)
     mkdir -p "$WHEELS"
-    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -d "$WHEELS" $packages
+    for python_version in 3.12 "$(python3 -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')"; do
+        python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$python_version" -d "$WHEELS" $packages
+    done
     ls "$WHEELS"
     exit 0
 fi
@@ -29,7 +32,9 @@ fi
 site=$(mktemp -d /tmp/headprune-gpu-check-site-XXXXXX)
 trap 'rm -rf "$site"' EXIT
 if compgen -G "$WHEELS/*.whl" >/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" "$WHEELS"/*.whl
+    # pip picks each package's wheel for this Python from the folder
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" --find-links "$WHEELS" \
+        $PACKAGES
 fi
 export PYTHONPATH="$PWD:$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 python3 -c 'import torch, transformers; print(f"torch {torch.__version__}, transformers {transformers.__version__}")'
