@@ -487,3 +487,40 @@ def test_unknown_testset_or_langpair():
 def test_study_testsets_are_registered_for_en_fr(testset):
     # The names the pipeline uses exist in the pinned sacrebleu, with en-fr.
     assert "en-fr" in DATASETS[testset].langpairs
+
+
+# ----------------------------------------------------------------------------------------------
+# Fine-tuning batches: tokenized once, batched in each epoch's order
+
+
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+@pytest.mark.parametrize("paired", [True, False])
+def test_encoded_pairs_batch_as_the_tokenizer_pads(tmp_path, padding_side, paired):
+    """EncodedPairs.batches(order) equals tokenizing the examples in that order with padding=True, field for
+    field (ids, attention mask, token types, labels), truncation included, on either padding side."""
+    import random
+
+    import torch
+    from transformers import BertTokenizerFast
+
+    from headprune.data.batching import EncodedPairs, classification_batches
+
+    words = ["the", "cat", "dog", "sat", "ran", "on", "a", "mat", "far", "away", "quickly", "."]
+    (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
+    tokenizer = BertTokenizerFast(str(tmp_path / "vocab.txt"))
+    tokenizer.padding_side = padding_side
+    rng = random.Random(0)
+    pairs = [(" ".join(rng.choices(words, k=rng.randint(1, 20))),
+              " ".join(rng.choices(words, k=rng.randint(1, 9))) if paired else "") for _ in range(37)]
+    labels = [rng.randrange(3) for _ in pairs]
+    encoded = EncodedPairs(tokenizer, pairs, labels, max_length=16)
+    order = list(range(len(pairs)))
+    rng.shuffle(order)
+    ours = encoded.batches(order, 8)
+    theirs = classification_batches(tokenizer, [pairs[i] for i in order], [labels[i] for i in order], 8, 16)
+    assert len(ours) == len(theirs) == 5
+    assert any(b["input_ids"].shape[1] == 16 for b in theirs)  # truncation happened somewhere
+    for mine, reference in zip(ours, theirs):
+        assert sorted(mine) == sorted(reference)
+        for key in reference:
+            assert torch.equal(mine[key], reference[key]), key

@@ -70,6 +70,21 @@ def test_jobs_run_in_children_of_one_warm_server(workdir):
     assert int((workdir / "result.txt").read_text().split()[1]) == server and server_pids(workdir) == [server]
 
 
+def test_a_warm_job_inherits_the_imports_frozen_for_the_collector(workdir):
+    """The server freezes what its imports made (gc.freeze) before it forks jobs, so a job's collections do not
+    walk, and copy, the preloaded modules' objects; a job run without the warm start has nothing frozen."""
+    probe = "\nimport gc\nopen('frozen.txt', 'w').write(str(gc.get_freeze_count()))\n"
+    for warm, check in ((True, lambda count: count > 100_000), (False, lambda count: count == 0)):
+        script = workdir / "job.py"
+        script.write_text(JOB % {"warm": warm, "device": "cpu"} + probe)
+        environment = {key: value for key, value in os.environ.items() if key != "SLURM_JOB_ID"}
+        environment.update(PYTHONPATH=str(ROOT), HEADPRUNE_WARM_IDLE="20")
+        result = subprocess.run([sys.executable, str(script), "arg1"], cwd=workdir, env=environment,
+                                capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr
+        assert check(int((workdir / "frozen.txt").read_text())), (warm, (workdir / "frozen.txt").read_text())
+
+
 def test_exit_codes_and_errors_come_back(workdir):
     assert run_job(workdir, JOB_FAIL="exit").returncode == 3
     failed = run_job(workdir, JOB_FAIL="raise")

@@ -21,6 +21,45 @@ def classification_batches(tokenizer, pairs: list[tuple[str, str]], labels: list
     return batches
 
 
+class EncodedPairs:
+    """Sentence (pair) classification examples tokenized once, batched in any order without tokenizing again.
+
+    ``batches(order, ...)`` gives what ``classification_batches`` gives for the examples in that order (the
+    same ids, padding to the longest row of each batch on the tokenizer's padding side, the same masks and
+    token types): fine-tuning reshuffles every epoch, and tokenizing the training set again each time took a
+    tenth of a small model's fine-tuning.
+    """
+
+    def __init__(self, tokenizer, pairs: list[tuple[str, str]], labels: list[int] | None = None,
+                 max_length: int = 128):
+        text_a = [a for a, _ in pairs]
+        text_b = [b for _, b in pairs]
+        encoded = tokenizer(text_a, text_b if any(text_b) else None, truncation=True, max_length=max_length)
+        self.fields = {key: list(values) for key, values in encoded.items()}
+        self.labels = labels
+        # what tokenizer(..., padding=True) pads each field with
+        self.pad_values = {"input_ids": tokenizer.pad_token_id, "attention_mask": 0,
+                           "token_type_ids": getattr(tokenizer, "pad_token_type_id", 0),
+                           "special_tokens_mask": 1}
+        self.left = tokenizer.padding_side == "left"
+
+    def batches(self, order: list[int], batch_size: int) -> list[dict]:
+        batches = []
+        for start in range(0, len(order), batch_size):
+            rows = order[start:start + batch_size]
+            width = max(len(self.fields["input_ids"][i]) for i in rows)
+            batch = {}
+            for key, values in self.fields.items():
+                pad = self.pad_values.get(key, 0)
+                padded = [[pad] * (width - len(values[i])) + values[i] if self.left
+                          else values[i] + [pad] * (width - len(values[i])) for i in rows]
+                batch[key] = torch.tensor(padded, dtype=torch.long)
+            if self.labels is not None:
+                batch["labels"] = torch.tensor([self.labels[i] for i in rows], dtype=torch.long)
+            batches.append(batch)
+        return batches
+
+
 def encode_target(tokenizer, text: str) -> list[int]:
     """Target-side ids as fairseq makes them: Moses in the target language, BPE, target dict, </s>.
 
