@@ -144,16 +144,18 @@ def importance_on_pruned(model, batches, *, estimator: str = "token", normalize:
 def iterative_order(estimate, heads: list[HeadId], step_percent: float, *, progress: bool = True) -> list[HeadId]:
     """Bertology's iterative pruning: before every step, I_h of the heads left is estimated again on the
     model with the heads removed so far switched off (``estimate(removed) -> {head: score}``), and the
-    step removes the lowest-scored. Steps remove as many heads as ``runs.pruning_steps``."""
+    step removes the lowest-scored. Steps remove as many heads as ``runs.pruning_steps``; the last, which removes
+    all the heads left, keeps them in the model's order (no estimate changes which heads that step removes)."""
     counts = [len(removed) for _, removed in pruning_steps(heads, step_percent)]
     removed: list[HeadId] = []
     for count in counted(counts[1:], f"iterative order of {len(heads)} heads, I_h re-estimated before each step",
                          "steps", enabled=progress, log=log):
         if count <= len(removed):
             continue
-        scores = estimate(list(removed))
         left = [h for h in heads if h not in set(removed)]
-        left.sort(key=lambda h: scores[h])  # stable: ties keep the model's order
+        if count < len(heads):  # a step that removes every head left needs no estimate to choose among them
+            scores = estimate(list(removed))
+            left.sort(key=lambda h: scores[h])  # stable: ties keep the model's order
         removed += left[:count - len(removed)]
     return removed
 
