@@ -53,8 +53,29 @@ def classification_score(metric: str, predictions, labels) -> float:
 
     if metric == "accuracy":
         return float(np.mean(pred == gold))
+    return score_from_counts(metric, *_binary_counts(pred, gold))
 
-    tp, tn, fp, fn = _binary_counts(pred, gold)
+
+def count_rows(metric: str, predictions, labels) -> np.ndarray:
+    """Per-item 0/1 rows whose sums over a set of items are what ``score_from_counts`` takes for ``metric``:
+    one row (correct) for accuracy, four (tp, tn, fp, fn) for mcc and f1. A resampled set's counts are then
+    a weighted sum (the bootstrap's count matrix times these rows)."""
+    pred = np.asarray(predictions)
+    gold = np.asarray(labels)
+    if metric == "accuracy":
+        return (pred == gold)[None].astype(np.int64)
+    _binary_counts(pred, gold)  # the 0/1 checks
+    pred, gold = pred.astype(bool), gold.astype(bool)
+    return np.stack([pred & gold, ~pred & ~gold, pred & ~gold, ~pred & gold]).astype(np.int64)
+
+
+def score_from_counts(metric: str, *counts: int) -> float:
+    """``classification_score`` from the sums of ``count_rows``: accuracy from (correct, items), mcc and f1
+    from (tp, tn, fp, fn), with the same arithmetic."""
+    if metric == "accuracy":
+        correct, items = counts
+        return float(correct / items)
+    tp, tn, fp, fn = (int(count) for count in counts)
     if metric == "mcc":
         # Python ints: the product of four counts can overflow int64 on large sets.
         denom = (tp + fp) * (tp + fn) * (tn + fp) * (tn + fn)

@@ -81,13 +81,35 @@ def paired_bootstrap(score_fn, outputs_a, outputs_b, references, n_resamples=100
 
 
 def paired_bootstrap_metric(preds_a, preds_b, labels, metric, n_resamples=1000, seed=0) -> BootstrapResult:
-    """Paired bootstrap of accuracy / mcc / f1 (metrics.classification_score)."""
+    """Paired bootstrap of accuracy / mcc / f1 (metrics.classification_score): what ``paired_bootstrap`` gives
+    with that score, the same resamples and the same scores, from counts. Each resample's counts (correct, or
+    tp/tn/fp/fn) are its count matrix times per-item 0/1 rows, and the score is computed from them once per
+    resample, instead of scoring two resampled copies of the set (a comparison with 1000 resamples took 0.5 s
+    of Python per head and criterion)."""
     if metric not in metrics.CLASSIFICATION_METRICS:
         raise ValueError(f"unknown classification metric {metric!r}")
-    score_fn = partial(metrics.classification_score, metric)
-    return paired_bootstrap(
-        score_fn, np.asarray(preds_a), np.asarray(preds_b), np.asarray(labels), n_resamples=n_resamples, seed=seed
-    )
+    preds_a, preds_b, labels = np.asarray(preds_a), np.asarray(preds_b), np.asarray(labels)
+    n = _check_lengths(preds_a, preds_b, labels)
+    score_a = metrics.classification_score(metric, preds_a, labels)  # its checks, and the full-set scores
+    score_b = metrics.classification_score(metric, preds_b, labels)
+    rows_a, rows_b = metrics.count_rows(metric, preds_a, labels), metrics.count_rows(metric, preds_b, labels)
+    extra = (n,) if metric == "accuracy" else ()
+    rng = np.random.default_rng(seed)
+    chunk = max(1, _CHUNK_ENTRIES // n)
+    wins_a = wins_b = 0
+    for start in range(0, n_resamples, chunk):
+        rows = min(chunk, n_resamples - start)
+        # one draw per resample, as paired_bootstrap makes them: a block drawn at once is another stream
+        ids = np.stack([rng.integers(0, n, size=n) for _ in range(rows)])
+        counts = np.bincount((ids + n * np.arange(rows)[:, None]).ravel(), minlength=rows * n).reshape(rows, n)
+        for sums_a, sums_b in zip((counts @ rows_a.T).tolist(), (counts @ rows_b.T).tolist()):
+            a = metrics.score_from_counts(metric, *sums_a, *extra)
+            b = metrics.score_from_counts(metric, *sums_b, *extra)
+            wins_a += a > b
+            wins_b += b > a
+    return BootstrapResult(score_a=score_a, score_b=score_b, delta=score_b - score_a, wins_a=int(wins_a),
+                           wins_b=int(wins_b), ties=int(n_resamples - wins_a - wins_b),
+                           p_value=bootstrap_p_value(wins_a, wins_b, n_resamples), n_resamples=n_resamples)
 
 
 # Entries of the resample-by-sentence count matrix built at once (int64: 32 MiB).
