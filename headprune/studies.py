@@ -24,7 +24,7 @@ from headprune.data.datasets import _check_task as check_glue_task
 from headprune.experiments.kinds import KINDS, kind_of  # noqa: F401 (KINDS: the config's kinds)
 from headprune.experiments.kinds.base import ConfigError
 from headprune.experiments.kinds.language_modeling import LM_SPLITS
-from headprune.models.masking_words import DATA_FILE
+from headprune.models.masking_words import BINARY_WORDS, DATA_FILE
 
 # The test sets a study is evaluated on, by role: "eval" (Table 1, pruning), "ood" (cross-domain,
 # Figure 2), "selection" and "test" (one head per layer, Tables 2-3).
@@ -256,7 +256,10 @@ class Study:
         if masking in DATA_FILE:
             extra[DATA_FILE[masking]] = self.masking_data(masking)[0]
             if masking == "resample":
-                extra["resample_seed"] = config["constants"]["resample"]["seed"]
+                resample = config["constants"]["resample"]
+                extra["resample_seed"] = resample["seed"]
+                if resample.get("draws", 1) > 1:  # averaged by headprune.experiments.runs.scored_variants
+                    extra["draws"] = resample["draws"]
         return self.scoring.eval_settings(self, bleu, masking, rows, extra)
 
     def masking_data(self, masking) -> list[str]:
@@ -268,7 +271,7 @@ class Study:
         return [f"{self.pipeline.results_dir}/{owner.name}/head_constants/{masking}.safetensors"]
 
     def experiment_masking_data(self, experiment) -> list[str]:
-        """The file the masking of this study's ``experiment`` (ablation, pruning) reads, else nothing."""
+        """The file the masking of this study's ``experiment`` (ablation, pruning, concrete) reads, else nothing."""
         return self.masking_data(self.masking(self.config[experiment]["masking"]))
 
     def importance_constants(self) -> list[str]:
@@ -292,19 +295,29 @@ class Study:
         """The modes experiments.masking_modes compares this study under (config.masking_modes.modes)."""
         return list(self.config["masking_modes"]["modes"])
 
+    @property
+    def masking_mode_roles(self):
+        """The sets a mode's sweep reads: eval, and for a study of experiments.one_head_per_layer its selection and
+        test sets (each layer reduced to one head under the mode: C2 per mode)."""
+        return ["eval"] + (["selection", "test"] if self.takes_part_in("one_head_per_layer") else [])
+
     def masking_mode_params(self, mode):
-        """One mode's sweep: every head off alone and the importance-order pruning curve under that masking."""
+        """One mode's sweep: every head off alone, the importance-order pruning curve and (masking_mode_roles) one
+        head per layer under that masking."""
         config = self.config
+        one_head = {role: self.evalset_spec(role) for role in self.masking_mode_roles[1:]}
         return {"mode": mode, "eval": self.evalset_spec(), "settings": self.eval_settings(config["pruning"]["bleu"], mode),
                 "step_percent": config["pruning"]["step_percent"], "importance": config["importance"],
-                "significance": config["significance"]}
+                "significance": config["significance"], **({"one_head": one_head} if one_head else {})}
 
     def masking_mode_inputs(self, mode):
-        return {"model": self.model_path, "data": self.eval_data(["eval"]), "importance": self.importance_table,
-                "masking": self.masking_data(mode)}
+        return {"model": self.model_path, "data": self.eval_data(self.masking_mode_roles),
+                "importance": self.importance_table, "masking": self.masking_data(mode)}
 
     def head_constants_params(self, mode):
-        return {"mode": mode, **self.config["constants"].get(mode, {})}
+        """The settings of a mode's data; resample's draws are its users' (the donors recorded do not change)."""
+        return {"mode": mode, **{key: value for key, value in self.config["constants"].get(mode, {}).items()
+                                 if key != "draws"}}
 
     @property
     def importance_table(self):
@@ -464,7 +477,8 @@ class Study:
         config, concrete = self.config, self.config["concrete"]
         return {"penalty": float(penalty), "train": self.train_spec(concrete["batch_size"]),
                 **{key: concrete[key] for key in ("train_model", "steps", "lr", "model_lr", "temperature", "seed", "compare")},
-                "eval": self.evalset_spec(), "settings": self.eval_settings(config["pruning"]["bleu"]),
+                "eval": self.evalset_spec(),
+                "settings": self.eval_settings(config["pruning"]["bleu"], self.masking(concrete.get("masking", "zero"))),
                 "random_seed": config["pruning"]["random_seed"], "significance": config["significance"]}
 
     @property
@@ -527,17 +541,26 @@ class Study:
         """Wu et al.'s experiment: the top-K heads by retrieval score masked, against K random heads, scored by
         the study's own score (retrieval accuracy; a task's metric) and by its language model's perplexity."""
         settings, bleu = self.config["retrieval_heads"], self.config["pruning"]["bleu"]
-        heads = len(self.heads)
-        scores = [{"name": self.scoring.wu_score, "eval": self.evalset_spec("eval"), "settings": self.eval_settings(bleu)},
-                  {"name": "perplexity", "eval": self.lm.evalset_spec("eval"), "settings": self.lm.eval_settings(bleu)}]
+        heads, masking = len(self.heads), self.retrieval_heads_masking
+        scores = [{"name": self.scoring.wu_score, "eval": self.evalset_spec("eval"),
+                   "settings": self.eval_settings(bleu, masking)},
+                  {"name": "perplexity", "eval": self.lm.evalset_spec("eval"),
+                   "settings": self.lm.eval_settings(bleu, masking)}]
         return {"k": [k for k in settings["k"] if k <= heads], "random_sets": settings["random_sets"],
                 "heads_from": self.retrieval_heads_source.name, "scores": scores,
                 "significance": self.config["significance"]}
 
+    @property
+    def retrieval_heads_masking(self):
+        """How Wu et al.'s experiment masks the K heads (both scores): models.<study>.masking over
+        retrieval_heads.masking (zero by default, as Wu et al. mask them)."""
+        return self.masking(self.config["retrieval_heads"].get("masking", "zero"))
+
     def retrieval_heads_inputs(self):
-        source = self.retrieval_heads_source
+        source, masking = self.retrieval_heads_source, self.retrieval_heads_masking
         return {"model": self.model_path, "eval": self.eval_data(["eval"]), "windows": self.lm.windows_dir,
-                "roles": f"{self.pipeline.results_dir}/{source.name}/head_roles.csv"}
+                "roles": f"{self.pipeline.results_dir}/{source.name}/head_roles.csv",
+                "masking": list(dict.fromkeys(self.masking_data(masking) + self.lm.masking_data(masking)))}
 
 
 class Dynamics:
@@ -953,6 +976,13 @@ class Pipeline:
                 raise ConfigError(f"config: experiments.retrieval_heads names '{study}', which is neither a retrieval "
                                   "study nor a task (a models entry of kind retrieval or lm_eval)")
             self.study(study).retrieval_heads_source  # noqa: B018 (a task's retrieval study is there)
+        for study in config["experiments"].get("concrete", []):
+            word = self.study(study).masking(config["concrete"].get("masking", "zero"))
+            if word in BINARY_WORDS:
+                key = f"models.{study}.masking" if "masking" in models.get(study, {}) else "concrete.masking"
+                raise ConfigError(f"config: {key} is {word}, which takes gates 0 or 1 only, and experiments.concrete "
+                                  f"names '{study}': Voita's Hard Concrete gates are real numbers in [0, 1] (zero, "
+                                  "mean, optimal or resample masking)")
         for study in config["experiments"].get("masking_modes", []):
             if "streaming" in config["masking_modes"]["modes"] and not self.study(study).scoring.language_model:
                 raise ConfigError(f"config: masking_modes.modes has streaming, which only decoder-only language models "

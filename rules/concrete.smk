@@ -16,6 +16,7 @@ rule concrete_gates:
         train=concrete_train_data,
         data=study_eval_data,
         importance=importance_table,
+        masking=asks("experiment_masking_data", "concrete"),
     output:
         row=f"{RESULTS}/{{study}}/concrete/{{penalty}}.csv",
         heads=f"{RESULTS}/{{study}}/concrete/{{penalty}}.heads.csv",

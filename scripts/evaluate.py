@@ -11,7 +11,7 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 
 import time
 
-from headprune.experiments.runs import EvalSettings, gates_without, parse_head_name, run_variants, score, scores_beside
+from headprune.experiments.runs import EvalSettings, gates_without, parse_head_name, scored_variants
 from headprune.models.loading import pick_device
 from headprune.workflow import load_evalset, load_study_model, logged, threads_for_torch, write_json
 
@@ -27,15 +27,16 @@ with logged(snakemake) as log:
     results = {head or "full": {} for head in variants}
     for role, evalset in evalsets.items():
         started = time.perf_counter()
-        all_outputs = run_variants(model, tokenizer, evalset, gates_list, settings)
+        # the score (averaged over resample draws, EvalSettings.draws) and the per-item outputs the tests compare
+        scored = scored_variants(model, tokenizer, evalset, gates_list, settings)
         log.info("eval time %.2f s: %d setting(s) on %s", time.perf_counter() - started, len(variants),
                  evaluation["roles"][role]["name"])
-        for head, outputs in zip(variants, all_outputs):
-            value = score(evalset, outputs, settings.bleu)
+        for head, result in zip(variants, scored):
+            draw_scores = result.pop("draw_scores")
             results[head or "full"][role] = {"testset": evaluation["roles"][role]["name"], "metric": evalset.metric,
-                                             "score": value, **scores_beside(evalset, outputs), "outputs": outputs}
+                                             **result, **({"draw_scores": draw_scores} if len(draw_scores) > 1 else {})}
             log.info("%s %s on %s (%s): %s = %.4f, %d items", study["name"], head or "full model",
-                     evaluation["roles"][role]["name"], role, evalset.metric, value, len(evalset))
+                     evaluation["roles"][role]["name"], role, evalset.metric, result["score"], len(evalset))
     if job:
         write_json(snakemake.output[0], {"study": study["name"], "heads": results})
     else:

@@ -1,5 +1,6 @@
-"""One study under one masking mode: every head switched off alone (paired test against the full model) and the
-importance-order pruning curve (headprune.experiments.masking_modes.mode_sweep); one row per head and per step."""
+"""One study under one masking mode: every head switched off alone (paired test against the full model), the
+importance-order pruning curve and, for a study of experiments.one_head_per_layer, each layer reduced to its best
+head (headprune.experiments.masking_modes.mode_sweep); one row per head, per step and per layer."""
 from headprune import warm
 
 warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
@@ -21,10 +22,12 @@ with logged(snakemake) as log:
     order = criterion_order("importance", pd.read_csv(snakemake.input.importance), all_heads(model),
                             estimator=p["importance"]["estimator"], normalize=p["importance"]["normalize"])
     test = p["significance"]
+    one_head = (load_evalset(p["one_head"]["selection"]), load_evalset(p["one_head"]["test"])) \
+        if "one_head" in p else None  # a study of experiments.one_head_per_layer: C2 under the mode
     table = mode_sweep(model, tokenizer, evalset, settings, order, mode=p["mode"], study=study["name"],
                        step_percent=p["step_percent"], resamples=test["resamples"], seed=test["seed"],
-                       alpha=test["alpha"])
+                       alpha=test["alpha"], one_head=one_head)
     atomic.write_csv(table, snakemake.output[0], index=False)
-    heads = table[table["experiment"] == "single head"]
-    log.info("%s under %s masking: %d of %d heads significant", study["name"], p["mode"],
-             int(heads["significant"].sum()), len(heads))
+    for experiment, rows in table[table["experiment"] != "pruning"].groupby("experiment", sort=False):
+        log.info("%s under %s masking, %s: %d of %d significant", study["name"], p["mode"], experiment,
+                 int(rows["significant"].astype(bool).sum()), len(rows))

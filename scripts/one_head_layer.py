@@ -11,7 +11,7 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 import time
 
 from headprune.experiments.metrics import better_sign
-from headprune.experiments.runs import EvalSettings, gates_keeping_one, run_variants, score
+from headprune.experiments.runs import EvalSettings, gates_keeping_one, scored_variants
 from headprune.models.loading import pick_device
 from headprune.workflow import load_evalset, load_study_model, logged, threads_for_torch, write_json
 
@@ -26,10 +26,10 @@ with logged(snakemake) as log:
     keeping = {(attn_type, layer): [gates_keeping_one(model, attn_type, layer, head) for head in range(study["heads"])]
                for attn_type, layer in layers}
     started = time.perf_counter()
-    outputs = run_variants(model, tokenizer, selection, [g for gates in keeping.values() for g in gates], settings)
-    log.info("eval time %.2f s: %d settings on the selection set", time.perf_counter() - started, len(outputs))
-    selection_scores = {key: [score(selection, outputs.pop(0), settings.bleu) for _ in gates]
-                        for key, gates in keeping.items()}
+    # scores averaged over resample draws (EvalSettings.draws); the test set's per-item outputs are the first draw's
+    scored = scored_variants(model, tokenizer, selection, [g for gates in keeping.values() for g in gates], settings)
+    log.info("eval time %.2f s: %d settings on the selection set", time.perf_counter() - started, len(scored))
+    selection_scores = {key: [scored.pop(0)["score"] for _ in gates] for key, gates in keeping.items()}
     sign = better_sign(selection.metric)  # the best head: the highest BLEU or accuracy, the lowest perplexity
     best = {key: max(range(len(values)), key=lambda head: sign * values[head]) for key, values in selection_scores.items()}
     for (attn_type, layer), values in selection_scores.items():
@@ -37,10 +37,10 @@ with logged(snakemake) as log:
             log.info("%s %s layer %d, only head %d: %s = %.4f on the selection set", study["name"], attn_type, layer,
                      head, selection.metric, value)
     started = time.perf_counter()
-    test_outputs = run_variants(model, tokenizer, test, [keeping[key][best[key]] for key in keeping], settings)
-    log.info("eval time %.2f s: %d best heads on the test set", time.perf_counter() - started, len(test_outputs))
+    tested = scored_variants(model, tokenizer, test, [keeping[key][best[key]] for key in keeping], settings)
+    log.info("eval time %.2f s: %d best heads on the test set", time.perf_counter() - started, len(tested))
     write_json(snakemake.output[0], {"study": study["name"], "layers": [
         {"attn_type": attn_type, "layer": layer, "metric": test.metric,
          "selection_scores": selection_scores[attn_type, layer], "best_head": best[attn_type, layer],
-         "score": score(test, outputs_of_layer, settings.bleu), "outputs": outputs_of_layer}
-        for (attn_type, layer), outputs_of_layer in zip(keeping, test_outputs)]})
+         "score": result["score"], "outputs": result["outputs"]}
+        for (attn_type, layer), result in zip(keeping, tested)]})

@@ -2,7 +2,9 @@
 that finds them) and, against them, K random heads (several seeded sets) for each K; the study's own score
 (retrieval accuracy, or a task's metric: do the retrieval heads matter for it?) and its language model's
 perplexity for every setting, each with a paired bootstrap test against the full model. One row per (K,
-selection, set); columns <score>, <score>_full, p_<score>, significant_<score> per score."""
+selection, set); columns <score>, <score>_full, p_<score>, significant_<score> per score. The heads are masked as
+models.<study>.masking or retrieval_heads.masking says (zero by default, as Wu et al. mask them); under resample
+masking each score is averaged over constants.resample.draws and tested on the first draw."""
 from headprune import warm
 
 warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
@@ -13,7 +15,7 @@ import time
 import pandas as pd
 
 from headprune.experiments.runs import (EvalSettings, all_heads, compare_to_full, gates_without, head_name,
-                                        run_variants, score)
+                                        scored_variants)
 from headprune.io import atomic
 from headprune.models.loading import pick_device
 from headprune.workflow import load_evalset, load_study_model, logged, threads_for_torch
@@ -37,16 +39,15 @@ with logged(snakemake) as log:
         name = entry["name"]
         evalset, eval_settings = load_evalset(entry["eval"]), EvalSettings(**entry["settings"])
         started = time.perf_counter()
-        outputs = run_variants(model, tokenizer, evalset, gates, eval_settings)
-        log.info("%s: %d settings on %d items in %.2f s", name, len(gates), len(evalset), time.perf_counter() - started)
-        full = {"outputs": outputs[0], "score": score(evalset, outputs[0])}
+        scored = scored_variants(model, tokenizer, evalset, gates, eval_settings)
+        log.info("%s: %d settings on %d items in %.2f s under %s masking", name, len(gates), len(evalset),
+                 time.perf_counter() - started, eval_settings.masking)
         test = {key: p["significance"][key] for key in ("resamples", "seed", "alpha")}
-        results[name] = ([compare_to_full(evalset, full, {"outputs": out, "score": score(evalset, out)}, **test)
-                          for out in outputs], evalset.metric)
+        results[name] = ([compare_to_full(evalset, scored[0], result, **test) for result in scored], evalset.metric)
     rows = []
     for i, (selection, k, seed, masked) in enumerate(settings[1:], start=1):
         row = {"study": study["name"], "k": k, "selection": selection, "seed": seed,
-               "heads": " ".join(head_name(h) for h in masked)}
+               "heads": " ".join(head_name(h) for h in masked), "masking": p["scores"][0]["settings"]["masking"]}
         for name, (compared, metric) in results.items():
             c = compared[i]
             row.update({name: c["score"], f"{name}_full": c["score_full"], f"p_{name}": c["p_bootstrap"],

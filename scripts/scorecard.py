@@ -1,7 +1,7 @@
 """The scorecard of the paper's claims (headprune.experiments.scorecard) from this run's CSVs.
 
 input: ablation, one_head, pruning, attention_types, dynamics, speed, and beyond the paper roles and
-retrieval_heads (Wu et al.'s experiment) and masking_modes (C1 and C3 under each mode): the CSVs of each experiment the config runs (a list, empty when it runs none); params.epochs: the checkpoint epoch of each dynamics
+retrieval_heads (Wu et al.'s experiment) and masking_modes (C1-C3 under each mode): the CSVs of each experiment the config runs (a list, empty when it runs none); params.epochs: the checkpoint epoch of each dynamics
 table; params.paper_models; output.csv, output.md."""
 from headprune import warm
 
@@ -32,10 +32,11 @@ def stacked(paths, epochs=None):
 with logged(snakemake) as log:
     tables = {name: stacked(list(snakemake.input.get(name, [])), snakemake.params.epochs if name == "dynamics" else None)
               for name in EXPERIMENTS}
-    # C1 and C3 under each masking mode of experiments.masking_modes: a study per mode, "<study> (<mode> masking)"
-    modes_ablation, modes_pruning = as_scorecard_tables(tables.pop("masking_modes"))
+    # C1, C2 and C3 under each masking mode of experiments.masking_modes: a study per mode, "<study> (<mode> masking)"
+    modes_ablation, modes_pruning, modes_one_head = as_scorecard_tables(tables.pop("masking_modes"))
     card = scorecard.scorecard(**tables, paper_models=dict(snakemake.params.paper_models),
-                               modes_ablation=modes_ablation, modes_pruning=modes_pruning)
+                               modes_ablation=modes_ablation, modes_pruning=modes_pruning,
+                               modes_one_head=modes_one_head)
     atomic.write_csv(card, snakemake.output.csv, index=False)
     atomic.write_text(snakemake.output.md, scorecard.markdown(card))
     for r in card.itertuples():

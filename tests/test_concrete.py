@@ -260,3 +260,65 @@ def test_the_task_loss_is_a_mean_per_example_or_per_target_token(family):
     else:
         real = int((batch["labels"] != model.config.pad_token_id).sum())
         assert loss_terms(adapter, batch) == real == adapter.num_tokens(batch)
+
+
+# --- the gates under a masking mode that keeps a constant (issue #32) ------------------------------------------
+
+
+def hand_interpolated_loss(model, batch, gates, constants):
+    """The task loss per example with each BERT head's output o_h replaced by g o_h + (1 - g) c_h, put in by a hook
+    on each layer's output projection written here (not headprune's): the reference for mean-masked gates."""
+    handles = []
+    for layer, block in enumerate(model.bert.encoder.layer):
+        gate = gates["enc_self"][layer].detach()
+        c = torch.stack([constants.head("enc_self", layer, h) for h in range(len(gate))])  # (heads, head_dim)
+
+        def hook(module, args, gate=gate, c=c):
+            o = args[0].unflatten(-1, c.shape)
+            return ((gate[:, None] * o + (1 - gate[:, None]) * c).flatten(-2),)
+        handles.append(block.attention.output.dense.register_forward_pre_hook(hook))
+    try:
+        with torch.no_grad():
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                           token_type_ids=batch["token_type_ids"]).logits
+    finally:
+        for handle in handles:
+            handle.remove()
+    return float(torch.nn.functional.cross_entropy(logits, batch["labels"], reduction="sum")) / len(batch["labels"])
+
+
+def test_gates_under_mean_masking_interpolate_to_the_heads_mean_and_learn():
+    from headprune.models.masking import Mean, Streaming, Uniform
+    from headprune.scoring.constants import mean_constants
+
+    model, batches = self_labelled_bert()
+    constants = mean_constants(model, [bert_batch(seed=s) for s in (7, 8)], progress=False)
+    mean = Mean(constants)
+    # every gate sampled exactly 0 (log_a = -30): the first step's loss is the model with every head at its mean
+    _, log = train_gates(model, batches, penalty=0.0, steps=1, lr=0.1, init_log_a=-30.0, masking=mean, progress=False)
+    zero_gates = {"enc_self": torch.zeros(2, 4)}
+    assert log["task_loss"].iloc[0] == pytest.approx(hand_interpolated_loss(model, batches[0], zero_gates, constants),
+                                                     rel=1e-5)
+    with torch.no_grad(), gated(model, zero_gates, masking=mean):  # = headprune's Mean-masked model
+        logits = adapter_for(model).loss_and_outputs(model, batches[0])[1].logits
+    assert log["task_loss"].iloc[0] == pytest.approx(
+        float(torch.nn.functional.cross_entropy(logits, batches[0]["labels"])), rel=1e-5)
+    # zeroed instead, the loss differs: the mode reached the training
+    _, zeroed = train_gates(model, batches, penalty=0.0, steps=1, lr=0.1, init_log_a=-30.0, progress=False)
+    assert zeroed["task_loss"].iloc[0] != pytest.approx(log["task_loss"].iloc[0], rel=1e-3)
+    # half-open gates at a high temperature: the first sample (the same generator and seed as train_gates) has most
+    # gates strictly inside (0, 1), and the first step's loss is the interpolation by hand
+    sample = HardConcreteGates.for_model(model, temperature=2.0, init_log_a=0.0, seed=3).sample(
+        torch.Generator().manual_seed(3))
+    inside = sample["enc_self"][(sample["enc_self"] > 0) & (sample["enc_self"] < 1)]
+    assert inside.numel() >= 4
+    gates, log = train_gates(model, batches, penalty=0.0, steps=40, lr=0.2, init_log_a=0.0, seed=3, masking=mean,
+                             temperature=2.0, progress=False)
+    assert log["task_loss"].iloc[0] == pytest.approx(hand_interpolated_loss(model, batches[0], sample, constants),
+                                                     rel=1e-5)
+    # and the gates learn: the task loss falls as they open
+    assert log["task_loss"].tail(6).mean() < 0.9 * log["task_loss"].head(6).mean()
+    assert float(gates.p_open()["enc_self"].detach().mean()) > 0.6
+    for binary in (Uniform(), Streaming(4, 16)):
+        with pytest.raises(ValueError, match=f"{binary.word} masking takes gates 0 or 1 only"):
+            train_gates(model, batches, penalty=0.0, steps=1, lr=0.1, masking=binary, progress=False)

@@ -84,18 +84,122 @@ def test_a_mode_that_needs_data_says_which_file(llama, data):
     assert not replays_head_outputs(Uniform())
 
 
+# --- resample's draws: K masking objects, every experiment's score their mean ------------------------------------
+
+def ppl_alone(model, batches, gates, masking):
+    """Perplexity of the setting alone under gated(), by hand: exp(summed NLL / tokens)."""
+    import math
+
+    nll = nll_alone(model, batches, gates, masking)
+    return math.exp(sum(s for s, _ in nll) / sum(n for _, n in nll))
+
+
+def test_resample_draws_average_every_experiments_score_and_test_the_first_draw(llama, data):
+    from headprune.experiments.runs import EvalSet, draw_settings, scored_variants
+    from headprune.experiments.sweeps import pruning_tables, single_head_sweep
+    from headprune.models.head_constants import ResamplePool
+
+    chunks = windows(4)
+    evalset = EvalSet("language_modeling", chunks, chunks, "perplexity")
+    pool_file = str(data / "resample.safetensors")
+    settings = EvalSettings(masking="resample", pool=pool_file, resample_seed=3, draws=2, batch_size=4, progress=False)
+    assert [(s.draw, s.draws) for s in draw_settings(settings)] == [(0, 1), (1, 1)]
+    pool = ResamplePool.load(pool_file)
+    batches = window_batches(chunks, 4)
+    off = [("dec_self", 1, 4), ("dec_self", 2, 0)]
+    gates_list = [None, gates_without(llama, off[:1]), gates_without(llama, off)]
+    by_hand = [[ppl_alone(llama, batches, gates, Resample(pool, 3, draw)) for draw in (0, 1)] for gates in gates_list]
+    assert by_hand[1][0] != pytest.approx(by_hand[1][1], rel=1e-4)  # the two draws differ: the mean is not one of them
+    scored = scored_variants(llama, None, evalset, gates_list, settings)
+    for gates, result, (first, second) in zip(gates_list, scored, by_hand):
+        assert result["draw_scores"] == pytest.approx([first, second], rel=1e-5)
+        assert result["score"] == pytest.approx((first + second) / 2, rel=1e-5)
+        # the paired tests compare the first draw's per-item outputs
+        assert [s for s, _ in result["outputs"]] == pytest.approx(
+            [s for s, _ in nll_alone(llama, batches, gates, Resample(pool, 3, 0))], rel=1e-5)
+    # one draw: the first draw's score, as before
+    single = scored_variants(llama, None, evalset, gates_list, EvalSettings(masking="resample", pool=pool_file,
+                                                                          resample_seed=3, batch_size=4, progress=False))
+    assert [r["score"] for r in single] == pytest.approx([first for first, _ in by_hand], rel=1e-5)
+    # the experiments reach it: single-head ablation (delta from the mean) and a pruning curve
+    table = single_head_sweep(llama, None, evalset, settings, heads=off[:1], resamples=50)
+    assert table["score"].iloc[0] == pytest.approx(sum(by_hand[1]) / 2, rel=1e-5)
+    assert table["delta"].iloc[0] == pytest.approx(sum(by_hand[1]) / 2 - sum(by_hand[0]) / 2, rel=1e-4)
+    curve, _ = pruning_tables(llama, None, evalset, {"order": off}, step_percent=50, settings=settings)
+    assert curve["score"].tolist() == pytest.approx([sum(pair) / 2 for pair in by_hand], rel=1e-5)
+    with pytest.raises(ValueError, match="draws must be an int >= 1"):
+        EvalSettings(draws=0)
+
+
+def test_a_configs_resample_draws_reach_the_experiments_settings_not_the_donors_job():
+    import yaml
+
+    pipeline = demo_pipeline(tiny_llama="resample")
+    lm = pipeline.study("tiny_llama")
+    assert "draws" not in lm.ablation_eval_params(lm.ablation_jobs[0])["settings"]  # one draw: settings as they were
+    root = __import__("pathlib").Path(__file__).resolve().parents[1]
+    config = yaml.safe_load((root / "demo/config.yaml").read_text())
+    config["models"]["tiny_llama"]["masking"] = "resample"
+    config["constants"]["resample"] = {"draws": 3}
+    pipeline = validated_pipeline(config)
+    lm = pipeline.study("tiny_llama")
+    for settings in (lm.ablation_eval_params(lm.ablation_jobs[0])["settings"], lm.pruning_params("importance")["settings"],
+                     lm.one_head_params(lm.one_head_jobs[0])["settings"], lm.masking_mode_params("resample")["settings"]):
+        assert settings["draws"] == 3 and EvalSettings(**settings).draws == 3
+    assert lm.head_constants_params("resample") == {"mode": "resample", "items": 64, "seed": 0}
+
+
+def test_the_mode_sweep_reduces_each_layer_to_its_best_head_under_the_mode(llama, data):
+    """C2 per mode: each layer keeps one head (the others at their mean), the best on the selection set by hand,
+    scored on the test set by hand against the full model."""
+    from headprune.experiments.masking_modes import ONE_HEAD, mode_sweep
+    from headprune.experiments.runs import EvalSet, all_heads, gates_keeping_one
+    from headprune.models.head_constants import HeadConstants
+
+    selection, test = (EvalSet("language_modeling", chunks, chunks, "perplexity") for chunks in (windows(5), windows(6)))
+    settings = EvalSettings(masking="mean", constants=str(data / "mean.safetensors"), batch_size=3, progress=False)
+    mean = Mean(HeadConstants.load(data / "mean.safetensors"))
+    table = mode_sweep(llama, None, test, settings, all_heads(llama), mode="mean", study="lm", step_percent=50,
+                       resamples=50, seed=0, alpha=0.01, one_head=(selection, test))
+    layers = table[table["experiment"] == ONE_HEAD].reset_index(drop=True)
+    assert len(layers) == 3 and set(table["experiment"]) == {"single head", "pruning", ONE_HEAD}
+    selection_batches, test_batches = window_batches(selection.sources, 3), window_batches(test.sources, 3)
+    full = ppl_alone(llama, test_batches, None, mean)
+    bests = []
+    for layer, row in layers.iterrows():
+        by_head = [ppl_alone(llama, selection_batches, gates_keeping_one(llama, "dec_self", layer, h), mean)
+                   for h in range(6)]
+        best = min(range(6), key=lambda h: by_head[h])  # perplexity: the lowest
+        kept = ppl_alone(llama, test_batches, gates_keeping_one(llama, "dec_self", layer, best), mean)
+        assert (row["attn_type"], row["layer"], row["head"]) == ("dec_self", layer, best)
+        assert row["score_full"] == pytest.approx(full, rel=1e-5) and row["score"] == pytest.approx(kept, rel=1e-5)
+        assert row["delta"] == pytest.approx(kept - full, rel=1e-4, abs=1e-6)
+        assert 0 <= row["p_bootstrap"] <= 1
+        bests.append(best)
+    # under zeroing the other heads, a layer's change is another number: the mode reached the experiment
+    zeroed = mode_sweep(llama, None, test, EvalSettings(batch_size=3, progress=False), all_heads(llama), mode="zero",
+                        study="lm", step_percent=50, resamples=50, seed=0, alpha=0.01, one_head=(selection, test))
+    assert zeroed[zeroed["experiment"] == ONE_HEAD]["score"].tolist() != pytest.approx(layers["score"].tolist(), rel=1e-3)
+
+
 # --- the pipeline: a study's masking word, its data job, the jobs that read it ---------------------------------
 
 def demo_pipeline(**maskings):
     import yaml
-    from snakemake.utils import validate
-
-    from headprune.studies import Pipeline
 
     root = __import__("pathlib").Path(__file__).resolve().parents[1]
     config = yaml.safe_load((root / "demo/config.yaml").read_text())
     for study, word in maskings.items():
         config["models"][study]["masking"] = word
+    return validated_pipeline(config)
+
+
+def validated_pipeline(config):
+    from snakemake.utils import validate
+
+    from headprune.studies import Pipeline
+
+    root = __import__("pathlib").Path(__file__).resolve().parents[1]
     validate(config, str(root / "rules/schemas/config.schema.yaml"))
     return Pipeline(config)
 
@@ -149,6 +253,70 @@ def test_pruning_by_a_constant_ranks_heads_by_the_change_to_it():
     assert pipeline.study("mnli").importance_settings() == {"estimator": "token", "normalize": True}
 
 
+def demo_config():
+    import yaml
+
+    root = __import__("pathlib").Path(__file__).resolve().parents[1]
+    return yaml.safe_load((root / "demo/config.yaml").read_text())
+
+
+def test_voitas_gates_take_the_studys_masking_and_refuse_the_0_1_modes():
+    from headprune.studies import ConfigError
+
+    results = demo_pipeline().results_dir
+    config = demo_config()
+    assert validated_pipeline(config).study("mnli").concrete_params(0.05)["settings"]["masking"] == "zero"  # as before
+    config["concrete"]["masking"] = "mean"
+    pipeline = validated_pipeline(config)
+    settings = pipeline.study("demo_en_fr").concrete_params(0.05)["settings"]
+    assert settings["masking"] == "mean"
+    assert settings["constants"] == f"{results}/demo_en_fr/head_constants/mean.safetensors"
+    assert pipeline.study("demo_en_fr").experiment_masking_data("concrete") == [settings["constants"]]
+    for key, change in (("concrete.masking", lambda c: c["concrete"].update(masking="uniform")),
+                        ("models.tiny_llama.masking", lambda c: (c["experiments"]["concrete"].append("tiny_llama"),
+                                                                 c["models"]["tiny_llama"].update(masking="streaming")))):
+        config = demo_config()
+        change(config)
+        with pytest.raises(ConfigError, match=rf"config: {key} is \w+, which takes gates 0 or 1 only, and "
+                                              "experiments.concrete names"):
+            validated_pipeline(config)
+
+
+def test_wu_et_als_experiment_masks_as_the_config_says():
+    config = demo_config()
+    niah = validated_pipeline(config).study("tiny_llama_niah")
+    params = niah.retrieval_heads_params()
+    assert [score["settings"]["masking"] for score in params["scores"]] == ["zero", "zero"]  # Wu et al.'s, as before
+    assert niah.retrieval_heads_inputs()["masking"] == []
+    config["retrieval_heads"]["masking"] = "resample"
+    config["constants"]["resample"] = {"draws": 2}
+    pipeline = validated_pipeline(config)
+    for name in ("tiny_llama_niah", "tiny_llama_passkey"):
+        study = pipeline.study(name)
+        for score in study.retrieval_heads_params()["scores"]:
+            assert score["settings"]["masking"] == "resample" and score["settings"]["draws"] == 2
+            assert score["settings"]["pool"] in study.retrieval_heads_inputs()["masking"]
+    pool = f"{pipeline.results_dir}/tiny_llama/head_constants/resample.safetensors"
+    assert pipeline.study("tiny_llama_niah").retrieval_heads_inputs()["masking"] == [pool]
+    # a study's own masking comes first, as in its ablation and pruning
+    config["models"]["tiny_llama_niah"]["masking"] = "mean"
+    niah = validated_pipeline(config).study("tiny_llama_niah")
+    assert [score["settings"]["masking"] for score in niah.retrieval_heads_params()["scores"]] == ["mean", "mean"]
+    assert niah.retrieval_heads_inputs()["masking"] == [f"{pipeline.results_dir}/tiny_llama/head_constants/mean.safetensors"]
+
+
+def test_a_mode_sweep_of_a_study_in_one_head_per_layer_reads_its_selection_and_test_sets():
+    pipeline = demo_pipeline()
+    lm = pipeline.study("tiny_llama")
+    params = lm.masking_mode_params("mean")
+    assert params["one_head"] == {"selection": lm.evalset_spec("selection"), "test": lm.evalset_spec("test")}
+    assert set(lm.eval_data(["eval", "selection", "test"])) <= set(lm.masking_mode_inputs("mean")["data"])
+    config = demo_config()
+    config["experiments"]["one_head_per_layer"].remove("tiny_llama")
+    lm = validated_pipeline(config).study("tiny_llama")
+    assert "one_head" not in lm.masking_mode_params("mean") and lm.masking_mode_roles == ["eval"]
+
+
 # --- the comparison of modes ------------------------------------------------------------------------------------
 
 def mode_runs(mode, deltas, curve, significant, full=10.0, study="lm"):
@@ -181,7 +349,8 @@ def test_the_modes_side_by_side_count_heads_prunable_share_and_rank_agreement():
     figure = build_modes_figure(runs, summary)
     assert [line.get_label() for line in figure.axes[1].get_lines()] == ["zero", "mean"]
     # the scorecard judges C1 and C3 under each mode, a study per mode
-    ablation, pruning = as_scorecard_tables(runs)
+    ablation, pruning, one_head = as_scorecard_tables(runs)
+    assert one_head.empty  # no one-head-per-layer rows: C2 is not judged per mode
     card = scorecard.scorecard(pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(),
                                pd.DataFrame(), paper_models={}, modes_ablation=ablation, modes_pruning=pruning)
     c1 = card[card["claim"] == "C1"].set_index("study")["this_run"]

@@ -75,6 +75,41 @@ def test_c2_most_layers_losing_is_not_reproduced_and_empty_is_not_run():
     assert [r["verdict"] for r in sc.c2_one_head_per_layer(EMPTY, MODELS)] == [NOT_RUN]
 
 
+def test_c2_is_judged_under_each_masking_mode_as_a_study_of_its_own():
+    """experiments.masking_modes's one-head-per-layer rows (a study in experiments.one_head_per_layer): C2 per mode,
+    after the config's own studies, from the same rows as Tables 2-3 would give."""
+    from headprune.experiments.masking_modes import ONE_HEAD, as_scorecard_tables
+
+    def runs(mode, deltas, significant):
+        layers = pd.DataFrame({"study": "lm", "mode": mode, "experiment": ONE_HEAD, "attn_type": "dec_self",
+                               "layer": range(len(deltas)), "head": 1, "metric": "perplexity", "score_full": 10.0,
+                               "score": [10.0 + d for d in deltas], "delta": deltas, "p_bootstrap": 0.0,
+                               "significant": significant})
+        head = layers.iloc[:1].assign(experiment="single head", layer=0, head=0)  # not C2's rows, nor the step
+        step = pd.DataFrame({"study": "lm", "mode": mode, "experiment": "pruning", "step": [0], "percent_pruned": 0.0,
+                             "heads_pruned": 0, "metric": "perplexity", "score": 10.0})
+        return pd.concat([layers, head, step], ignore_index=True)
+
+    # zeroed: 3 of 4 layers lose significantly (perplexity up); under mean 1 of 4 does, one gains (a fall: no loss)
+    modes = pd.concat([runs("zero", [2.0, 0.5, 3.0, 0.1], [True, True, True, False]),
+                       runs("mean", [-0.4, 0.2, 1.5, 0.05], [True, False, True, False])], ignore_index=True)
+    ablation, pruning, layers = as_scorecard_tables(modes)
+    assert len(layers) == 8 and set(layers["study"]) == {"lm (zero masking)", "lm (mean masking)"}
+    card = sc.scorecard(EMPTY, one_head("wmt", [-13.56, -1.55, 0.24, 0.1], [True, True, True, False]), EMPTY, EMPTY,
+                        EMPTY, EMPTY, paper_models=MODELS, modes_ablation=ablation, modes_pruning=pruning,
+                        modes_one_head=layers)
+    c2 = card[card["claim"] == "C2"].set_index("study")
+    assert list(c2.index) == ["wmt", "lm (zero masking)", "lm (mean masking)"]
+    assert c2.loc["lm (zero masking)", "this_run"] == \
+        "1/4 (25%) layers no significant loss; worst Dec-Dec layer 3 +3.00 PPL (significant)"
+    assert c2.loc["lm (zero masking)", "verdict"] == NOT_REPRODUCED
+    assert c2.loc["lm (mean masking)", "this_run"].startswith("3/4 (75%) layers no significant loss; worst Dec-Dec "
+                                                                "layer 3 +1.50 PPL (significant)")
+    assert c2.loc["lm (mean masking)", "verdict"] == REPRODUCED
+    # without one-head rows (a study not in experiments.one_head_per_layer) C2 has no row per mode
+    assert as_scorecard_tables(modes[modes["experiment"] != ONE_HEAD])[2].empty
+
+
 # --- C3: pruning curves --------------------------------------------------------------------------
 
 

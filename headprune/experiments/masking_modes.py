@@ -20,20 +20,28 @@ from headprune.experiments.metrics import better_sign
 HEAD_COLUMNS = ["study", "mode", "experiment", "attn_type", "layer", "head", "metric", "score_full", "score", "delta",
                 "p_bootstrap", "significant"]
 STEP_COLUMNS = ["study", "mode", "experiment", "step", "percent_pruned", "heads_pruned", "metric", "score"]
+ONE_HEAD = "one head per layer"  # the experiment of the rows of one_head_per_layer (C2), with the study in it
 
 
 def mode_sweep(model, tokenizer, evalset, settings, order: list, *, mode: str, study: str, step_percent: float,
-               resamples: int, seed: int, alpha: float) -> pd.DataFrame:
+               resamples: int, seed: int, alpha: float, one_head: tuple | None = None) -> pd.DataFrame:
     """The single-head ablation and the pruning curve of ``order`` (first pruned first) under ``settings``'s
-    masking: rows of experiment "single head" (one per head) and "pruning" (one per step)."""
-    from headprune.experiments.sweeps import pruning_curve, single_head_sweep
+    masking: rows of experiment "single head" (one per head) and "pruning" (one per step); with ``one_head``
+    (selection set, test set) also "one head per layer" (one per layer: its best head on the selection set, its
+    change on the test set; ``head`` is that head)."""
+    from headprune.experiments.sweeps import one_head_per_layer, pruning_curve, single_head_sweep
 
     heads = single_head_sweep(model, tokenizer, evalset, settings, resamples=resamples, seed=seed, alpha=alpha,
                               study=study)
     heads = heads.assign(mode=mode, experiment="single head")[HEAD_COLUMNS]
     curve = pruning_curve(model, tokenizer, evalset, order, step_percent, settings, name="importance", study=study)
     curve = curve.assign(mode=mode, experiment="pruning")[STEP_COLUMNS]
-    return pd.concat([heads, curve], ignore_index=True)
+    tables = [heads, curve]
+    if one_head is not None:
+        layers = one_head_per_layer(model, tokenizer, *one_head, settings, resamples=resamples, seed=seed, alpha=alpha,
+                                    study=study)
+        tables.append(layers.rename(columns={"best_head": "head"}).assign(mode=mode, experiment=ONE_HEAD)[HEAD_COLUMNS])
+    return pd.concat(tables, ignore_index=True)
 
 
 def compare_modes(runs: pd.DataFrame, within: float = 1.0) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -89,14 +97,18 @@ def build_modes_figure(runs: pd.DataFrame, summary: pd.DataFrame, style: dict | 
     return figure
 
 
-def as_scorecard_tables(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(ablation, pruning) tables of the mode sweeps in the scorecard's columns, a study per mode named
-    '<study> (<mode> masking)', so that C1 and C3 are judged under each mode."""
+def as_scorecard_tables(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(ablation, pruning, one head per layer) tables of the mode sweeps in the scorecard's columns, a study per
+    mode named '<study> (<mode> masking)', so that C1, C3 and (for a study in experiments.one_head_per_layer) C2
+    are judged under each mode."""
     if runs.empty:
-        return pd.DataFrame(), pd.DataFrame()
+        return pd.DataFrame(), pd.DataFrame(), pd.DataFrame()
     runs = runs.reset_index(drop=True)
     label = runs["study"] + " (" + runs["mode"] + " masking)"
-    heads = runs[runs["experiment"] == "single head"].assign(study=label)
-    steps = runs[runs["experiment"] == "pruning"].assign(study=label, order="importance", scope="all")
+    runs = runs.assign(study=label)
+    heads = runs[runs["experiment"] == "single head"]
+    steps = runs[runs["experiment"] == "pruning"].assign(order="importance", scope="all")
+    layers = runs[runs["experiment"] == ONE_HEAD]
     return heads[["study", "attn_type", "layer", "head", "metric", "delta", "significant"]], \
-        steps[["study", "order", "scope", "step", "percent_pruned", "heads_pruned", "score", "metric"]]
+        steps[["study", "order", "scope", "step", "percent_pruned", "heads_pruned", "score", "metric"]], \
+        layers[["study", "attn_type", "layer", "metric", "delta", "significant"]]

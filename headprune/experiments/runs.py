@@ -11,6 +11,7 @@ them for several gate settings in one pass.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import random
 from collections.abc import Iterable
@@ -120,14 +121,16 @@ class EvalSettings:
     # paper's xi_h = 0), "uniform" makes its attention uniform over the keys it may attend to, "streaming" lets
     # it attend only to the first `sink` and the last `recent` tokens (DuoAttention's streaming heads), "mean"
     # and "optimal" put a constant in its output's place (`constants`: the study's file of them), "resample"
-    # its output at a token of another item (`pool`: the study's donors; `resample_seed`, `draw`).
+    # its output at a token of another item (`pool`: the study's donors; `resample_seed`, `draw`; `draws`: how many
+    # draws, draw .. draw + draws - 1, each a masking of its own, whose scores ``scored_variants`` averages).
     masking: str = "zero"
     sink: int = 4  # streaming only
     recent: int = 64  # streaming only
     constants: str | None = None  # mean and optimal only: a HeadConstants file (safetensors)
     pool: str | None = None  # resample only: a ResamplePool file (safetensors)
     resample_seed: int = 0  # resample only
-    draw: int = 0  # resample only
+    draw: int = 0  # resample only: the (first) draw of donors
+    draws: int = 1  # resample only: draws averaged (scored_variants)
     max_new_tokens: int = 32  # retrieval: the longest answer generated (greedy)
 
     def __post_init__(self):
@@ -139,6 +142,8 @@ class EvalSettings:
                 value = getattr(self, name)
                 if isinstance(value, bool) or not isinstance(value, int) or value < least:
                     raise ValueError(f"{name} must be an int >= {least} for streaming masking, got {value!r}")
+        if isinstance(self.draws, bool) or not isinstance(self.draws, int) or self.draws < 1:
+            raise ValueError(f"draws must be an int >= 1 (resample draws averaged), got {self.draws!r}")
         needed = DATA_FILE.get(self.masking)
         if needed and not getattr(self, needed):
             raise ValueError(f"{self.masking} masking needs its {needed} file ({needed}=...)")
@@ -156,13 +161,81 @@ class EvalSettings:
 def _masking(word, sink, recent, constants, pool, seed, draw):
     from headprune.models.masking import masking_for
 
+    needed = DATA_FILE.get(word)  # only the file the mode reads
+    constants = _read(needed, constants) if needed == "constants" else None
+    pool = _read(needed, pool) if needed == "pool" else None
     return masking_for(word, sink=sink, recent=recent, constants=constants, pool=pool, seed=seed, draw=draw)
+
+
+@functools.lru_cache(maxsize=4)
+def _read(kind, path):
+    """A file of constants or donors, read once per process (each resample draw is a masking of its own)."""
+    from headprune.models.head_constants import HeadConstants, ResamplePool
+
+    return (HeadConstants if kind == "constants" else ResamplePool).load(path)
 
 
 def run_variants(model, tokenizer, evalset: EvalSet, gates_list: list,
                  settings: EvalSettings = EvalSettings()) -> list[list]:
     """Per-item outputs of the model under each gate setting (None: all heads on), in one pass over the set."""
     return kind_of(evalset.kind).run_variants(model, tokenizer, evalset, gates_list, settings)
+
+
+def draw_settings(settings: EvalSettings) -> list[EvalSettings]:
+    """The settings of each resample draw whose scores are averaged: ``settings`` itself, and under resample
+    masking with ``draws`` K > 1 the same with ``draw`` = d, d + 1, ..., d + K - 1 (d = settings.draw).
+
+    >>> [s.draw for s in draw_settings(EvalSettings(masking="resample", pool="p.safetensors", draws=3))]
+    [0, 1, 2]
+    """
+    if settings.masking != "resample" or settings.draws == 1:
+        return [settings]
+    return [dataclasses.replace(settings, draw=settings.draw + k, draws=1) for k in range(settings.draws)]
+
+
+def switches_nothing_off(gates) -> bool:
+    """True for gates under which every mode gives the full model: None, or every gate 1."""
+    if gates is None:
+        return True
+    import torch
+
+    return all(bool((torch.as_tensor(gate).detach() == 1).all()) for gate in gates.values())
+
+
+def scored_variants(model, tokenizer, evalset: EvalSet, gates_list: list,
+                    settings: EvalSettings = EvalSettings()) -> list[dict]:
+    """Each gate setting evaluated and scored, as every experiment scores its settings: per setting "score",
+    "outputs" (per item, what the paired tests compare), "draw_scores" and ``scores_beside``'s scores.
+
+    The one place where several resample draws (``EvalSettings.draws`` K > 1, ``draw_settings``) are run and
+    averaged: every setting is evaluated under each draw's masking (a setting that switches nothing off once:
+    it is the full model under every draw), "score" and the scores beside it are the mean over the K draws,
+    "draw_scores" each draw's score, and "outputs" the FIRST draw's per-item outputs, so a paired test of a
+    setting against the full model is the test of one draw (K draws of the same items are not K times the
+    items; docs/method.md). With one draw (every other mode) "score" is ``score`` of the outputs.
+
+    >>> full, = scored_variants(model, tokenizer, evalset, [None])
+    >>> full["score"] == score(evalset, run(model, tokenizer, evalset)), full["draw_scores"] == [full["score"]]
+    (True, True)
+    """
+    draws = draw_settings(settings)
+    first = run_variants(model, tokenizer, evalset, gates_list, draws[0])
+    per_draw = [first]
+    masking = [i for i, gates in enumerate(gates_list) if not switches_nothing_off(gates)] if len(draws) > 1 else []
+    for later in draws[1:]:
+        outputs = list(first)
+        for i, out in zip(masking, run_variants(model, tokenizer, evalset, [gates_list[i] for i in masking], later)):
+            outputs[i] = out
+        per_draw.append(outputs)
+    results = []
+    for i in range(len(gates_list)):
+        each = [outputs[i] for outputs in per_draw]
+        scores = [score(evalset, out, settings.bleu) for out in each]
+        besides = [scores_beside(evalset, out) for out in each]
+        beside = {key: float(np.mean([b[key] for b in besides])) for key in besides[0]}
+        results.append({"score": float(np.mean(scores)) if len(scores) > 1 else scores[0], **beside,
+                        "outputs": each[0], "draw_scores": scores})
+    return results
 
 
 def run(model, tokenizer, evalset: EvalSet, gates=None, settings: EvalSettings = EvalSettings()) -> list:

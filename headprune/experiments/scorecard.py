@@ -453,15 +453,17 @@ def scorecard(ablation: pd.DataFrame, one_head: pd.DataFrame, pruning: pd.DataFr
               attention_types: pd.DataFrame, dynamics: pd.DataFrame, speed: pd.DataFrame,
               paper_models: dict, roles: pd.DataFrame | None = None,
               retrieval_heads: pd.DataFrame | None = None, modes_ablation: pd.DataFrame | None = None,
-              modes_pruning: pd.DataFrame | None = None) -> pd.DataFrame:
+              modes_pruning: pd.DataFrame | None = None, modes_one_head: pd.DataFrame | None = None) -> pd.DataFrame:
     """Every claim's rows, C1 to C6, then W1-W3. Each table is the stack of that experiment's CSVs (empty:
     not run); ``paper_models`` maps a study to the paper's model it stands for ('WMT', 'MNLI', ..., or None).
-    ``roles``: the head_roles.csv of the retrieval studies of experiments.retrieval_heads. ``modes_ablation``
-    and ``modes_pruning``: experiments.masking_modes's sweeps, a study per mode ('<study> (<mode> masking)',
-    masking_modes.as_scorecard_tables), judged by C1 and C3 after the config's own studies."""
+    ``roles``: the head_roles.csv of the retrieval studies of experiments.retrieval_heads. ``modes_ablation``,
+    ``modes_pruning`` and ``modes_one_head``: experiments.masking_modes's sweeps, a study per mode ('<study> (<mode>
+    masking)', masking_modes.as_scorecard_tables), judged by C1, C3 and C2 after the config's own studies."""
     if modes_ablation is not None and not modes_ablation.empty:
         ablation = pd.concat([ablation, modes_ablation], ignore_index=True)
         pruning = pd.concat([pruning, modes_pruning], ignore_index=True)
+    if modes_one_head is not None and not modes_one_head.empty:
+        one_head = pd.concat([one_head, modes_one_head], ignore_index=True)
     rows = [*c1_single_heads(ablation, paper_models), *c2_one_head_per_layer(one_head, paper_models),
             *c3_pruning(pruning, paper_models), *c4_attention_types(attention_types, paper_models),
             *c5_training_dynamics(dynamics, paper_models), *c6_speed(speed, paper_models)]

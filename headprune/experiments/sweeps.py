@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from headprune.experiments.kinds import kind_of
 from headprune.experiments.runs import (EvalSet, EvalSettings, HeadId, all_heads, compare_to_full, gates_without,
-                                        pruning_steps, run_variants, score)
+                                        pruning_steps, scored_variants)
 from headprune.io.progress import counted
 
 if TYPE_CHECKING:
@@ -102,11 +102,42 @@ def single_head_sweep(model, tokenizer, evalset: EvalSet, settings: EvalSettings
     """
     settings = settings or EvalSettings()
     heads = list(heads) if heads is not None else all_heads(model)
-    outputs = run_variants(model, tokenizer, evalset, [None] + [gates_without(model, [head]) for head in heads],
-                           settings)
-    results = [{"score": score(evalset, out, settings.bleu), "outputs": out} for out in outputs]
+    results = scored_variants(model, tokenizer, evalset, [None] + [gates_without(model, [head]) for head in heads],
+                              settings)
     return ablation_table(evalset, results[0], dict(zip(heads, results[1:])), study=study, testset=testset,
                           resamples=resamples, seed=seed, alpha=alpha, progress=settings.progress)
+
+
+def one_head_per_layer(model, tokenizer, selection: EvalSet, test: EvalSet, settings: EvalSettings | None = None, *,
+                       resamples: int = 1000, seed: int = 0, alpha: float = 0.01, study: str = "") -> pd.DataFrame:
+    """The paper's Section 3.3 (Tables 2-3) in one call: each layer reduced to one head (the others switched off by
+    ``settings``' masking), the head chosen by its score on ``selection`` (the best; the first among equals), that
+    setting scored on ``test`` and tested against the full model: one row per layer, the columns of
+    one_head_per_layer.csv (attn_type, layer, best_head, selection_score, metric, score_full, score, delta, ...).
+    Every layer's candidates share one pass over the selection set, the best heads one pass over the test set (as
+    scripts/one_head_layer.py and one_head_significance.py do, a job per layer)."""
+    import pandas as pd
+
+    from headprune.experiments.metrics import better_sign
+    from headprune.experiments.runs import gates_keeping_one
+    from headprune.models.heads import head_shape
+
+    settings = settings or EvalSettings()
+    keeping = {(attn_type, layer): [gates_keeping_one(model, attn_type, layer, head) for head in range(heads)]
+               for attn_type, (layers, heads) in head_shape(model).items() for layer in range(layers)}
+    scored = iter(scored_variants(model, tokenizer, selection, [g for gates in keeping.values() for g in gates],
+                                  settings))
+    selection_scores = {key: [next(scored)["score"] for _ in gates] for key, gates in keeping.items()}
+    sign = better_sign(selection.metric)
+    best = {key: max(range(len(values)), key=lambda head: sign * values[head])
+            for key, values in selection_scores.items()}
+    full, *tested = scored_variants(model, tokenizer, test, [None] + [keeping[key][best[key]] for key in keeping],
+                                    settings)
+    rows = [{"study": study, "attn_type": attn_type, "layer": layer, "best_head": best[attn_type, layer],
+             "selection_score": selection_scores[attn_type, layer][best[attn_type, layer]],
+             **compare_to_full(test, full, result, resamples=resamples, seed=seed, alpha=alpha)}
+            for (attn_type, layer), result in zip(keeping, tested)]
+    return pd.DataFrame(rows)
 
 
 def pruning_tables(model, tokenizer, evalset: EvalSet, orders: dict[str, list[HeadId]], *,
@@ -128,15 +159,14 @@ def pruning_tables(model, tokenizer, evalset: EvalSet, orders: dict[str, list[He
     for order_steps in steps.values():
         for _, removed in order_steps:
             settings_of.setdefault(frozenset(removed), len(settings_of))
-    outputs = run_variants(model, tokenizer, evalset, [gates_without(model, removed) for removed in settings_of],
-                           settings)
-    rows, step_outputs, scores = [], {}, {}
+    results = scored_variants(model, tokenizer, evalset, [gates_without(model, removed) for removed in settings_of],
+                              settings)
+    outputs, scores = [r["outputs"] for r in results], [r["score"] for r in results]
+    rows, step_outputs = [], {}
     for name, order_steps in steps.items():
         step_outputs[name] = []
         for step, (percent, removed) in enumerate(order_steps):
             index = settings_of[frozenset(removed)]
-            if index not in scores:
-                scores[index] = score(evalset, outputs[index], settings.bleu)
             log.info("%s %s %s: %.0f%% pruned (%d heads): %s = %.4f", study, scope, name, percent, len(removed),
                      evalset.metric, scores[index])
             rows.append({"study": study, "order": name, "scope": scope, "step": step, "percent_pruned": percent,

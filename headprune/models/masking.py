@@ -66,8 +66,8 @@ family), its index (batches are right-padded there); in a seq2seq decoder, the c
 (teacher forcing, greedy and beam search alike: a generated token at step t has position t, the position
 the donor's reference token had). Generation needs nothing the donors lack: the pool holds target tokens of
 references, and positions past the longest one take its last. Several draws (k = 0 .. K - 1) are K masking
-objects whose scores the caller averages (a draw cannot ride along as a gate variant: beam search gives
-every row its own gate setting).
+objects whose scores ``headprune.experiments.runs.scored_variants`` averages for every experiment (a draw cannot
+ride along as a gate variant: beam search gives every row its own gate setting).
 """
 from __future__ import annotations
 
@@ -532,6 +532,7 @@ def _add_streaming_hooks(handles: list, model, sites: list[AttentionSite], gates
 MODES: dict[str, type[Masking]] = {cls.word: cls for cls in (Zero, Uniform, Streaming, Mean, Optimal, Resample)}
 MASKING_WORDS = tuple(MODES)
 assert MASKING_WORDS == masking_words.MASKING_WORDS, "headprune/models/masking_words.py lists the same words"
+assert masking_words.BINARY_WORDS == tuple(w for w, cls in MODES.items() if not cls.real_gates), "and the 0/1 ones"
 # What each word needs beside it ("data": a file computed per study).
 NEEDS = {"zero": (), "uniform": (), "streaming": ("sink", "recent"), "mean": ("constants",),
          "optimal": ("constants",), "resample": ("pool", "seed", "draw")}

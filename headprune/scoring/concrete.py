@@ -189,7 +189,7 @@ def loss_terms(adapter, batch) -> int:
 def train_gates(model, batches: Iterable[dict], *, penalty: float, steps: int, lr: float,
                 train_model: bool = False, model_lr: float | None = None, seed: int = 0,
                 temperature: float = TEMPERATURE, init_log_a: float | None = INIT_LOG_A,
-                device: str | torch.device | None = None,
+                device: str | torch.device | None = None, masking="zero",
                 progress: bool = True) -> tuple[HardConcreteGates, pd.DataFrame]:
     """Learn Hard Concrete head gates on ``batches`` (cycled for ``steps`` Adam steps).
 
@@ -205,6 +205,11 @@ def train_gates(model, batches: Iterable[dict], *, penalty: float, steps: int, l
     fine-tunes with its gates (Adam, ``model_lr``, required) in train mode, its dropout on as in her
     training. The model's mode and requires_grad flags are restored afterwards.
 
+    ``masking`` is how a gate acts (``gated``'s argument: "zero", Voita's g * o_h, or a mode of
+    ``headprune.models.masking`` that takes real gates: ``Mean``/``Optimal``, g * o_h + (1 - g) * c_h, and
+    ``Resample``, g * o_h + (1 - g) * r_h, the donors of its one draw). Uniform and streaming masking take gates
+    0 or 1 only, which a gate sample is not: they are refused.
+
     Deterministic for a ``seed``: the gate noise has its own generator, and dropout draws from the
     global RNG seeded inside ``torch.random.fork_rng`` (the caller's RNG state is left untouched).
 
@@ -214,6 +219,12 @@ def train_gates(model, batches: Iterable[dict], *, penalty: float, steps: int, l
     """
     if train_model and model_lr is None:
         raise ValueError("train_model=True needs model_lr (the gates' lr would wreck the model's weights)")
+    from headprune.models.masking import as_masking
+
+    mode = as_masking(masking)
+    if not mode.real_gates:
+        raise ValueError(f"Hard Concrete gates are real numbers in [0, 1]; {mode.word} masking takes gates 0 or 1 "
+                         "only: train them under zero, mean, optimal or resample masking")
     batches = list(batches)
     if not batches:
         raise ValueError("train_gates needs at least one batch")
@@ -241,7 +252,7 @@ def train_gates(model, batches: Iterable[dict], *, penalty: float, steps: int, l
                                 log=log):
                 batch = batches[step % len(batches)]
                 batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
-                with gated(model, gates.sample(noise)):
+                with gated(model, gates.sample(noise), masking=mode):
                     loss, _ = adapter.loss_and_outputs(model, batch)
                 task_loss = loss / loss_terms(adapter, batch)
                 l0 = gates.l0_penalty()
