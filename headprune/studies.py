@@ -43,7 +43,7 @@ def glue_task_spec(glue_entry, name):
     """The full data spec of a glue entry: a built-in GLUE task, overridden by the entry's keys."""
     entry = dict(glue_entry)
     spec = dict(GLUE_TASKS[entry.pop("task")]) if "task" in entry else {}
-    for key in ("metric", "eval_split", "ood_split", "train_split", "selection_split", "test_split"):
+    for key in ("metric", "eval_split", "ood_split", "train_split", "selection_split", "test_split", "finetune"):
         entry.pop(key, None)
     spec.update(entry)
     spec.setdefault("name", name)
@@ -464,8 +464,8 @@ class Study:
 
     def finetune_params(self):
         config, entry = self.config, self.pipeline.glue[self.task]
-        own = self.entry.get("finetune")
-        return {**config["bert"]["finetune"], **(own if isinstance(own, dict) else {}),
+        own = self.entry.get("finetune")  # the study's, over its task's, over bert.finetune
+        return {**config["bert"]["finetune"], **entry.get("finetune", {}), **(own if isinstance(own, dict) else {}),
                 "num_labels": len(self.pipeline.glue_task_spec(self.task)["labels"]),
                 "train_split": entry.get("train_split", "train"), "eval_split": entry.get("eval_split", "dev"),
                 "metric": entry.get("metric", "accuracy"), "device": config["device"]}

@@ -302,13 +302,15 @@ USABLE = [
            when=_built_in_task),
     usable("bert.importance_examples", "delete null", "the whole training set (workflow.subset takes None)"),
     usable("bert.selection_examples", "null", "every training example (workflow.subset takes None)"),
-    usable("bert.finetune.epochs models.*.finetune.epochs", "fraction",
+    usable("bert.finetune.epochs models.*.finetune.epochs glue.*.finetune.epochs", "fraction",
            "finetune_bert_classifier takes fractional epochs (round(epochs * batches) steps)"),
-    usable("bert.finetune.warmup_fraction models.*.finetune.warmup_fraction dynamics.train.warmup_fraction",
+    usable("bert.finetune.warmup_fraction models.*.finetune.warmup_fraction glue.*.finetune.warmup_fraction "
+           "dynamics.train.warmup_fraction",
            "zero", "at least one warmup step (max(1, int(fraction * steps)))"),
     usable("**.seed **.random_seed", "zero", "a seed like any other"),
-    usable("models.*.finetune", "empty", "bert.finetune as it is"),
-    usable("models.*.finetune.*", "delete", "bert.finetune's value"),
+    usable("models.*.finetune glue.*.finetune", "empty delete", "bert.finetune as it is (for a study: over its "
+           "task's)"),
+    usable("models.*.finetune.* glue.*.finetune.*", "delete", "bert.finetune's value (for a study: its task's)"),
     usable("models.*.kv_heads", "delete", "not checked then: the model's own key/value heads are used"),
     usable("models.*.masking", "delete", "ablation.masking and pruning.masking"),
     usable("models.*.needles_per_setting models.*.max_new_tokens models.*.answer_prefix models.*.needle "

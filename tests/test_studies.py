@@ -114,6 +114,26 @@ def test_the_demos_any_model_studies(demo):
     assert llama.model_path == "data/demo/models/tiny_llama"  # an LM is used as fetched
 
 
+def test_a_glue_tasks_own_finetune_settings():
+    """glue.<task>.finetune replaces bert.finetune's settings for every model fine-tuned on that task, a
+    models.<study>.finetune replaces those in turn, and the setting is not part of the task's data spec (changing
+    it re-runs the fine-tuning, not the data preparation)."""
+    config = copy.deepcopy(validated("demo/config.yaml"))
+    config["glue"]["mnli"]["finetune"] = {"epochs": 2, "lr": 5.0e-4}
+    config["models"]["roberta_mnli"]["finetune"] = {"epochs": 3}
+    validate(config, SCHEMA)
+    pipeline = Pipeline(config)
+    base = config["bert"]["finetune"]
+    mnli, roberta, sst2 = (pipeline.study(name).finetune_params() for name in ("mnli", "roberta_mnli", "sst2"))
+    assert (mnli["epochs"], mnli["lr"], mnli["batch_size"]) == (2, 5.0e-4, base["batch_size"])
+    assert (roberta["epochs"], roberta["lr"]) == (3, 5.0e-4)
+    assert (sst2["epochs"], sst2["lr"]) == (5, base["lr"]) != (base["epochs"], base["lr"])  # the demo's own
+    assert "finetune" not in pipeline.glue_task_spec("mnli")
+    config["glue"]["mnli"]["finetune"] = {"epochs": 2, "optimizer": "sgd"}
+    with pytest.raises(Exception, match="optimizer"):
+        validate(config, SCHEMA)
+
+
 def test_the_demos_bundled_jobs(demo):
     translation = demo.study(demo.translation_name)
     per_job = demo.config["ablation"]["heads_per_job"]

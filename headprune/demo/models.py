@@ -264,7 +264,8 @@ def train_tiny_llama(out_dir, text: str, *, layers: int = 2, heads: int = 4, kv_
                          num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
                          max_position_embeddings=max_positions or 4 * window, initializer_range=initializer_range,
                          bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True, attn_implementation="eager")
+                         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True,
+                         attn_implementation="sdpa")  # trains a quarter faster than eager on the passkey documents
     model = LlamaForCausalLM(config)
     ids = torch.tensor(tokenizer(text)["input_ids"])
     chunks = ids[:len(ids) // window * window].view(-1, window)
@@ -273,7 +274,7 @@ def train_tiny_llama(out_dir, text: str, *, layers: int = 2, heads: int = 4, kv_
         maker = PasskeyMaker(tokenizer, ids[1:].tolist())  # haystacks: the text's ids after <s>
         documents = maker.batches(steps, passkey["batch_size"], passkey["min_tokens"], passkey["max_tokens"],
                                   ramp=passkey["ramp"], seed=_subseed(seed, "passkey-documents"))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, fused=True)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / 20) * (1 - step / steps))
     shuffle = torch.Generator().manual_seed(seed)
     model.train()
