@@ -34,6 +34,20 @@ lm-evaluation-harness task (kind lm_eval: a local task YAML of ``--questions`` p
 tokens with ``--choices`` endings each; HellaSwag's shape). For the task, (a) is one evaluation of the full
 model by lm-eval itself (``simple_evaluate`` with its own ``HFLM`` over the loaded model, ``--hflm-batch-size``):
 what a user running lm-eval once per head pays per head; the pipeline's own full evaluation is printed beside it.
+``--model llama-tiny`` is the same layout at a toy size (2 layers of 4 query heads on 2 KV heads), for smoke runs.
+
+``--masking MODE [MODE ...]`` (issue #32; default ``zero`` alone) times (a) and (c) under each masking mode
+(headprune.models.masking) on the same study in one run, zero always among them as the reference, and prints per
+mode a, c/(N a) and the mode's c over zero's c (and its jobs' evaluation time over zero's, which leaves out the
+process start that both pay alike). For mean, optimal and resample it first computes the study's data as the
+pipeline's head_constants job does (headprune.scoring.constants on data that is not the test set: the demo's
+importance sets and MNLI training split; for ``--model``, a separate synthetic training split of the test set's
+size, ``--constants-items``), timed in this process with ``--threads`` threads and printed in units of a: the
+mean's one pass, the optimal constants' statistics pass and ``--optimal-steps`` Adam steps (seconds a step), the
+resample pool's pass. The jobs read the files as the pipeline's do (EvalSettings masking, constants, pool).
+
+    python benchmarks/ablation_sweep.py --model llama-100m --scores language_modeling --windows 2 --window 128 \
+        --heads-per-job 27 --sample 1 --skip-b --masking zero mean optimal resample --optimal-steps 10
 """
 from __future__ import annotations
 
@@ -66,7 +80,20 @@ def demo_studies(workdir: Path) -> list[dict]:
                    "reference": workdir / "data/demo/testsets/newstest2013.fr"}
     mnli = {"name": "mnli", "kind": "classification", "folder": workdir / "results/demo/models/mnli",
             "tsv": workdir / "data/demo/glue/mnli/dev.tsv"}
-    rows = yaml.safe_load((Path(__file__).resolve().parents[1] / "demo" / "config.yaml").read_text())["ablation"]
+    config = yaml.safe_load((Path(__file__).resolve().parents[1] / "demo" / "config.yaml").read_text())
+    rows = config["ablation"]
+    # the masking modes' data (--masking): the demo's importance data, as its head_constants jobs read it
+    t, bert = config["translation"], config["bert"]
+    translation["importance"] = {
+        "kind": "translation", "batch_size": t["importance_batch_size"], "max_items": t.get("max_sentences"),
+        "sets": [{"source": workdir / f"data/demo/testsets/{name}.{t['src_lang']}",
+                  "reference": workdir / f"data/demo/testsets/{name}.{t['tgt_lang']}"}
+                 for name in t["importance_sets"]],
+        "name": f"importance sets {'+'.join(t['importance_sets'])}"}
+    mnli["importance"] = {"kind": "classification", "tsv": workdir / "data/demo/glue/mnli/train.tsv",
+                          "batch_size": bert["finetune"]["batch_size"], "max_length": bert["finetune"]["max_length"],
+                          "max_items": bert.get("importance_examples"), "seed": bert["finetune"]["seed"],
+                          "name": "MNLI-like train split"}
     for study in (translation, mnli):
         study["variant_batch_size"] = rows.get("variant_batch_size", {}).get(study["kind"], 256)
         for key in ("folder", "source", "reference", "tsv"):
@@ -75,13 +102,17 @@ def demo_studies(workdir: Path) -> list[dict]:
     return [translation, mnli]
 
 
-def random_study(size: str, folder: Path, items: int, seed: int = 0) -> dict:
-    """A random-weight BERT-base or WMT transformer-big in a model folder, with a synthetic test set."""
+def random_study(size: str, folder: Path, items: int, seed: int = 0, train_items: int | None = None,
+                 train_batch_size: int = 32) -> dict:
+    """A random-weight BERT-base or WMT transformer-big in a model folder, with a synthetic test set, and a
+    synthetic training split of ``train_items`` items (default: as many as the test set), drawn after the test
+    set's, that the masking modes' data are computed on (the study's "importance" entry)."""
     import random
 
     rng = random.Random(seed)
     words = [f"w{i}" for i in range(2000)]
     sentences = [" ".join(rng.choice(words) for _ in range(rng.randint(8, 30))) for _ in range(items)]
+    train = [" ".join(rng.choice(words) for _ in range(rng.randint(8, 30))) for _ in range(train_items or items)]
     folder.mkdir(parents=True, exist_ok=True)
     if size == "bert-base":
         from transformers import BertConfig, BertForSequenceClassification, BertTokenizer
@@ -92,9 +123,14 @@ def random_study(size: str, folder: Path, items: int, seed: int = 0) -> dict:
         config = BertConfig(vocab_size=30522, num_labels=3, attn_implementation="eager")
         BertForSequenceClassification(config).eval().save_pretrained(folder / "model")
         tokenizer.save_pretrained(folder / "model")
-        tsv = folder / "dev.tsv"
-        tsv.write_text("text_a\ttext_b\tlabel\n" + "".join(f"{s}\t{s[::-1]}\t{i % 3}\n" for i, s in enumerate(sentences)))
-        return {"name": size, "kind": "classification", "folder": folder / "model", "tsv": tsv}
+        tsv, train_tsv = folder / "dev.tsv", folder / "train.tsv"
+        for path, rows in ((tsv, sentences), (train_tsv, train)):
+            path.write_text("text_a\ttext_b\tlabel\n"
+                            + "".join(f"{s}\t{s[::-1]}\t{i % 3}\n" for i, s in enumerate(rows)))
+        return {"name": size, "kind": "classification", "folder": folder / "model", "tsv": tsv,
+                "importance": {"kind": "classification", "tsv": train_tsv, "batch_size": train_batch_size,
+                               "max_length": 128, "max_items": None, "seed": 0,
+                               "name": f"synthetic train split, {len(train)} pairs"}}
     if size == "transformer-big":
         from headprune.models.fairseq import write_fairseq_checkpoint_dir
         from headprune.models.loading import convert_translation_checkpoint
@@ -114,18 +150,36 @@ def random_study(size: str, folder: Path, items: int, seed: int = 0) -> dict:
         source, reference = folder / "test.en", folder / "test.fr"
         source.write_text("\n".join(sentences) + "\n")
         reference.write_text("\n".join(sentences) + "\n")
-        return {"name": size, "kind": "translation", "folder": model_folder, "source": source, "reference": reference}
+        train_source, train_reference = folder / "train.en", folder / "train.fr"
+        train_source.write_text("\n".join(train) + "\n")
+        train_reference.write_text("\n".join(train) + "\n")
+        return {"name": size, "kind": "translation", "folder": model_folder, "source": source, "reference": reference,
+                "importance": {"kind": "translation", "sets": [{"source": train_source, "reference": train_reference}],
+                               "batch_size": train_batch_size, "max_items": None,
+                               "name": f"synthetic train split, {len(train)} sentences"}}
     raise ValueError(f"unknown model size {size!r}")
+
+
+# Llama-layout sizes (--model): SmolLM-135M's layout, and a toy one for smoke runs and tests
+LLAMA_SIZES = {
+    "llama-100m": {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30, "num_attention_heads": 9,
+                   "num_key_value_heads": 3, "head_dim": 64},
+    "llama-tiny": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+                   "num_key_value_heads": 2, "head_dim": 16},
+}
 
 
 def llama_studies(folder: Path, args, seed: int = 0) -> list[dict]:
     """A random-weight Llama-layout LM of about 110M parameters in a model folder (SmolLM-135M's layout: hidden
     576, 30 layers of 9 query heads on 3 KV heads, intermediate 1536, tied embeddings, rope; a vocabulary of
     ``--vocab`` byte-level BPE tokens trained here on synthetic text: the model's output layer has them all, the
-    tokenizer as many as the text makes), and its three studies: perplexity over ``--windows`` windows of
-    ``--window`` tokens of a synthetic corpus, needle-in-a-haystack retrieval on items from
-    ``headprune.data.retrieval.make_items`` over a synthetic haystack, and a multiple-choice lm-eval task
-    (``multiple_choice_task``)."""
+    tokenizer as many as the text makes; ``--model llama-tiny``: the toy size of ``LLAMA_SIZES``), and its
+    studies of ``--scores`` (only those are built): perplexity over ``--windows`` windows of ``--window`` tokens
+    of a synthetic corpus, needle-in-a-haystack retrieval on items from ``headprune.data.retrieval.make_items``
+    over a synthetic haystack, and a multiple-choice lm-eval task (``multiple_choice_task``). The masking modes'
+    data (each study's "importance" entry) are computed on windows of the same synthetic text drawn after the
+    test windows (``--constants-items`` of them, default as many): a training split, as a language model's
+    importance split is (a retrieval study's, and a task's with ``importance_split: corpus``)."""
     import random
 
     import numpy as np
@@ -158,8 +212,8 @@ def llama_studies(folder: Path, args, seed: int = 0) -> list[dict]:
         show_progress=False))
     fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
                                    pad_token="<|endoftext|>")
-    config = LlamaConfig(vocab_size=args.vocab, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                         num_attention_heads=9, num_key_value_heads=3, head_dim=64, max_position_embeddings=2048,
+    size = getattr(args, "model", None) or "llama-100m"
+    config = LlamaConfig(vocab_size=args.vocab, **LLAMA_SIZES[size], max_position_embeddings=2048,
                          rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=True, bos_token_id=0,
                          eos_token_id=0, pad_token_id=0, attn_implementation="eager")
     model = LlamaForCausalLM(config).eval()
@@ -168,24 +222,35 @@ def llama_studies(folder: Path, args, seed: int = 0) -> list[dict]:
     fast.save_pretrained(model_folder)
     del model
 
-    windows = folder / "windows.npy"
+    scores = getattr(args, "scores", ["language_modeling", "retrieval", "lm_eval"])
+    windows, train_windows = folder / "windows.npy", folder / "train_windows.npy"
     # every word is a token or more, and a sentence 5-20 words: text enough for the windows
     save_windows(fast, text(args.windows * args.window // 5), args.window, windows)
     np.save(windows, np.load(windows)[:args.windows])
+    haystack = text(max(args.context_lengths) // 3)  # drawn in any case: the text after it stays the same
     items = folder / "items.jsonl"
-    write_items(make_items(fast, text(max(args.context_lengths) // 3), context_lengths=args.context_lengths,
-                           depths=args.depths, needles_per_setting=args.needles, seed=seed,
-                           answer_prefix="The special magic number is"), items)
-    task = multiple_choice_task(folder / "task", fast, text, args, rng)
+    if "retrieval" in scores:
+        write_items(make_items(fast, haystack, context_lengths=args.context_lengths, depths=args.depths,
+                               needles_per_setting=args.needles, seed=seed,
+                               answer_prefix="The special magic number is"), items)
+    task = multiple_choice_task(folder / "task", fast, text, args, rng) if "lm_eval" in scores else None
+    train_count = getattr(args, "constants_items", None) or args.windows
+    save_windows(fast, text(train_count * args.window // 5 + 50), args.window, train_windows)
+    np.save(train_windows, np.load(train_windows)[:train_count])
+    importance = {"kind": "language_modeling", "windows": train_windows, "max_items": None,
+                  "batch_size": getattr(args, "constants_batch_size", None) or 4,
+                  "name": f"synthetic train split, {train_count} windows of {args.window} tokens"}
     share = output_layer_share(model_folder, args.window, args.threads, args.device)
-    base = {"folder": model_folder, "params": f"{params / 1e6:.0f}M parameters, vocabulary {args.vocab}",
+    params = f"{params / 1e6:.0f}M parameters" if params >= 1e6 else f"{params / 1e3:.0f}k parameters"
+    base = {"folder": model_folder, "params": f"{params}, vocabulary {args.vocab}", "importance": importance,
             "output_layer": f"output layer {100 * share['time']:.0f}% of a {args.window}-token forward pass's time, "
                             f"{100 * share['flops']:.0f}% of its multiply-adds"}
-    return [{"name": "llama-100m perplexity", "kind": "language_modeling", "windows": windows, **base},
-            {"name": "llama-100m retrieval", "kind": "retrieval", "items": items,
-             "max_new_tokens": args.max_new_tokens, **base},
-            {"name": "llama-100m multiple choice", "kind": "lm_eval", "task": task,
-             "hflm_batch_size": args.hflm_batch_size, **base}]
+    studies = [{"name": f"{size} perplexity", "kind": "language_modeling", "windows": windows, **base},
+               {"name": f"{size} retrieval", "kind": "retrieval", "items": items,
+                "max_new_tokens": args.max_new_tokens, **base},
+               {"name": f"{size} multiple choice", "kind": "lm_eval", "task": task,
+                "hflm_batch_size": args.hflm_batch_size, **base}]
+    return [study for study in studies if study["kind"] in scores]
 
 
 MC_TASK = """\
@@ -277,12 +342,14 @@ def output_layer_share(model_folder: Path, tokens: int, threads: int, device: st
 
 
 def worker(study: dict, heads: list[str], device: str, threads: int, batch_size: int, variant_batch_size: int,
-           warm: bool = False, paired: bool = False) -> dict:
+           warm: bool = False, paired: bool = False, scores: bool = False) -> dict:
     """Load the model folder and evaluate each head off (or the full model) in one pass; times in seconds.
     ``warm``: evaluate once untimed first (caches, lazy initialization), then time three runs and report
     their median (a full-model evaluation of the demo's models takes 0.1-0.5 s: one run is noisy).
     ``paired``: then time one full-model evaluation too (``a_here``: a measured beside the job's own work, in
-    the same process and minute, for a ratio that other work on a shared machine moves less)."""
+    the same process and minute, for a ratio that other work on a shared machine moves less). The study's
+    "masking" (and "constants" or "pool", the files of ``mode_data``) is how a head is switched off, as the
+    pipeline's EvalSettings say it; ``scores``: also report each variant's score, untimed (for tests)."""
     import torch
 
     from headprune.experiments.runs import EvalSet, EvalSettings, gates_without, parse_head_name, run_variants
@@ -325,7 +392,8 @@ def worker(study: dict, heads: list[str], device: str, threads: int, batch_size:
     gates = [None if head == "full" else gates_without(model, [parse_head_name(head)]) for head in heads]
     settings = EvalSettings(batch_size=batch_size, variant_batch_size=int(study.get("variant_batch_size",
                                                                                   variant_batch_size)),
-                            **({"max_new_tokens": int(study["max_new_tokens"])} if "max_new_tokens" in study else {}))
+                            **({"max_new_tokens": int(study["max_new_tokens"])} if "max_new_tokens" in study else {}),
+                            **{key: str(study[key]) for key in MASKING_KEYS if study.get(key)})
     # one full-model evaluation, as a: the pipeline's own; for an lm-eval task, lm-eval's own HFLM
     full = functools.partial(hflm_evaluation, study, model, tokenizer) if study["kind"] == "lm_eval" else \
         functools.partial(run_variants, model, tokenizer, evalset, [None], settings)
@@ -361,6 +429,10 @@ def worker(study: dict, heads: list[str], device: str, threads: int, batch_size:
         if device.startswith("cuda"):
             torch.cuda.synchronize()
         report["a_here"], report["a_here_cpu"] = time.perf_counter() - done, time.process_time() - done_cpu
+    if scores:
+        from headprune.experiments.runs import score
+
+        report["scores"] = [score(evalset, out, settings.bleu) for out in outputs]
     return report
 
 
@@ -385,13 +457,18 @@ def hflm_evaluation(study: dict, model, tokenizer) -> dict:
             tasks=[str(task)], task_manager=manager, num_fewshot=0, bootstrap_iters=0)
 
 
+def worker_study(study: dict) -> dict:
+    """The study as a worker process gets it (JSON, every value a string): without the modes' training data."""
+    return {key: str(value) for key, value in study.items() if key != "importance" and value is not None}
+
+
 def run_worker(study: dict, heads: list[str], args, warm: bool = False, forked: bool = False,
                paired: bool = False) -> tuple[float, dict]:
     """Wall time of one worker process (``forked``: one that hands its work to the warm server), and what it
     reported, with the process's CPU time (user and system) as "cpu"; with ``paired``, its full-model
     evaluation after the job's (``worker``) is not counted. (A forked worker's CPU time is its child's in
     the warm server, which this process does not see: only its wall time is comparable.)"""
-    command = [sys.executable, __file__, "--worker", json.dumps({k: str(v) for k, v in study.items()}),
+    command = [sys.executable, __file__, "--worker", json.dumps(worker_study(study)),
                "--heads", "+".join(heads), "--device", args.device, "--threads", str(args.threads),
                "--batch-size", str(args.batch_size), "--variant-batch-size", str(args.variant_batch_size)] \
         + (["--warm"] if warm else []) + (["--forked"] if forked else []) + (["--paired"] if paired else [])
@@ -422,15 +499,114 @@ def layer_range(heads: list[str]) -> str:
     return f"layer {layers[0]}" if len(layers) == 1 else f"layers {layers[0]}-{layers[-1]}"
 
 
-def sweep(study: dict, args) -> dict:
-    import torch
-
-    from headprune.experiments.runs import all_heads, head_name
+def load_model(study: dict, device: str):
+    """(model, tokenizer) of a study's model folder, as the worker loads it."""
     from headprune.models.loading import load_causal_lm, load_classifier, load_translation
 
     load = {"translation": load_translation, "language_modeling": load_causal_lm, "retrieval": load_causal_lm,
             "lm_eval": load_causal_lm}.get(study["kind"], load_classifier)
-    model, _ = load(study["folder"], device=args.device)
+    return load(study["folder"], device=device)
+
+
+# --------------------------------------------------------------------------- masking modes (--masking, issue #32)
+
+MASKING_KEYS = ("masking", "constants", "pool")  # the study's entries that the worker's EvalSettings take
+
+
+class _TimedSteps(list):
+    """``optimal_constants``'s history, each step's entry stamped with the time it ended."""
+
+    def append(self, entry):
+        super().append({**entry, "time": time.perf_counter(), "cpu": time.process_time()})
+
+
+def mode_data(study: dict, modes: list[str], folder: Path, device: str = "cpu", threads: int = 1,
+              optimal: dict | None = None, resample_items: int = 64) -> dict:
+    """The data of the modes among ``modes`` that need some (mean and optimal: a HeadConstants file, resample: a
+    ResamplePool file), computed as the pipeline's head_constants job computes them (scripts/head_constants.py:
+    headprune.scoring.constants on the batches of the study's "importance" entry, a kind's importance data,
+    never its test set) in this process with ``threads`` torch threads, each timed apart. ``optimal``: the
+    optimal constants' steps, lr, repeats and seed (config ``constants.optimal``; its defaults where left out).
+    Returns per mode {"path", "seconds", "cpu"} (optimal also "steps", "per_step": the seconds of one step, and
+    "before_steps": its statistics pass), and "load" (seconds to load the model and build the batches),
+    "batches" and "data" (what the batches are). Nothing for modes that need no data."""
+    import torch
+
+    from headprune.experiments.kinds import kind_of
+    from headprune.models.masking_words import DATA_FILE
+    from headprune.scoring.constants import DEFAULT_LR, DEFAULT_STEPS, mean_constants, optimal_constants, resample_pool
+
+    wanted = [mode for mode in modes if mode in DATA_FILE]
+    if not wanted:
+        return {}
+    optimal = {"steps": DEFAULT_STEPS, "lr": DEFAULT_LR, "repeats": 1, "seed": 0, **(optimal or {})}
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        began = time.perf_counter()
+        model, tokenizer = load_model(study, device)
+        spec = study["importance"]
+        batches = kind_of(spec["kind"]).importance_batches(tokenizer, spec, model)
+        described = f"{spec.get('name', spec['kind'])} ({len(batches)} batches)"
+        made = {"load": time.perf_counter() - began, "batches": len(batches), "data": described}
+        folder.mkdir(parents=True, exist_ok=True)
+        for mode in wanted:
+            history = _TimedSteps()
+            sync()
+            began, began_cpu = time.perf_counter(), time.process_time()
+            if mode == "mean":
+                data = mean_constants(model, batches, data=described, device=device, progress=False)
+            elif mode == "optimal":
+                data = optimal_constants(model, batches, steps=int(optimal["steps"]), lr=float(optimal["lr"]),
+                                         repeats=int(optimal["repeats"]), seed=int(optimal["seed"]), data=described,
+                                         device=device, progress=False, history=history)
+            else:
+                data = resample_pool(model, batches, max_items=resample_items, data=described, device=device,
+                                     progress=False)
+            sync()
+            ended = time.perf_counter()
+            path = folder / f"{mode}.safetensors"
+            data.save(path)
+            entry = {"path": path, "seconds": ended - began, "cpu": time.process_time() - began_cpu}
+            if mode == "optimal":
+                steps = len(history)
+                # a step's time from the steps after the first (the first follows the statistics pass): with one
+                # step, the whole less the mean's pass (the same statistics pass), where it was timed
+                if steps > 1:
+                    per_step = (history[-1]["time"] - history[0]["time"]) / (steps - 1)
+                    per_step_cpu = (history[-1]["cpu"] - history[0]["cpu"]) / (steps - 1)
+                else:
+                    per_step = entry["seconds"] - made.get("mean", {}).get("seconds", 0.0) if steps else 0.0
+                    per_step_cpu = entry["cpu"] - made.get("mean", {}).get("cpu", 0.0) if steps else 0.0
+                rows = int(next(value for value in batches[0].values() if torch.is_tensor(value)).shape[0])
+                entry.update(steps=steps, per_step=per_step, per_step_cpu=per_step_cpu,
+                             before_steps=entry["seconds"] - steps * per_step,
+                             rows=rows * int(optimal["repeats"]),
+                             loss=(history[0]["loss"], history[-1]["loss"]) if history else None)
+            made[mode] = entry
+        del model
+    finally:
+        torch.set_num_threads(before)
+    return made
+
+
+def masked(study: dict, mode: str, data: dict) -> dict:
+    """The study as a worker evaluates it under masking ``mode``, with its data file from ``mode_data``."""
+    from headprune.models.masking_words import DATA_FILE
+
+    entry = {"masking": mode}
+    if mode in DATA_FILE:
+        entry[DATA_FILE[mode]] = data[mode]["path"]
+    return {**study, **entry}
+
+
+def sweep(study: dict, args, time_b: bool = True) -> dict:
+    import torch
+
+    from headprune.experiments.runs import all_heads, head_name
+
+    model, _ = load_model(study, args.device)
     heads = [head_name(h) for h in all_heads(model)]
     del model
     if args.device.startswith("cuda"):
@@ -440,7 +616,7 @@ def sweep(study: dict, args) -> dict:
     # (a) the full model once, in a warm process
     full = run_worker(study, ["full"], args, warm=True)[1]
     # (b) one process per head (a sample spread over the layers)
-    one = [] if getattr(args, "skip_b", False) else \
+    one = [] if getattr(args, "skip_b", False) or not time_b else \
         [run_worker(study, [head], args) for head in spread(heads, args.sample)]
     b = sum(wall for wall, _ in one) / len(one) * n if one else None
     b_cpu = sum(report["cpu"] for _, report in one) / len(one) * n if one else None
@@ -483,11 +659,13 @@ def variant_batch_sizes(values: list[str]) -> tuple[int, dict]:
 
 
 def main():
+    from headprune.models.masking_words import MASKING_WORDS
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--demo", type=Path, help="a directory where the demo ran")
-    parser.add_argument("--model", choices=["bert-base", "transformer-big", "llama-100m"],
+    parser.add_argument("--model", choices=["bert-base", "transformer-big", *LLAMA_SIZES],
                         help="a random-weight model of this size (llama-100m: three studies, perplexity, retrieval and "
-                             "multiple choice)")
+                             "multiple choice; llama-tiny: the same at a toy size)")
     parser.add_argument("--items", type=int, default=64, help="test items of the random model's test set")
     llama = parser.add_argument_group("llama-100m")
     llama.add_argument("--vocab", type=int, default=8192,
@@ -519,6 +697,21 @@ def main():
                         help="processes of each kind actually run, spread over the heads and jobs (0: all)")
     parser.add_argument("--repeats", type=int, default=1, help="(c): runs of each job, the median kept")
     parser.add_argument("--skip-b", action="store_true", help="do not time (b), one process per head")
+    modes = parser.add_argument_group("masking modes (issue #32)")
+    modes.add_argument("--masking", nargs="+", default=["zero"], choices=MASKING_WORDS, metavar="MODE",
+                       help=f"time (a) and (c) under each of these masking modes ({', '.join(MASKING_WORDS)}) on the "
+                            "same study, zero always among them (first) as the reference; (b) under the first only")
+    modes.add_argument("--optimal-steps", type=int, default=200,
+                       help="optimal constants: Adam steps (config constants.optimal.steps)")
+    modes.add_argument("--optimal-lr", type=float, default=0.05, help="optimal constants: learning rate")
+    modes.add_argument("--optimal-repeats", type=int, default=1, help="optimal constants: copies of a batch per step")
+    modes.add_argument("--optimal-seed", type=int, default=0, help="optimal constants: seed")
+    modes.add_argument("--resample-items", type=int, default=64, help="resample: items recorded (constants.resample)")
+    modes.add_argument("--constants-items", type=int,
+                       help="--model: items of the synthetic training split the modes' data are computed on "
+                            "(default: as many as the test set)")
+    modes.add_argument("--constants-batch-size", type=int,
+                       help="--model: its batch size (default 32 sentences or pairs, 4 windows)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--heads", help=argparse.SUPPRESS)
     parser.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)
@@ -541,52 +734,130 @@ def main():
         return
     if bool(args.demo) == bool(args.model):
         parser.error("give --demo DIR or --model SIZE")
+    modes = ["zero"] + [mode for mode in dict.fromkeys(args.masking) if mode != "zero"]
     with tempfile.TemporaryDirectory(prefix="ablation-sweep-") as scratch:
         if args.demo:
             studies = demo_studies(args.demo)
-        elif args.model == "llama-100m":
+        elif args.model in LLAMA_SIZES:
             studies = [study for study in llama_studies(Path(scratch), args) if study["kind"] in args.scores]
         else:
-            studies = [random_study(args.model, Path(scratch), args.items)]
+            studies = [random_study(args.model, Path(scratch), args.items, train_items=args.constants_items,
+                                    train_batch_size=args.constants_batch_size or 32)]
         for study in studies:
             if study["kind"] in rows_by_kind:
                 study["variant_batch_size"] = rows_by_kind[study["kind"]]
         print(f"device {args.device}, {args.threads} thread(s) per process, batch size {args.batch_size}, "
-              f"{os.cpu_count()} cores")
-        for study in studies:
-            r = sweep(study, args)
-            n, a, a_cpu = r["heads"], r["a"], r["a_cpu"]
-            rows = study.get("variant_batch_size", args.variant_batch_size)
-            about = [f"{r['heads']} heads", f"variant batch size {rows}"]
-            about += [study[key] for key in ("params", "output_layer") if key in study]
-            print(f"\n{r['study']} ({', '.join(about)}); ratios by wall time [by CPU time]")
-            label = "(a) one full-model evaluation" + (" by lm-eval's HFLM" if study["kind"] == "lm_eval" else "")
-            print(f"  {label:39}{a:8.2f} s    N a = {n * a:8.1f} s    [CPU {a_cpu:.2f} s]")
-            if "own" in r:
-                print(f"      the pipeline's own full-model evaluation: {r['own']:.2f} s [CPU {r['own_cpu']:.2f} s], "
-                      f"{a / r['own']:.1f}x faster than HFLM's [{a_cpu / r['own_cpu']:.1f}x]")
-            if r["b"] is not None:
-                print(f"  (b) one process per head               {r['b']:8.1f} s    b / (N a) = {r['b'] / (n * a):.2f}"
-                      f" [{r['b_cpu'] / (n * a_cpu):.2f}]    ({r['b_measured']} processes run)")
-            for p in r["pipeline"]:
-                label = "(c') warm start" if p["forked"] else "(c) pipeline   "
-                cpu = "" if p["forked"] else f" [{p['c_cpu'] / (n * a_cpu):.2f}]"  # a forked job's CPU is the server's
-                print(f"  {label}, {p['heads_per_job']:2d} heads per job ({p['jobs']:3d} jobs) {p['c']:8.1f} s    "
-                      f"c / (N a) = {p['c'] / (n * a):.2f}{cpu}    ({p['measured']} jobs run; one job: "
-                      f"load {p['load']:.2f} s, eval {p['eval']:.1f} s)")
-                paired_cpu = "" if p["forked"] else f" [{p['paired_cpu']:.2f}]"
-                print(f"      paired with a full-model evaluation in each job's process (a_job): c / (N a_job) = "
-                      f"{p['paired']:.2f}{paired_cpu}")
-                for job in p["sampled"]:
-                    per, rest = len(job["heads"]), job["wall"] - job["start"] - job["load"] - job["eval"]
-                    line = (f"      {layer_range(job['heads']):>13}: {job['wall']:6.1f} s = start {job['start']:4.1f}"
-                            f" + load {job['load']:4.2f} + eval {job['eval']:6.1f} + rest {rest:3.1f}; "
-                            f"a_job {job['a_here']:5.2f} s; job / (heads a) = {job['wall'] / (per * a):.2f}, "
-                            f"/ (heads a_job) = {job['wall'] / (per * job['a_here']):.2f}")
-                    if not p["forked"]:
-                        line += (f"; by CPU: job {job['cpu'] / (per * a_cpu):.2f}, "
-                                 f"eval {job['eval_cpu'] / (per * a_cpu):.2f}")
-                    print(line)
+              f"{os.cpu_count()} cores" + (f", masking modes {' '.join(modes)}" if len(modes) > 1 else ""))
+        for number, study in enumerate(studies):
+            if len(modes) == 1:
+                print_sweep(study, sweep(study, args), args)
+                continue
+            optimal = {"steps": args.optimal_steps, "lr": args.optimal_lr, "repeats": args.optimal_repeats,
+                       "seed": args.optimal_seed}
+            data = mode_data(study, modes, Path(scratch) / f"modes-{number}", args.device, args.threads,
+                             optimal=optimal, resample_items=args.resample_items)
+            results = {}
+            for mode in modes:
+                results[mode] = sweep(masked(study, mode, data), args, time_b=mode == modes[0])
+                print_sweep(study, results[mode], args, mode)
+            print_modes(study, results, data)
+
+
+def print_sweep(study: dict, r: dict, args, mode: str | None = None):
+    """One study's sweep as ``sweep`` measured it (under masking ``mode``, where modes are compared)."""
+    n, a, a_cpu = r["heads"], r["a"], r["a_cpu"]
+    rows = study.get("variant_batch_size", args.variant_batch_size)
+    about = [f"{r['heads']} heads", f"variant batch size {rows}"]
+    about += [study[key] for key in ("params", "output_layer") if key in study]
+    about += [f"masking {mode}"] if mode else []
+    print(f"\n{r['study']} ({', '.join(about)}); ratios by wall time [by CPU time]")
+    label = "(a) one full-model evaluation" + (" by lm-eval's HFLM" if study["kind"] == "lm_eval" else "")
+    print(f"  {label:39}{a:8.2f} s    N a = {n * a:8.1f} s    [CPU {a_cpu:.2f} s]")
+    if "own" in r:
+        print(f"      the pipeline's own full-model evaluation: {r['own']:.2f} s [CPU {r['own_cpu']:.2f} s], "
+              f"{a / r['own']:.1f}x faster than HFLM's [{a_cpu / r['own_cpu']:.1f}x]")
+    if r["b"] is not None:
+        print(f"  (b) one process per head               {r['b']:8.1f} s    b / (N a) = {r['b'] / (n * a):.2f}"
+              f" [{r['b_cpu'] / (n * a_cpu):.2f}]    ({r['b_measured']} processes run)")
+    for p in r["pipeline"]:
+        label = "(c') warm start" if p["forked"] else "(c) pipeline   "
+        cpu = "" if p["forked"] else f" [{p['c_cpu'] / (n * a_cpu):.2f}]"  # a forked job's CPU is the server's
+        print(f"  {label}, {p['heads_per_job']:2d} heads per job ({p['jobs']:3d} jobs) {p['c']:8.1f} s    "
+              f"c / (N a) = {p['c'] / (n * a):.2f}{cpu}    ({p['measured']} jobs run; one job: "
+              f"load {p['load']:.2f} s, eval {p['eval']:.1f} s)")
+        paired_cpu = "" if p["forked"] else f" [{p['paired_cpu']:.2f}]"
+        print(f"      paired with a full-model evaluation in each job's process (a_job): c / (N a_job) = "
+              f"{p['paired']:.2f}{paired_cpu}")
+        for job in p["sampled"]:
+            per, rest = len(job["heads"]), job["wall"] - job["start"] - job["load"] - job["eval"]
+            line = (f"      {layer_range(job['heads']):>13}: {job['wall']:6.1f} s = start {job['start']:4.1f}"
+                    f" + load {job['load']:4.2f} + eval {job['eval']:6.1f} + rest {rest:3.1f}; "
+                    f"a_job {job['a_here']:5.2f} s; job / (heads a) = {job['wall'] / (per * a):.2f}, "
+                    f"/ (heads a_job) = {job['wall'] / (per * job['a_here']):.2f}")
+            if not p["forked"]:
+                line += (f"; by CPU: job {job['cpu'] / (per * a_cpu):.2f}, "
+                         f"eval {job['eval_cpu'] / (per * a_cpu):.2f}")
+            print(line)
+
+
+def mode_ratios(results: dict) -> list[dict]:
+    """Per mode and (c) setting (heads per job, forked): c / (N a) and the ratios to zero's measurement of the
+    same setting in the same run: c, c by CPU time, and the sampled jobs' evaluation time alone (the same jobs in
+    every mode: ``spread`` picks them), by wall and CPU time."""
+    zero = results["zero"]
+    rows = []
+    for mode, r in results.items():
+        n = r["heads"]
+        for p, z in zip(r["pipeline"], zero["pipeline"]):
+            rows.append({"mode": mode, "heads_per_job": p["heads_per_job"], "forked": p["forked"], "a": r["a"],
+                         "a_cpu": r["a_cpu"], "c_over_Na": p["c"] / (n * r["a"]),
+                         "c_over_Na_cpu": p["c_cpu"] / (n * r["a_cpu"]), "paired": p["paired"],
+                         "paired_cpu": p["paired_cpu"], "paired_ratio": p["paired"] / z["paired"],
+                         "paired_ratio_cpu": p["paired_cpu"] / z["paired_cpu"],
+                         "c_ratio": p["c"] / z["c"], "c_ratio_cpu": p["c_cpu"] / z["c_cpu"],
+                         "eval_ratio": sum(job["eval"] for job in p["sampled"])
+                         / sum(job["eval"] for job in z["sampled"]),
+                         "eval_ratio_cpu": sum(job["eval_cpu"] for job in p["sampled"])
+                         / sum(job["eval_cpu"] for job in z["sampled"])})
+    return rows
+
+
+def print_modes(study: dict, results: dict, data: dict):
+    """The modes side by side, and what their data cost, in full evaluations a (zero's a of this run)."""
+    print(f"\n{study['name']}: the masking modes side by side (ratios to zero's, measured in this run) "
+          "[by CPU time]")
+    print("  (paired: c / (N a_job), a_job timed in each job's process after its work; the ratios: the mode's "
+          "c, paired c and jobs' evaluation time over zero's)")
+    print(f"  {'mode':10}{'heads a job':>13}{'a (s)':>8}{'c/(N a)':>15}{'paired':>15}{'c / zero':>15}"
+          f"{'paired / zero':>15}{'eval / zero':>15}")
+    for row in mode_ratios(results):
+        label = f"{row['heads_per_job']}{' forked' if row['forked'] else ''}"
+
+        def pair(name):
+            cpu = "" if row["forked"] else f" [{row[name + '_cpu']:.2f}]"  # a forked job's CPU is the server's
+            return f"{row[name]:.2f}{cpu}"
+
+        print(f"  {row['mode']:10}{label:>13}{row['a']:8.2f}{pair('c_over_Na'):>15}{pair('paired'):>15}"
+              f"{pair('c_ratio'):>15}{pair('paired_ratio'):>15}{pair('eval_ratio'):>15}")
+    if not data:
+        return
+    a, a_cpu = results["zero"]["a"], results["zero"]["a_cpu"]
+    print(f"  the modes' data, on {data['data']}, computed in one process (a = zero's a, {a:.2f} s "
+          f"[CPU {a_cpu:.2f} s]); loading the model and the batches {data['load']:.2f} s")
+    for mode in ("mean", "optimal", "resample"):
+        if mode not in data:
+            continue
+        entry = data[mode]
+        line = f"    {mode:9}{entry['seconds']:8.2f} s = {entry['seconds'] / a:6.2f} a [{entry['cpu'] / a_cpu:.2f} a]"
+        if mode == "optimal":
+            line += (f": {entry['steps']} steps of {entry['rows']} rows, {entry['per_step']:.3f} s a step "
+                     f"= {entry['per_step'] / a:.2f} a [{entry['per_step_cpu'] / a_cpu:.2f} a], after a statistics "
+                     f"pass of {entry['before_steps']:.2f} s")
+            if entry["loss"]:
+                line += f"; loss {entry['loss'][0]:.4g} -> {entry['loss'][1]:.4g}"
+        elif mode == "mean":
+            line += ": one pass over the batches"
+        print(line)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 On 2 CPU cores a job of the demo spends about 6 s starting Python and importing torch,
 transformers and the package, and often less than that on its work. With ``warm_start: true`` in
 the config (the demo sets it), the first job starts a server (``python -m headprune.warm``) that
-imports them once and then waits on a Unix socket under ``.snakemake/``. Every later job's script
+imports them once and then waits on a Unix socket under ``.snakemake/`` (the first job itself runs in its
+own process meanwhile, and jobs that come before the server listens wait for it). Every later job's script
 calls ``start(snakemake)`` before its own imports: it hands its stdin/stdout/stderr, working
 directory and environment to the server, which forks a child that runs the same Snakemake script
 file from the top (the child's ``start`` returns at once), and the job's process waits for the
@@ -46,7 +47,6 @@ import traceback
 from pathlib import Path
 
 IDLE_SECONDS = float(os.environ.get("HEADPRUNE_WARM_IDLE", 60))
-CONNECT_SECONDS = 120  # the server's imports take a few seconds, longer on a busy machine
 PRELOAD = ("numpy", "pandas", "torch", "transformers", "matplotlib.figure", "matplotlib.backends.backend_agg",
            "headprune.workflow", "headprune.models.loading", "headprune.models.heads", "headprune.models.prune",
            "headprune.training.finetune", "headprune.training.train", "headprune.models.prenorm",
@@ -105,6 +105,8 @@ def start(snakemake):
         return
     finally:
         os.close(folder)
+    if conn is None:  # this job started the server: it runs here meanwhile, the next ones in the server
+        return
     with conn:
         socket.send_fds(conn, [b"job"], [0, 1, 2])
         payload = json.dumps({"script": os.path.abspath(sys.argv[0]), "argv": sys.argv, "cwd": os.getcwd(),
@@ -179,8 +181,13 @@ def _try_connect(folder: int, name: str) -> socket.socket:
     return conn
 
 
-def _connect(folder: int, name: str) -> socket.socket:
-    """Connect to the server, starting it first if no one has (one starter at a time, by a file lock)."""
+def _connect(folder: int, name: str) -> socket.socket | None:
+    """Connect to the server; or start it, if no one has, and return None: the starter's job runs in its own
+    process rather than wait for the server's imports (on 2 cores the other core would sit idle for them).
+
+    One starter at a time, by a file lock: the starter hands its lock to the server, which lets go of it once
+    it listens, so the jobs that come meanwhile wait on the lock and then connect. A server that dies before
+    it listens lets go of the lock too (its descriptors close), and the next job starts another."""
     with contextlib.suppress(OSError):
         return _try_connect(folder, name)
     stem = name.removesuffix(".sock")
@@ -194,22 +201,14 @@ def _connect(folder: int, name: str) -> socket.socket:
             os.unlink(name, dir_fd=folder)  # a server that is gone left its socket
         log = os.open(f"{stem}.log", flags | os.O_APPEND, 0o600, dir_fd=folder)
         try:
-            subprocess.Popen([sys.executable, "-m", "headprune.warm", str(FOLDER), name], stdin=subprocess.DEVNULL,
-                             stdout=log, stderr=log, start_new_session=True, cwd=os.getcwd())
+            subprocess.Popen([sys.executable, "-m", "headprune.warm", str(FOLDER), name, str(lock)],
+                             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                             cwd=os.getcwd(), pass_fds=(lock,))
         finally:
             os.close(log)
-        deadline = time.monotonic() + CONNECT_SECONDS
-        while True:
-            try:
-                return _try_connect(folder, name)
-            except PermissionError:
-                raise
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        return None
     finally:
-        os.close(lock)
+        os.close(lock)  # the server holds the lock now, until it listens
 
 
 def _read_exactly(conn: socket.socket, size: int) -> bytes:
@@ -243,9 +242,9 @@ def _first_ops():
     torch.set_num_threads(threads)  # starts no thread: a team starts at the first parallel region
 
 
-def serve(folder_path: str, name: str, idle: float = IDLE_SECONDS):
+def serve(folder_path: str, name: str, idle: float = IDLE_SECONDS, lock: int | None = None):
     """Import the heavy modules once, then fork a child per job of this user until ``idle`` seconds pass
-    without one."""
+    without one. ``lock``: the starter's lock, let go of once the socket listens (``_connect``)."""
     import importlib
 
     folder = open_private_folder(Path(folder_path))
@@ -276,6 +275,8 @@ def serve(folder_path: str, name: str, idle: float = IDLE_SECONDS):
     server.listen(64)
     server.settimeout(idle)
     print(f"warm server {os.getpid()} ready on {Path(folder_path) / name}", flush=True)
+    if lock is not None:
+        os.close(lock)  # the jobs waiting on it connect now
     try:
         while True:
             try:
@@ -351,4 +352,4 @@ if __name__ == "__main__":
     # start() sees the flag _run_child sets.
     from headprune import warm
 
-    warm.serve(sys.argv[1], sys.argv[2])
+    warm.serve(sys.argv[1], sys.argv[2], lock=int(sys.argv[3]) if len(sys.argv) > 3 else None)

@@ -58,23 +58,45 @@ def workdir(tmp_path):
 
 
 def test_jobs_run_in_children_of_one_warm_server(workdir):
+    """The first job starts the server and runs in its own process meanwhile; the next, which comes while the
+    server is still importing, waits for it and runs in a child of it, as every later one does."""
     first = run_job(workdir, JOB_TAG="a")
     assert first.returncode == 0, first.stderr
     assert first.stdout == "out a\n" and f"err {workdir}" in first.stderr
     pid, parent, total, argv = (workdir / "result.txt").read_text().split(" ", 3)
     assert float(total) == 2.0 and argv == "['arg1']"
+    assert int(parent) == os.getpid()  # the starter's work ran in the job's own process
+    for tag in "bc":
+        later = run_job(workdir, JOB_TAG=tag)
+        assert later.returncode == 0 and later.stdout == f"out {tag}\n", later.stderr
+        [server] = server_pids(workdir)
+        assert int((workdir / "result.txt").read_text().split()[1]) == server  # in a child of the server
+
+
+def test_jobs_that_start_together_start_one_server(workdir):
+    """Three jobs at once: one starts the server and runs in its own process, the two that find it starting wait
+    on the starter's lock (which the server holds until it listens) and run in children of that one server."""
+    script = workdir / "job.py"
+    script.write_text(JOB % {"warm": True, "device": "cpu"} + "\nopen(f'parent-{sys.argv[1]}', 'w').write(str(os.getppid()))\n")
+    environment = {key: value for key, value in os.environ.items() if key != "SLURM_JOB_ID"}
+    environment.update(PYTHONPATH=str(ROOT), HEADPRUNE_WARM_IDLE="20")
+    jobs = [subprocess.Popen([sys.executable, str(script), str(k)], cwd=workdir, env=environment,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for k in range(3)]
+    for job in jobs:
+        _, err = job.communicate(timeout=300)
+        assert job.returncode == 0, err
     [server] = server_pids(workdir)
-    assert int(parent) == server  # the work ran in a child of the server, not in the job's process
-    second = run_job(workdir, JOB_TAG="b")
-    assert second.returncode == 0 and second.stdout == "out b\n"
-    assert int((workdir / "result.txt").read_text().split()[1]) == server and server_pids(workdir) == [server]
+    parents = sorted(int((workdir / f"parent-{k}").read_text()) for k in range(3))
+    assert parents.count(server) == 2 and os.getpid() in parents
 
 
 def test_a_warm_job_inherits_the_imports_frozen_for_the_collector(workdir):
     """The server freezes what its imports made (gc.freeze) before it forks jobs, so a job's collections do not
     walk, and copy, the preloaded modules' objects; a job run without the warm start has nothing frozen."""
     probe = "\nimport gc\nopen('frozen.txt', 'w').write(str(gc.get_freeze_count()))\n"
-    for warm, check in ((True, lambda count: count > 100_000), (False, lambda count: count == 0)):
+    # the first warm job starts the server and runs in its own process; the second runs in the server
+    for warm, check in ((True, lambda count: True), (True, lambda count: count > 100_000),
+                        (False, lambda count: count == 0)):
         script = workdir / "job.py"
         script.write_text(JOB % {"warm": warm, "device": "cpu"} + probe)
         environment = {key: value for key, value in os.environ.items() if key != "SLURM_JOB_ID"}
@@ -165,8 +187,10 @@ NOBODY = 65534
 
 
 def as_group_member(workdir):
-    """The first job under umask 002 (shared group folders): everything it makes is group-writable by default."""
-    return run_job(workdir, preexec=lambda: os.umask(0o002))
+    """The first jobs under umask 002 (shared group folders): everything they make is group-writable by default.
+    The first starts the server (and runs in its own process); the second waits for it and runs in it."""
+    first = run_job(workdir, preexec=lambda: os.umask(0o002))
+    return first if first.returncode else run_job(workdir, preexec=lambda: os.umask(0o002))
 
 
 def folder_and_socket(workdir):
@@ -336,6 +360,7 @@ def test_a_folder_an_earlier_version_left_readable_is_narrowed_and_used(workdir)
     folder = workdir / ".snakemake" / "warm"
     folder.mkdir(parents=True)
     folder.chmod(0o755)  # nobody else could write in it, so nothing in it is theirs
-    result = run_job(workdir)
-    assert result.returncode == 0, result.stderr
+    for _ in range(2):  # the first starts the server, the second waits for it
+        result = run_job(workdir)
+        assert result.returncode == 0, result.stderr
     assert folder.stat().st_mode & 0o777 == 0o700 and server_pids(workdir)
