@@ -6,8 +6,8 @@ A study is one model scored one way: the translation model (BLEU), a glue task's
 perplexity, and a ``retrieval`` entry scores a language-modelling study's model on finding a needle in a
 haystack). What differs between the ways is the study's kind (``headprune.experiments.kinds``: one class
 each, its test sets by role, its evaluation settings, its checks); a study asks its kind and never
-branches on it. ``Pipeline(config)`` checks what the JSON schema cannot (cross-references between
-sections; the message names the key) and answers every question the rules ask: a study's kind and
+branches on it. ``Pipeline(config)`` checks what the JSON schema cannot (``headprune.config_checks``:
+cross-references between sections; the message names the key) and answers every question the rules ask: a study's kind and
 heads, its model folder, its test sets by role, its jobs, their parameters and resources, and the
 targets of the whole run. ``rules/common.smk`` asks it and nothing else, so a new kind of scoring is
 one file in ``headprune/experiments/kinds`` and every experiment's rule reaches it.
@@ -19,12 +19,12 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from headprune.data.datasets import GLUE_TASKS
-from headprune.data.datasets import _check_task as check_glue_task
+from headprune.config_checks import check_config
+from headprune.data.datasets import glue_task_spec
 from headprune.experiments.kinds import KINDS, kind_of  # noqa: F401 (KINDS: the config's kinds)
 from headprune.experiments.kinds.base import ConfigError
 from headprune.experiments.kinds.language_modeling import LM_SPLITS
-from headprune.models.masking_words import BINARY_WORDS, DATA_FILE
+from headprune.models.masking_words import DATA_FILE
 
 # The test sets a study is evaluated on, by role: "eval" (Table 1, pruning), "ood" (cross-domain,
 # Figure 2), "selection" and "test" (one head per layer, Tables 2-3).
@@ -37,17 +37,6 @@ EXPERIMENTS = ("ablation", "pruning", "attention_types", "glue_pruning", "cross_
 RETRIEVAL_DEFAULTS = {"needles_per_setting": 1, "needle": "The special magic number is {value}.",
                       "question": "What is the special magic number mentioned in the text?", "answer_prefix": "",
                       "value_digits": 5, "chat_template": True, "max_new_tokens": 32, "seed": 0}
-
-
-def glue_task_spec(glue_entry, name):
-    """The full data spec of a glue entry: a built-in GLUE task, overridden by the entry's keys."""
-    entry = dict(glue_entry)
-    spec = dict(GLUE_TASKS[entry.pop("task")]) if "task" in entry else {}
-    for key in ("metric", "eval_split", "ood_split", "train_split", "selection_split", "test_split", "finetune"):
-        entry.pop(key, None)
-    spec.update(entry)
-    spec.setdefault("name", name)
-    return spec
 
 
 def chunk_name(items):
@@ -686,7 +675,7 @@ class Pipeline:
         self.corpora = config.get("corpora", {})
         self.study_names = [self.translation_name, *self.glue, *self.models]
         self.dynamics = Dynamics(self, config["dynamics"]) if config.get("dynamics") else None
-        self._check()
+        check_config(self)
         if self.dynamics:
             self.dynamics.check()
 
@@ -898,106 +887,3 @@ class Pipeline:
         targets += self.dynamics.figures if self.dynamics else []
         targets += [f"{figures}/scorecard.csv", f"{figures}/scorecard.md"]
         return targets
-
-    # --- checks the schema cannot make ------------------------------------------------------
-
-    def _check_local_files(self):
-        """A download that is a path in this workflow must be there already, or be one the demo's rules make
-        (under <data_dir>/upstream)."""
-        def downloads(node, key):
-            if isinstance(node, dict):
-                if isinstance(node.get("url"), str) and "://" not in node["url"]:
-                    yield key, node["url"]
-                for name, value in node.items():
-                    if name != "demo":
-                        yield from downloads(value, f"{key}.{name}" if key else str(name))
-
-        upstream = f"{self.data_dir}/upstream/"
-        for key, path in downloads(self.config, ""):
-            if Path(path).exists():
-                continue
-            if "demo" not in self.config:
-                raise ConfigError(f"config: {key}.url is '{path}', a local file that is not there (and no demo "
-                                  "section makes it)")
-            if not path.startswith(upstream):
-                raise ConfigError(f"config: {key}.url is '{path}', a local file that is not there and that the demo "
-                                  f"does not make (it writes under data_dir's upstream/, {upstream})")
-
-    def _check(self):
-        config, translation, glue, models = self.config, self.config["translation"], self.glue, self.models
-        for key in ("importance_sets", "eval_set", "ood_set", "selection_set", "test_set"):
-            if translation.get(key) is None:
-                continue
-            names = translation[key] if isinstance(translation[key], list) else [translation[key]]
-            for name in names:
-                if name not in translation["testsets"]:
-                    raise ConfigError(f"config: translation.{key} names '{name}', which is not in translation.testsets")
-        if self.translation_name in glue:
-            raise ConfigError(f"config: glue task '{self.translation_name}' has the same name as translation.name")
-        for task, spec in glue.items():
-            if "task" in spec and spec["task"] not in GLUE_TASKS:
-                raise ConfigError(f"config: glue.{task}.task is '{spec['task']}', not one of {sorted(GLUE_TASKS)}")
-            if "task" not in spec and not ({"url", "files"} & set(spec)):
-                raise ConfigError(f"config: glue.{task} needs either 'task' (a built-in GLUE task) or 'url' or 'files'")
-            try:
-                splits = check_glue_task(glue_task_spec(spec, task))
-            except ValueError as error:
-                if "task" not in spec:  # without a built-in task, the entry must give the whole spec
-                    raise ConfigError(f"config: glue.{task}.task is not set (a built-in GLUE task: "
-                                      f"{', '.join(sorted(GLUE_TASKS))}), and the entry alone is not a task: {error}") from None
-                raise ConfigError(f"config: glue.{task}: {error}") from None
-            for key in ("eval_split", "ood_split", "selection_split", "test_split", "train_split"):
-                if key in spec and spec[key] not in splits:
-                    raise ConfigError(f"config: glue.{task}.{key} is '{spec[key]}', not one of its splits {sorted(splits)}")
-        self._check_local_files()
-        for experiment, studies in config["experiments"].items():
-            for study in studies:
-                if study not in self.study_names:
-                    raise ConfigError(f"config: experiments.{experiment} names '{study}', "
-                                      f"which is neither translation.name nor a glue task ({self.study_names})")
-        for name in translation.get("train_sets", []):
-            if name not in translation["testsets"]:
-                raise ConfigError(f"config: translation.train_sets names '{name}', which is not in translation.testsets")
-        for study, entry in models.items():
-            if study == self.translation_name or study in glue:
-                raise ConfigError(f"config: models.{study} has the name of another study (translation.name or a glue task)")
-        # a study scoring another study's model is checked once that study is
-        for borrowing in (False, True):
-            for study, entry in models.items():
-                if kind_of(entry["kind"]).scores_another_study == borrowing:
-                    kind_of(entry["kind"]).check(self, study, entry)
-        for experiment, why in (("cross_domain", "no out-of-domain corpus"), ("glue_pruning", "glue tasks only")):
-            for study in config["experiments"].get(experiment, []):
-                if study in models and kind_of(models[study]["kind"]).language_model:
-                    raise ConfigError(f"config: experiments.{experiment} names '{study}', a language-modelling study ({why})")
-        for study in config["experiments"].get("retrieval_heads", []):
-            kind = models.get(study, {}).get("kind")
-            if kind is None or kind_of(kind).wu_score is None:
-                raise ConfigError(f"config: experiments.retrieval_heads names '{study}', which is neither a retrieval "
-                                  "study nor a task (a models entry of kind retrieval or lm_eval)")
-            self.study(study).retrieval_heads_source  # noqa: B018 (a task's retrieval study is there)
-        for study in config["experiments"].get("concrete", []):
-            word = self.study(study).masking(config["concrete"].get("masking", "zero"))
-            if word in BINARY_WORDS:
-                key = f"models.{study}.masking" if "masking" in models.get(study, {}) else "concrete.masking"
-                raise ConfigError(f"config: {key} is {word}, which takes gates 0 or 1 only, and experiments.concrete "
-                                  f"names '{study}': Voita's Hard Concrete gates are real numbers in [0, 1] (zero, "
-                                  "mean, optimal or resample masking)")
-        for study in config["experiments"].get("masking_modes", []):
-            if "streaming" in config["masking_modes"]["modes"] and not self.study(study).scoring.language_model:
-                raise ConfigError(f"config: masking_modes.modes has streaming, which only decoder-only language models "
-                                  f"take, and experiments.masking_modes names '{study}'")
-        for study, entry in models.items():
-            if entry.get("masking") == "streaming" and not kind_of(entry["kind"]).language_model:
-                raise ConfigError(f"config: models.{study}.masking is streaming, which only decoder-only language "
-                                  "models take (kind language_modeling or retrieval)")
-        if self.translation_name in config["experiments"].get("glue_pruning", []):
-            raise ConfigError(f"config: experiments.glue_pruning names '{self.translation_name}', the translation study; "
-                              "Figure 6 is for glue tasks (Figure 3 draws the translation model's pruning)")
-        for study in config.get("speed", {}).get("studies", []):
-            if study in models and kind_of(models[study]["kind"]).scores_another_study:
-                raise ConfigError(f"config: speed.studies names '{study}', a {models[study]['kind']} study: "
-                                  "time its language model")
-            if study not in self.study_names:
-                raise ConfigError(f"config: speed.studies names '{study}', "
-                                  f"which is neither translation.name nor a glue task ({self.study_names})")

@@ -385,7 +385,7 @@ DAG_STOPS = [
 ]
 
 # What passes validation and fails in a job, or stops the DAG without naming the key, because only a check
-# across sections could catch it. Each is a check for headprune.studies.Pipeline._check to make.
+# across sections could catch it. Each is a check for headprune.config_checks.check_config to make.
 KNOWN_GAPS = []  # none left: headprune.studies.Pipeline checks what crosses sections
 
 

@@ -606,3 +606,14 @@ def subset(items: list, max_items: int | None, seed: int = 0) -> list:
         return items
     keep = sorted(random.Random(seed).sample(range(len(items)), max_items))
     return [items[i] for i in keep]
+
+
+def glue_task_spec(glue_entry, name):
+    """The full data spec of a glue entry: a built-in GLUE task, overridden by the entry's keys."""
+    entry = dict(glue_entry)
+    spec = dict(GLUE_TASKS[entry.pop("task")]) if "task" in entry else {}
+    for key in ("metric", "eval_split", "ood_split", "train_split", "selection_split", "test_split", "finetune"):
+        entry.pop(key, None)
+    spec.update(entry)
+    spec.setdefault("name", name)
+    return spec
