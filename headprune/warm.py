@@ -47,6 +47,7 @@ import traceback
 from pathlib import Path
 
 IDLE_SECONDS = float(os.environ.get("HEADPRUNE_WARM_IDLE", 60))
+CONNECT_SECONDS = float(os.environ.get("HEADPRUNE_WARM_CONNECT", 120))  # its imports take ~10 s, longer when busy
 PRELOAD = ("numpy", "pandas", "torch", "transformers", "matplotlib.figure", "matplotlib.backends.backend_agg",
            "headprune.workflow", "headprune.models.loading", "headprune.models.heads", "headprune.models.prune",
            "headprune.training.finetune", "headprune.training.train", "headprune.models.prenorm",
@@ -194,7 +195,16 @@ def _connect(folder: int, name: str) -> socket.socket | None:
     flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
     lock = os.open(f"{stem}.lock", flags, 0o600, dir_fd=folder)
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        deadline = time.monotonic() + CONNECT_SECONDS
+        while True:  # a server that hangs in its imports must not hold every later job
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the warm server starting on {FOLDER / name} did not listen within "
+                                       f"{CONNECT_SECONDS} s") from None
+                time.sleep(0.05)
         with contextlib.suppress(OSError):
             return _try_connect(folder, name)
         with contextlib.suppress(FileNotFoundError):

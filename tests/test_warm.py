@@ -90,6 +90,28 @@ def test_jobs_that_start_together_start_one_server(workdir):
     assert parents.count(server) == 2 and os.getpid() in parents
 
 
+def test_a_server_that_never_listens_holds_no_job(workdir):
+    """A job that finds the server starting waits on the starter's lock, but not forever: if the server never
+    listens (here: the lock stays taken), the job runs in its own process after HEADPRUNE_WARM_CONNECT seconds."""
+    import fcntl
+
+    from headprune import warm
+
+    folder = workdir / ".snakemake" / "warm"
+    folder.mkdir(parents=True, mode=0o700)
+    lock = os.open(folder / f"{warm._package_digest()}.lock", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        started = time.monotonic()
+        result = run_job(workdir, HEADPRUNE_WARM_CONNECT="1")
+        assert result.returncode == 0, result.stderr
+        assert "did not listen within 1.0 s" in result.stderr and "running the job here" in result.stderr
+        assert int((workdir / "result.txt").read_text().split()[1]) == os.getpid()  # it ran here
+        assert time.monotonic() - started < 60 and not server_pids(workdir)
+    finally:
+        os.close(lock)
+
+
 def test_a_warm_job_inherits_the_imports_frozen_for_the_collector(workdir):
     """The server freezes what its imports made (gc.freeze) before it forks jobs, so a job's collections do not
     walk, and copy, the preloaded modules' objects; a job run without the warm start has nothing frozen."""
