@@ -2,6 +2,7 @@
 # Paper config: config.yaml. Offline demo: snakemake --configfile demo/config.yaml (see README).
 
 include: "rules/common.smk"
+include: "rules/hooks.smk"
 include: "rules/demo.smk"
 include: "rules/data.smk"
 include: "rules/checkpoints.smk"

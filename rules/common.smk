@@ -4,7 +4,6 @@ What a study is (its kind, model, test sets by role, jobs and their parameters) 
 Python, by headprune.studies.Pipeline; the input functions here only ask it.
 """
 import functools
-import time
 
 from snakemake.utils import validate
 
@@ -366,35 +365,3 @@ def dynamics_importance_params(wildcards):
 
 def dynamics_pruning_params(wildcards):
     return DYNAMICS.pruning_params()
-
-
-# When a run fails: what SLURM said about its failed jobs, from their SLURM logs written since the run
-# started (headprune.io.slurm_logs), is printed. And a failed group's sbatch job makes Snakemake remove
-# every output of the group, also of its jobs that had finished: those committed their outputs
-# (headprune.io.commits, from headprune.workflow.logged), and a failed run puts them back, so the rerun
-# redoes only the jobs that had not finished.
-RUN_STARTED = time.time()
-
-
-onstart:
-    from headprune.io import commits
-
-    commits.clear()
-
-
-onsuccess:
-    from headprune.io import commits
-
-    commits.clear()
-
-
-onerror:
-    from headprune.io import commits, slurm_logs
-
-    said = slurm_logs.report(RUN_STARTED)
-    if said:
-        print(said)
-    restored = commits.restore()
-    if restored:
-        print(f"Kept {len(restored)} output(s) of finished jobs of failed job groups (headprune.io.commits):\n"
-              + "\n".join(f"    {path}" for path in restored))

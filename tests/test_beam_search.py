@@ -116,3 +116,93 @@ def test_a_generation_config_it_does_not_reproduce_is_named(setting, value):
     assert "logits processors" in supports(model)
     with pytest.raises(ValueError, match="logits processors"):
         beam_search(model, source_batch(), [None], beam=2, lenpen=1.0, max_new=4)
+
+
+# --- FSMT's own beam step (FSMTAdapter.beam_decoding) and the BeamLayer cache ------------------------------------
+
+def fsmt_masking_modes(model):
+    """Every mode that runs on FSMT, with the data the ones that need data take."""
+    from conftest import fsmt_batch
+    from headprune.models.masking import Mean, Resample
+    from headprune.scoring.constants import resample_pool
+    from test_masking_modes import random_constants
+
+    pool = resample_pool(model, [fsmt_batch(seed=s) for s in (11, 12, 13)], progress=False)
+    return {"zero": "zero", "uniform": "uniform", "mean": Mean(random_constants(model)),
+            "resample": Resample(pool, seed=1, draw=0)}
+
+
+@pytest.mark.parametrize("pruned", [None, "some heads", "a whole decoder layer"])
+@pytest.mark.parametrize("mode", ["zero", "uniform", "mean", "resample"])
+def test_fsmt_beam_step_is_generate_under_every_mode(pruned, mode, monkeypatch):
+    """FSMT's beam step (a sentence's beams attend to one copy of its source; self-attention over BeamLayer's
+    time-major keys) gives generate()'s translations, masked under each mode, on a pruned model too, one with
+    a layer without heads included (its output is the projection's bias; its cache still counts the length)."""
+    from headprune.models.families.fsmt import beam_step
+    from headprune.models.prune import prune_heads
+
+    model = tiny_fsmt(seed=3)
+    masking = fsmt_masking_modes(model)[mode]  # the data come from the full model, as a study computes them
+    if pruned == "some heads":
+        prune_heads(model, {"dec_self": {0: [1]}, "enc_dec": {1: [0, 2]}, "enc_self": {0: [3]}})
+    elif pruned == "a whole decoder layer":
+        prune_heads(model, {"dec_self": {0: [0, 1, 2, 3]}, "enc_dec": {1: [0, 1, 2, 3]}})
+    steps = []
+    original = beam_step
+    monkeypatch.setattr("headprune.models.families.fsmt.beam_step",
+                        lambda *a, **k: steps.append(1) or original(*a, **k))
+    batch = source_batch(sentences=5, seed=4)
+    gates_list = [None, gates_without(model, [("dec_self", 0, 2)]), gates_without(model, [("enc_dec", 0, 3)]),
+                  gates_without(model, [("enc_self", 1, 1), ("enc_dec", 1, 1)])]
+    best = beam_search(model, batch, gates_list, beam=4, lenpen=1.0, max_new=8, masking=masking)
+    assert steps
+    assert not any("forward" in vars(attention) for layer in model.model.decoder.layers
+                   for attention in (layer.self_attn, layer.encoder_attn))  # the step is taken off again
+    for gates, variant in zip(gates_list, best):
+        with torch.no_grad(), gated(model, gates, masking=masking):
+            out = model.generate(**batch, num_beams=4, early_stopping=True, max_new_tokens=8, max_length=None,
+                                 do_sample=False)
+        assert stripped(variant) == stripped(out), gates
+
+
+def test_families_sharing_fsmts_layout_keep_their_own_forward():
+    from headprune.models.heads import adapter_for
+
+    for family in ("prenorm", "bart", "marian"):
+        model = MODELS[family]()
+        with adapter_for(model).beam_decoding(model) as own_step:
+            assert own_step is False, family
+
+
+def test_beam_step_takes_beam_steps_only():
+    from headprune.models.beam_cache import SourceSharingCache
+    from headprune.models.families.fsmt import beam_step
+
+    model = tiny_fsmt()
+    attention = model.model.decoder.layers[0].self_attn
+    query = torch.randn(2, 3, 16)  # two queries per row: a whole target, not a step
+    with pytest.raises(ValueError, match="beam search's steps only"):
+        beam_step(attention, query, query, layer_state=SourceSharingCache.for_beam_search(model))
+
+
+def test_beam_layer_keeps_what_transformers_layer_keeps():
+    """Appending, reordering (beams swapped, rows leaving) and growing past its buffers: BeamLayer's keys and
+    values are DynamicLayer's, number for number."""
+    from transformers.cache_utils import DynamicLayer
+    from headprune.models.beam_cache import BeamLayer
+
+    g = torch.Generator().manual_seed(0)
+    mine, reference = BeamLayer(), DynamicLayer()
+    rows, heads, head_dim = 12, 3, 4
+    for step in range(40):  # the buffers start at one step and double
+        keys, values = (torch.randn(rows, heads, 1, head_dim, generator=g) for _ in range(2))
+        got, want = mine.update(keys, values), reference.update(keys, values)
+        assert all(torch.equal(a, b) for a, b in zip(got, want))
+        assert mine.get_seq_length() == reference.get_seq_length() == step + 1
+        rows = max(1, rows - int(step % 7 == 6))  # now and then a row leaves
+        order = torch.randint(0, mine.keys.shape[0], (rows,), generator=g)
+        mine.reorder_cache(order)
+        reference.keys, reference.values = reference.keys[order], reference.values[order]
+        assert torch.equal(mine.keys, reference.keys) and torch.equal(mine.values, reference.values)
+    with pytest.raises(AttributeError, match="update/append and reorder_cache only"):
+        mine.keys = reference.keys

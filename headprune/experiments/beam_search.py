@@ -25,27 +25,11 @@ import functools
 
 import torch
 from transformers import GenerationConfig
-from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
-from headprune.models.heads import ENC_SELF, full_gates, gated
+from headprune.models.beam_cache import SourceSharingCache
+from headprune.models.heads import ENC_SELF, adapter_for, full_gates, gated
 
 NEG = -1.0e9  # transformers' "never pick this" score
-
-
-class SourceSharingCache(EncoderDecoderCache):
-    """An encoder-decoder cache whose beam reordering leaves the cross-attention entries alone.
-
-    Beam search reorders the cache every step, but a step only picks among the beams of the same
-    sentence, and those share one source: their cross-attention keys and values are the same rows.
-    Copying them anyway (transformers does) took a quarter of the demo's decoding time.
-    """
-
-    @classmethod
-    def for_model(cls, model):
-        return cls(DynamicCache(config=model.config), DynamicCache(config=model.config))
-
-    def reorder_cache(self, beam_idx):
-        self.self_attention_cache.reorder_cache(beam_idx)
 
 
 # Generation settings this search reads (or that change nothing it computes); a model whose
@@ -101,7 +85,16 @@ def _row_gates(settings: list[dict], rows: torch.Tensor, types) -> dict:
 def beam_search(model, encoded: dict, gates_list: list, *, beam: int, lenpen: float, max_new: int,
                 masking: str = "zero") -> list[list[torch.Tensor]]:
     """Best hypothesis (token ids, decoder start first) per gate setting and per sentence of ``encoded``
-    (input_ids and attention_mask of one batch); a setting of None is the full model."""
+    (input_ids and attention_mask of one batch); a setting of None is the full model.
+
+    The decoder runs its family's own beam steps where it has them (``HeadAdapter.beam_decoding``: FSMT),
+    which get the encoder states once per sentence instead of once per beam."""
+    with adapter_for(model).beam_decoding(model) as per_sentence:
+        return _search(model, encoded, gates_list, beam=beam, lenpen=lenpen, max_new=max_new, masking=masking,
+                       per_sentence=per_sentence)
+
+
+def _search(model, encoded, gates_list, *, beam, lenpen, max_new, masking, per_sentence):
     device = encoded["input_ids"].device
     n, variants, K = encoded["input_ids"].shape[0], len(gates_list), beam
     config = model.generation_config
@@ -145,7 +138,8 @@ def beam_search(model, encoded: dict, gates_list: list, *, beam: int, lenpen: fl
     encoder_row = torch.tensor(encoder_of, device=device)[sentence_variant] * n + sentence_index
     row_encoder = encoder_row.repeat_interleave(K)
     # a model spread over GPUs returns its encoder states from the encoder's last device
-    states, source_mask = encoder_states[row_encoder.to(encoder_states.device)], mask[row_encoder]
+    source_rows = encoder_row if per_sentence else row_encoder  # the encoder row each decoder row reads
+    states, source_mask = encoder_states[source_rows.to(encoder_states.device)], mask[source_rows]
     row_variant = sentence_variant.repeat_interleave(K)
     gates = _row_gates(settings, row_variant, decoder_types) if gated_any else None
     alive = torch.arange(variants * n, device=device)  # which sentences the batch rows still hold
@@ -161,7 +155,7 @@ def beam_search(model, encoded: dict, gates_list: list, *, beam: int, lenpen: fl
     may_improve = torch.ones((B, 1), dtype=torch.bool, device=device)
     top_k_mask = torch.arange(2 * K, device=device) < K
     best: list[list] = [[None] * n for _ in range(variants)]
-    cache = SourceSharingCache.for_model(model)
+    cache = SourceSharingCache.for_beam_search(model)
     cur_len = 1
     while B:
         with gated(model, gates, masking=masking):
@@ -210,10 +204,11 @@ def beam_search(model, encoded: dict, gates_list: list, *, beam: int, lenpen: fl
             finished_flags, may_improve = finished_flags[kept], may_improve[kept]
             kept_rows = (kept[:, None] * K + torch.arange(K, device=device)).flatten()
             rows = beam_index[kept].flatten()
-            states, source_mask = states[kept_rows.to(states.device)], source_mask[kept_rows]
+            kept_sources = kept if per_sentence else kept_rows
+            states, source_mask = states[kept_sources.to(states.device)], source_mask[kept_sources]
             if gates is not None:
                 gates = {t: g[kept_rows] for t, g in gates.items()}
-            cache.cross_attention_cache.reorder_cache(kept_rows)
+            cache.cross_attention_cache.reorder_cache(kept_sources)
             B = len(kept)
         cache.self_attention_cache.reorder_cache(rows)
     return best

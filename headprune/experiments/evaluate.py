@@ -13,9 +13,10 @@ import logging
 import numpy as np
 import torch
 
-from headprune.experiments.beam_search import SourceSharingCache, beam_search
+from headprune.experiments.beam_search import beam_search
 from headprune.experiments.beam_search import supports as beam_search_supports
 from headprune.experiments.shared_layers import forward_variants, variant_progress
+from headprune.models.beam_cache import SourceSharingCache
 from headprune.models.heads import gated, stack_gates
 
 log = logging.getLogger(__name__)

@@ -36,10 +36,11 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from headprune.experiments.beam_search import SourceSharingCache, beam_search, supports
+from headprune.experiments.beam_search import beam_search, supports
 from headprune.experiments.runs import HeadId, gates_without, importance_order
 from headprune.io import atomic
 from headprune.io.progress import Progress
+from headprune.models.beam_cache import SourceSharingCache
 from headprune.models.heads import adapter_for, gated
 from headprune.models.prune import count_heads, prune_heads
 

@@ -112,6 +112,13 @@ class HeadAdapter:
                 return f"{where} adds {', '.join(terms)} to its attention scores"
         return None
 
+    def beam_decoding(self, model):
+        """A context in which the model's decoder runs beam search's steps (``beam_search``) its own faster
+        way, yielding True, or as it always does, yielding False (the default). Under True the search hands the
+        decoder ONE row of encoder states and source mask per sentence, its beams' rows following it
+        (rows = sentences x beams): the beams of a sentence attend to their shared source together."""
+        return contextlib.nullcontext(False)
+
     def streaming_masking_problem(self, model, sites: list[AttentionSite]) -> str | None:
         """Why streaming masking cannot run on this model (None: it can).
 
