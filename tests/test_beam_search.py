@@ -206,3 +206,22 @@ def test_beam_layer_keeps_what_transformers_layer_keeps():
         assert torch.equal(mine.keys, reference.keys) and torch.equal(mine.values, reference.values)
     with pytest.raises(AttributeError, match="update/append and reorder_cache only"):
         mine.keys = reference.keys
+
+
+def test_the_decoding_benchmark_runs_its_three_paths(capsys):
+    """benchmarks/beam_search.py: the three decoding paths, paired, on a random FSMT; the same translations."""
+    import importlib.util
+    from pathlib import Path
+
+    from headprune.models.beam_cache import SourceSharingCache
+    from headprune.models.families.fsmt import FSMTAdapter
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "beam_search.py"
+    spec = importlib.util.spec_from_file_location("beam_search_benchmark", path)
+    benchmark = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(benchmark)
+    step, layer = FSMTAdapter.beam_decoding, SourceSharingCache.for_beam_search
+    assert benchmark.main(["--d-model", "16", "--sentences", "6", "--variants", "2", "--rounds", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert all(name in printed for name in benchmark.PATHS) and "same translations on every path: True" in printed
+    assert (FSMTAdapter.beam_decoding, SourceSharingCache.for_beam_search) == (step, layer)  # put back
