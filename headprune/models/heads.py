@@ -14,17 +14,18 @@ each its config word, its checks and its hooks): "zero" (the default: the output
 (the output at another training item's token). ``gated`` finds the sites and hands the rest to the mode.
 
 One ``HeadAdapter`` per model family says where the heads are (``headprune/models/families/``, one file
-each); gating, scoring and pruning only talk to ``AttentionSite`` objects.
+each); gating, scoring and pruning only talk to ``AttentionSite`` objects (both in ``headprune.models.sites``).
 """
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
 
 import torch
-from torch import nn
 
 from headprune.models.attention_types import ATTENTION_TYPES, DEC_SELF, ENC_DEC, ENC_SELF, TYPE_LABELS  # noqa: F401
+# The sites and adapters live in headprune.models.sites (below the masking modes); importable from here.
+from headprune.models.sites import (AttentionSite, HeadAdapter, HeadCapture, _batch_major, _causal,  # noqa: F401
+                                    _gate_per_row, _site_gate)
 
 # How a gate of 0 masks a head (headprune.models.masking, one class per mode): "zero" multiplies its output
 # by the gate (the paper's xi_h, any real gate), "uniform" gives it uniform attention over its allowed keys;
@@ -32,108 +33,6 @@ from headprune.models.attention_types import ATTENTION_TYPES, DEC_SELF, ENC_DEC,
 # Optimal(constants), Resample(pool, seed, draw).
 ZERO, UNIFORM, STREAMING = "zero", "uniform", "streaming"
 MASKINGS = (ZERO, UNIFORM)  # the plain-string maskings gated takes
-
-# Attention-module attributes that add terms to the scores (relative positions, learned biases):
-# a zero query would then not give uniform attention.
-# (transformers 4's BERT relative_key(_query), T5's bucketed bias.)
-_SCORE_TERMS = ("distance_embedding", "relative_attention_bias")
-
-
-@dataclass
-class AttentionSite:
-    """One multi-head attention layer: its projections and which heads it still has."""
-
-    attn_type: str
-    layer: int
-    attention: nn.Module  # the module that owns the q/k/v projections
-    query: nn.Linear
-    key: nn.Linear
-    value: nn.Linear
-    output: nn.Linear  # input is the concatenated head outputs
-    head_dim: int
-    original_num_heads: int
-    time_major: bool  # FSMT works in (time, batch, dim); BERT in (batch, time, dim)
-
-    @property
-    def kept_heads(self) -> list[int]:
-        """Original indices of the heads this layer still has (all, unless pruned)."""
-        return list(getattr(self.attention, "headprune_kept_heads", range(self.original_num_heads)))
-
-    @property
-    def num_heads(self) -> int:
-        return len(self.kept_heads)
-
-
-class HeadAdapter:
-    """Says where a model family's attention heads live and how a batch flows through it."""
-
-    family: str
-    attention_types: tuple[str, ...]
-
-    def sites(self, model) -> list[AttentionSite]:
-        raise NotImplementedError
-
-    def loss_and_outputs(self, model, batch, output_attentions: bool = False):
-        """Summed loss over the batch (so per-example gradients add up) and model outputs."""
-        raise NotImplementedError
-
-    def query_mask(self, batch, attn_type: str) -> torch.Tensor:
-        """(batch, queries) bool: positions that are real tokens on the query side."""
-        raise NotImplementedError
-
-    def key_mask(self, batch, attn_type: str) -> torch.Tensor:
-        """(batch, queries, keys) bool: keys each query may attend to (padding, causality)."""
-        raise NotImplementedError
-
-    def eos_keys(self, model, batch, attn_type: str) -> torch.Tensor:
-        """(batch, keys) bool: EOS/SEP keys, excluded from Voita's confidence."""
-        raise NotImplementedError
-
-    def attention_weights(self, outputs, attn_type: str) -> list[torch.Tensor]:
-        """Per layer, (batch, heads, queries, keys) attention probabilities."""
-        raise NotImplementedError
-
-    def num_tokens(self, batch) -> int:
-        """Non-pad tokens the importance sums are divided by."""
-        raise NotImplementedError
-
-    def uniform_masking_problem(self, model, sites: list[AttentionSite]) -> str | None:
-        """Why a zero query would not give this model uniform attention (None: it does).
-
-        Uniform masking zeroes a head's query, which is exact when the scores are query . key (scaled)
-        plus the additive mask and nothing else; the query projection must also be the query's alone.
-        """
-        for site in sites:
-            where = f"{site.attn_type} layer {site.layer} ({type(site.attention).__name__})"
-            if site.query is site.key or site.query is site.value:
-                return f"{where} shares its query projection with its keys or values"
-            terms = [name for name in _SCORE_TERMS if getattr(site.attention, name, None) is not None]
-            if terms:
-                return f"{where} adds {', '.join(terms)} to its attention scores"
-        return None
-
-    def beam_decoding(self, model):
-        """A context in which the model's decoder runs beam search's steps (``beam_search``) its own faster
-        way, yielding True, or as it always does, yielding False (the default). Under True the search hands the
-        decoder ONE row of encoder states and source mask per sentence, its beams' rows following it
-        (rows = sentences x beams): the beams of a sentence attend to their shared source together."""
-        return contextlib.nullcontext(False)
-
-    def streaming_masking_problem(self, model, sites: list[AttentionSite]) -> str | None:
-        """Why streaming masking cannot run on this model (None: it can).
-
-        Streaming masking replaces the ``attention_mask`` argument of each attention module by a per-head
-        mask, which needs a family whose attention modules take the model's causal mask that way and
-        hand it to the backend as it is; only the decoder-only LMs are known to (``CausalLMAdapter``).
-        """
-        return (f"the {self.family} family is not supported (streaming masking runs on the decoder-only LMs: "
-                "gpt2, llama, mistral, qwen2)")
-
-
-def _causal(mask_2d: torch.Tensor) -> torch.Tensor:
-    length = mask_2d.shape[1]
-    lower = torch.ones(length, length, dtype=torch.bool, device=mask_2d.device).tril()
-    return mask_2d[:, None, :] & lower[None]
 
 
 def adapter_for(model) -> HeadAdapter:
@@ -173,48 +72,6 @@ def stack_gates(model, group: list):
         return group[0]
     group = [gates if gates is not None else full_gates(model) for gates in group]
     return {t: torch.stack([gates[t] for gates in group]) for t in group[0]}
-
-
-@dataclass
-class HeadCapture:
-    """What the gate hook saw in one forward pass, for importance scores."""
-
-    head_outputs: dict[tuple[str, int], torch.Tensor] = field(default_factory=dict)
-    gradients: dict[tuple[str, int], torch.Tensor] = field(default_factory=dict)
-
-
-def _batch_major(t: torch.Tensor, time_major: bool) -> torch.Tensor:
-    return t.transpose(0, 1) if time_major else t
-
-
-def _gate_per_row(gate: torch.Tensor, x: torch.Tensor, time_major: bool) -> torch.Tensor:
-    """(variants, heads) gates as one row per example of ``x``, shaped to broadcast over (..., heads).
-
-    The batch is variant-major (every variant's rows together, in variant order), so a row's variant
-    is row // (rows / variants) whatever the batch size is at this call: this holds for the
-    num_beams * batch rows that generate() makes out of each example, as beams stay next to their
-    example.
-    """
-    variants, rows = gate.shape[0], x.shape[1 if time_major else 0]
-    if rows % variants:
-        raise ValueError(f"a batch of {rows} rows cannot hold {variants} gate variants: repeat the batch once "
-                         "per variant, variant-major")
-    gate = gate.repeat_interleave(rows // variants, dim=0)
-    return gate[None] if time_major else gate[:, None]
-
-
-def _site_gate(gates: dict[str, torch.Tensor], site: AttentionSite, x: torch.Tensor) -> torch.Tensor:
-    """The site's gates, shaped to broadcast over ``x`` unflattened to (..., heads, head_dim) minus head_dim.
-
-    ``x`` is what a projection of the site puts out or takes in: (..., heads * head_dim), rows first
-    or (FSMT) time first. Gates of physically pruned heads are dropped.
-    """
-    gate = gates[site.attn_type][..., site.layer, :]
-    gate = gate[..., site.kept_heads] if site.num_heads != gate.shape[-1] else gate
-    gate = gate.to(dtype=x.dtype, device=x.device)
-    if gate.dim() == 2:
-        gate = _gate_per_row(gate, x, site.time_major)
-    return gate
 
 
 # Moved to headprune.models.masking with the modes; still importable from here.

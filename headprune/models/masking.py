@@ -80,7 +80,7 @@ from torch import nn
 
 from headprune.models import masking_words
 from headprune.models.attention_types import DEC_SELF, ENC_SELF
-from headprune.models.heads import (AttentionSite, HeadAdapter, HeadCapture, _batch_major, _gate_per_row,
+from headprune.models.sites import (AttentionSite, HeadAdapter, HeadCapture, _batch_major, _gate_per_row,
                                     _site_gate)
 
 # Attention backends that take a per-head (batch, heads, queries, keys) mask as it is.
