@@ -8,8 +8,8 @@ those that had finished, and records each as done before removing it. A per-job 
 - ``commit(outputs)``: a cluster job whose script succeeded hard-links each output file into
   ``.snakemake/headprune-finished/`` (same path below it; a copy with its mtime if a link cannot be made);
   headprune.workflow.logged() calls it when the script ends without an exception;
-- ``restore()``: the workflow's ``onerror`` handler (rules/hooks.smk, headprune.run_hooks) links back every committed output
-  Snakemake removed: the same file, its mtime unchanged, so the rerun takes it as done and redoes only
+- ``restore()``: the workflow's ``onerror`` handler (rules/hooks.smk, headprune.run_hooks) links back every
+  committed output Snakemake removed: the same file, its mtime unchanged, so the rerun takes it as done and redoes only
   the jobs that had not finished;
 - ``clear()``: ``onstart`` and ``onsuccess`` empty the folder, so only this run's commits are ever restored.
 

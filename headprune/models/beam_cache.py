@@ -18,7 +18,9 @@ class BeamLayer(DynamicLayer):
     """Self-attention keys and values of one decoder layer, time-major, reordered with one copy per step.
 
     The model reads ``keys``/``values`` as (rows, heads, time, head_dim) views of the time-major buffer, as
-    transformers' layers give them. The buffers grow (doubling) as the output grows.
+    transformers' layers give them. The buffers grow (doubling) as the output grows, so they hold up to four
+    times the keys and values in use (two buffers, each up to twice its need), where transformers' layer holds
+    them once and twice for a moment: size ``variant_batch_size`` with that in mind on a GPU.
     """
 
     def lazy_initialization(self, key_states, value_states):
