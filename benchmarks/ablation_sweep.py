@@ -384,7 +384,7 @@ def worker(study: dict, heads: list[str], device: str, threads: int, batch_size:
             evalset = EvalSet("retrieval", [item["value"] for item in items], items, "retrieval")
     else:
         model, tokenizer = load_classifier(study["folder"], device=device)
-        from headprune.data.datasets import read_glue_split
+        from headprune.data.glue import read_glue_split
 
         pairs, labels = read_glue_split(study["tsv"])
         evalset = EvalSet("classification", labels, pairs, "accuracy")

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from headprune.data.datasets import GLUE_TASKS, glue_task_spec
-from headprune.data.datasets import _check_task as check_glue_task
+from headprune.data.glue import GLUE_TASKS, glue_task_spec
+from headprune.data.glue import _check_task as check_glue_task
 from headprune.experiments.kinds import kind_of
 from headprune.experiments.kinds.base import ConfigError
 from headprune.models.masking_words import BINARY_WORDS

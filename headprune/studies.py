@@ -20,7 +20,7 @@ import functools
 from pathlib import Path
 
 from headprune.config_checks import check_config
-from headprune.data.datasets import glue_task_spec
+from headprune.data.glue import glue_task_spec
 from headprune.experiments.kinds import KINDS, kind_of  # noqa: F401 (KINDS: the config's kinds)
 from headprune.experiments.kinds.base import ConfigError
 from headprune.experiments.kinds.language_modeling import LM_SPLITS

@@ -35,7 +35,7 @@ if "demo" in config:
             archive=f"{DATA}/upstream/glue/MNLI.zip",
             # Figure 6's tasks, in the forms the real ones are downloaded in: SST-2 and CoLA as
             # GLUE archives; MRPC as SentEval's two files plus GLUE's dev ids (the MRPC spec in
-            # headprune.data.datasets splits train/dev by them). Each takes one glue entry in the config.
+            # headprune.data.glue splits train/dev by them). Each takes one glue entry in the config.
             sst2_archive=f"{DATA}/upstream/glue/SST-2.zip",
             cola_archive=f"{DATA}/upstream/glue/CoLA.zip",
             msr_paraphrase_train=f"{DATA}/upstream/glue/MRPC/msr_paraphrase_train.txt",

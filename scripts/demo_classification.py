@@ -6,7 +6,7 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 
 from pathlib import Path
 
-from headprune.data.datasets import read_glue_split
+from headprune.data.glue import read_glue_split
 from headprune.demo.classification import make_classification_task
 from headprune.demo.grammar import demo_vocabulary
 from headprune.demo.models import make_tiny_bert, make_tiny_roberta

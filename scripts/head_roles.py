@@ -13,7 +13,8 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 
 import pandas as pd
 
-from headprune.data.datasets import read_glue_split, read_lines
+from headprune.data.datasets import read_lines
+from headprune.data.glue import read_glue_split
 from headprune.experiments.kinds import kind_of
 from headprune.io import atomic
 from headprune.models.loading import pick_device

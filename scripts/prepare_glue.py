@@ -3,7 +3,7 @@ from headprune import warm
 
 warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
 
-from headprune.data.datasets import prepare_glue_task
+from headprune.data.glue import prepare_glue_task
 from headprune.workflow import logged
 
 with logged(snakemake) as log:

@@ -1,5 +1,5 @@
-"""headprune.data.datasets: plain text files, sacrebleu test sets and GLUE tasks, all served from
-127.0.0.1 so that the real download code paths run without internet."""
+"""headprune.data.datasets and headprune.data.glue: plain text files, sacrebleu test sets and GLUE tasks, all
+served from 127.0.0.1 so that the real download code paths run without internet."""
 
 from __future__ import annotations
 
@@ -15,18 +15,9 @@ import zipfile
 import pytest
 from sacrebleu.dataset import DATASETS
 
-from headprune.data import datasets as data
-from headprune.data.datasets import (
-    GLUE_TASKS,
-    MTNT_TESTSET,
-    DataFormatError,
-    extract_zip_members,
-    fetch_sacrebleu_testset,
-    prepare_glue_task,
-    read_glue_split,
-    read_lines,
-    write_lines,
-)
+from headprune.data import glue as data
+from headprune.data.datasets import MTNT_TESTSET, DataFormatError, fetch_sacrebleu_testset, read_lines, write_lines
+from headprune.data.glue import GLUE_TASKS, extract_zip_members, prepare_glue_task, read_glue_split
 from headprune.io.download import ChecksumError, DownloadError
 
 

@@ -20,7 +20,7 @@ from transformers import AutoTokenizer, BertForSequenceClassification, BertToken
 
 from headprune.data import bpe
 from headprune.data.batching import classification_batches
-from headprune.data.datasets import GLUE_TASKS, prepare_glue_task, read_glue_split
+from headprune.data.glue import GLUE_TASKS, prepare_glue_task, read_glue_split
 from headprune.demo import classification, corpora, grammar, passkey
 from headprune.demo import models as demo_models
 from headprune.experiments.evaluate import predict_classes, translate
@@ -201,7 +201,7 @@ def test_classification_task_files(tmp_path):
 
 def test_mnli_labels_follow_the_rule(tmp_path):
     paths = classification.make_classification_task(tmp_path, "mnli", 600, 10, 200, seed=2)
-    names = ["contradiction", "entailment", "neutral"]  # headprune.data.datasets.GLUE_TASKS["MNLI"]
+    names = ["contradiction", "entailment", "neutral"]  # headprune.data.glue.GLUE_TASKS["MNLI"]
     for split in ("train", "dev_mismatched"):
         for (premise, hypothesis), label in zip(*read_glue_split(paths[split])):
             match = re.fullmatch(r"(ze|ak) (\w+) iz (nok )?(\w+)\.", hypothesis)

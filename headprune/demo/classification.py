@@ -54,7 +54,7 @@ from headprune.io.download import sha256sum
 #   a noun or an adjective (to one the sentence does not use) or a negation; half of them are
 #   also rewritten like a paraphrase, so that a rewritten sentence 2 does not by itself mean
 #   "paraphrase".
-# Label indices follow headprune.data.datasets.GLUE_TASKS (MNLI: contradiction, entailment, neutral).
+# Label indices follow headprune.data.glue.GLUE_TASKS (MNLI: contradiction, entailment, neutral).
 # ---------------------------------------------------------------------------------------------
 
 POSITIVE_ADJECTIVES = ("frell", "quom", "spiv", "norl", "tib")
@@ -331,13 +331,13 @@ def _classification_split(kind: str, n: int, rng: random.Random, shifted: bool) 
 
 
 def _glue_task(kind: str) -> dict:
-    from headprune.data.datasets import GLUE_TASKS
+    from headprune.data.glue import GLUE_TASKS
 
     return GLUE_TASKS[CLASSIFICATION_KINDS[kind]]
 
 
 def _write_normalized_tsv(path: Path, rows) -> Path:
-    # The layout headprune.data.datasets.prepare_glue_task writes: text_a, text_b, label index.
+    # The layout headprune.data.glue.prepare_glue_task writes: text_a, text_b, label index.
     return _write_lines(path, ["text_a\ttext_b\tlabel"] + [f"{a}\t{b}\t{label}" for a, b, label in rows])
 
 
@@ -428,7 +428,7 @@ def make_classification_task(
       msr_paraphrase_train, msr_paraphrase_test, mrpc_dev_ids
                             mrpc: the three files MRPC is downloaded as (see _mrpc_files),
                             named as in their real URLs
-      glue_task             glue_task.json: headprune.data.datasets's task dict for these files (file://
+      glue_task             glue_task.json: headprune.data.glue's task dict for these files (file://
                             urls and their sha256), for prepare_glue_task
     The same arguments give byte-identical files.
     """

@@ -44,14 +44,14 @@ def evalset_from_text(tokenizer, text: str, window: int = 512, max_windows: int 
 
 def evalset_from_tsv(path, metric: str = "accuracy", max_items: int | None = None) -> EvalSet:
     """A classification test set from a GLUE-format TSV (header ``text_a text_b label``, integer labels;
-    ``headprune.data.datasets.read_glue_split``), scored by accuracy, mcc or f1.
+    ``headprune.data.glue.read_glue_split``), scored by accuracy, mcc or f1.
 
     >>> _ = open("dev.tsv", "w").write("text_a\\ttext_b\\tlabel\\ngood film\\t\\t1\\nbad film\\t\\t0\\n")
     >>> evalset = evalset_from_tsv("dev.tsv", metric="f1")
     >>> evalset.kind, evalset.references, evalset.sources[0]
     ('classification', [1, 0], ('good film', ''))
     """
-    from headprune.data.datasets import read_glue_split
+    from headprune.data.glue import read_glue_split
     from headprune.experiments.metrics import CLASSIFICATION_METRICS
 
     if metric not in CLASSIFICATION_METRICS:

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from headprune.data.batching import EncodedPairs, classification_batches
-from headprune.data.datasets import read_glue_split
+from headprune.data.glue import read_glue_split
 from headprune.experiments.evaluate import predict_classes
 from headprune.io import atomic
 from headprune.io.progress import Progress
@@ -65,7 +65,7 @@ def finetune_bert_classifier(model_dir, train_tsv, dev_tsv, out_dir, num_labels:
     """Fine-tune the encoder folder ``model_dir`` (BERT, RoBERTa, ELECTRA, ...: any transformers model with a
     sequence-classification head) on ``train_tsv``; save to ``out_dir``; report dev accuracy.
 
-    TSVs are the normalized text_a/text_b/label files of headprune.data.datasets. Fractional
+    TSVs are the normalized text_a/text_b/label files of headprune.data.glue. Fractional
     epochs are allowed. Attention is the "eager" implementation so that attention
     weights can be read later. Returns dev_accuracy, train_loss (mean of the last
     epoch), train_seconds, sizes, steps and device.

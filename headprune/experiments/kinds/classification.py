@@ -14,7 +14,8 @@ class Kind(base.Kind):
     decisive_p = "p_ttest"
 
     def load_evalset(self, spec):
-        from headprune.data.datasets import read_glue_split, subset
+        from headprune.data.datasets import subset
+        from headprune.data.glue import read_glue_split
         from headprune.experiments.runs import EvalSet
 
         pairs, labels = read_glue_split(spec["tsv"])
@@ -46,7 +47,8 @@ class Kind(base.Kind):
 
     def importance_batches(self, tokenizer, data, model=None):
         from headprune.data.batching import classification_batches
-        from headprune.data.datasets import read_glue_split, subset
+        from headprune.data.datasets import subset
+        from headprune.data.glue import read_glue_split
 
         pairs, labels = read_glue_split(data["tsv"])
         keep = subset(list(range(len(pairs))), data["max_items"], data["seed"])
