@@ -95,20 +95,25 @@ def head_scores(model, batches: Iterable[dict], *, estimator: str = "token", nor
 
 def head_importance(model, batches: Iterable[dict], *, estimator: str = "token", normalize: bool = True,
                     device: str | torch.device | None = None, gates: dict[str, torch.Tensor] | None = None,
-                    progress: bool = True, constants=None) -> pd.DataFrame:
+                    progress: bool = True, constants=None, first_order: bool = False) -> pd.DataFrame:
     """``head_scores``' importance columns and fisher only, without attention weights.
 
     Keeps the model's attention backend (no eager switch, no output_attentions), so it is the
     cheap call for re-estimating I_h after every pruning step; the numbers are head_scores'. With
     ``constants`` (a ``HeadConstants``), the first-order estimate for a head replaced by its constant:
     |(o_h - c_h) . dL/do_h| summed over tokens (the module docstring).
+
+    ``first_order=True`` adds the column ``first_order``: -(1/N) sum_t a_t, the signed first-order (attribution
+    patching) estimate of how much the mean token loss rises when the head is switched off (its gate 1 -> 0, or
+    to its constant): the gate gradient of the summed loss, no absolute value anywhere (the screen of
+    ``headprune.experiments.screening``).
     """
     return _score_heads(model, batches, attention=False, estimator=estimator, normalize=normalize, device=device,
-                        gates=gates, progress=progress, constants=constants)
+                        gates=gates, progress=progress, constants=constants, first_order=first_order)
 
 
 def _score_heads(model, batches, *, attention, estimator, normalize, device, gates, progress,
-                 constants=None) -> pd.DataFrame:
+                 constants=None, first_order=False) -> pd.DataFrame:
     if estimator not in ESTIMATORS:
         raise ValueError(f"importance estimator must be one of {ESTIMATORS}, got {estimator!r}")
     import torch
@@ -129,7 +134,7 @@ def _score_heads(model, batches, *, attention, estimator, normalize, device, gat
     value_hooks = [site.value.register_forward_hook(_keep_values(site, values))
                    for site in adapter.sites(model)] if attention else []
 
-    sums = {name: _zeros(shape) for name in GATE_SUMS + (ATTENTION_SUMS if attention else ())}
+    sums = {name: _zeros(shape) for name in GATE_SUMS + ("signed",) + (ATTENTION_SUMS if attention else ())}
     queries = {t: 0 for t in shape}
     queries_norm = {t: 0 for t in shape}
     num_tokens = num_examples = 0
@@ -168,6 +173,7 @@ def _score_heads(model, batches, *, attention, estimator, normalize, device, gat
                 add("example", per_example.abs().sum(0))
                 add("batch", per_token.sum((0, 1)).abs())
                 add("fisher", per_example.pow(2).sum(0))
+                add("signed", per_token.sum((0, 1)))
                 if attention:
                     # dL/dA_h[q, k] = dL/dAtt_h(x)_q . v_{h,k}, as the head output is A_h V_h (no dropout in
                     # eval mode), and dL/dAtt_h = xi_h dL/d(gated output).
@@ -198,6 +204,8 @@ def _score_heads(model, batches, *, attention, estimator, normalize, device, gat
             chosen = normalize_per_layer(chosen)
         columns = {"importance": chosen, **{f"importance_{name}": raw[name] for name in ESTIMATORS},
                    "fisher": sums["fisher"][attn_type] / max(num_examples, 1)}
+        if first_order:
+            columns["first_order"] = -sums["signed"][attn_type] / max(num_tokens, 1)
         if attention:
             columns.update({
                 "attention_gradient": sums["attention_gradient"][attn_type] / max(num_tokens, 1),
