@@ -105,6 +105,7 @@ def check_config(pipeline):
         if entry.get("masking") == "streaming" and not kind_of(entry["kind"]).language_model:
             raise ConfigError(f"config: models.{study}.masking is streaming, which only decoder-only language "
                               "models take (kind language_modeling or retrieval)")
+    _check_screen(pipeline, config)
     if pipeline.translation_name in config["experiments"].get("glue_pruning", []):
         raise ConfigError(f"config: experiments.glue_pruning names '{pipeline.translation_name}', the translation study; "
                           "Figure 6 is for glue tasks (Figure 3 draws the translation model's pruning)")
@@ -115,3 +116,35 @@ def check_config(pipeline):
         if study not in pipeline.study_names:
             raise ConfigError(f"config: speed.studies names '{study}', "
                               f"which is neither translation.name nor a glue task ({pipeline.study_names})")
+
+
+def _check_screen(pipeline, config):
+    """A screened Table 1 (ablation.strategy or ablation.per_study: screened): its study names, its counts, and a
+    screen each study whose Table 1 is made can run."""
+    from headprune.experiments.screening import DEFAULT_SCREEN, GRADIENT_MASKINGS, head_count
+
+    ablation = config.get("ablation", {})
+    for name in ablation.get("per_study", {}):
+        if name not in pipeline.study_names:
+            raise ConfigError(f"config: ablation.per_study names '{name}', which is not a study "
+                              f"({pipeline.study_names})")
+    screen = {**DEFAULT_SCREEN, **ablation.get("screen", {})}
+    experiments = config["experiments"]
+    with_table1 = dict.fromkeys(name for key in ("ablation", "cross_domain", "pruning", "criteria", "attention_types")
+                                for name in experiments.get(key, []))
+    for study_name in with_table1:
+        study = pipeline.study(study_name)
+        if not study.screened:
+            continue
+        heads = len(study.heads)
+        try:
+            top_k = head_count(screen["top_k"], heads, "ablation.screen.top_k")
+            head_count(screen["sample"], heads - top_k, "ablation.screen.sample")
+        except ValueError as error:
+            raise ConfigError(f"config: {error}") from None
+        masking = study.masking(ablation.get("masking", "zero"))
+        if screen["method"] != "exact" and masking not in GRADIENT_MASKINGS:
+            key = f"models.{study_name}.masking" if "masking" in study.entry else "ablation.masking"
+            raise ConfigError(f"config: ablation.screen.method is {screen['method']}, a gradient screen, which needs "
+                              f"zero, mean or optimal masking; {key} is {masking} (use the exact screen)")
+        study.screen_params()  # a kind without a screen set refuses the exact screen here, naming the key

@@ -350,8 +350,47 @@ class Study:
     @property
     def ablation_jobs(self):
         """The single-head ablation jobs: one per head ('enc_self-0-3'), or with ablation.heads_per_job > 1
-        a run of heads per job ('enc_self-0-0..enc_self-1-3'), each still evaluated with only that head off."""
+        a run of heads per job ('enc_self-0-0..enc_self-1-3'), each still evaluated with only that head off.
+        A screened study (ablation.strategy: screened) has one job, 'screened': the heads its screen picks."""
+        if self.screened:
+            return ["screened"]
         return chunks(self.heads, self.config["ablation"].get("heads_per_job", 1))
+
+    @property
+    def screened(self) -> bool:
+        """Whether this study's Table 1 is screened (ablation.per_study.<study>, else ablation.strategy: screened;
+        headprune.experiments.screening)."""
+        ablation = self.config["ablation"]
+        return ablation.get("per_study", {}).get(self.name, ablation.get("strategy", "exhaustive")) == "screened"
+
+    @property
+    def screen_table(self) -> list[str]:
+        """The screen of a screened study (every head's screen score and whether it is verified, sampled or
+        screened only), else nothing."""
+        return [f"{self.pipeline.results_dir}/{self.name}/screen.csv"] if self.screened else []
+
+    def screen_params(self):
+        """What the screen job needs: the method and its counts, the data it screens on (never the test set), the
+        ablation's evaluation settings (masking and the file it reads)."""
+        from headprune.experiments.screening import DEFAULT_SCREEN
+
+        ablation = self.config["ablation"]
+        screen = {**DEFAULT_SCREEN, **ablation.get("screen", {})}
+        settings = self.eval_settings(ablation["bleu"], self.masking(ablation["masking"]))
+        params = {**screen, "settings": settings, "data": self.importance_spec}
+        if screen["method"] == "exact":
+            params["screen_set"] = self.scoring.screen_evalset_spec(self, screen["items"])
+        return params
+
+    def ablation_eval_data(self):
+        """The files an ablation job reads: its test sets, by role."""
+        return self.eval_data(self.ablation_roles)
+
+    def screened_eval_params(self):
+        """The screened ablation job's: as an ablation job's, its heads read from the screen."""
+        ablation = self.config["ablation"]
+        return {"heads": [], "roles": {role: self.evalset_spec(role) for role in self.ablation_roles},
+                "settings": self.eval_settings(ablation["bleu"], self.masking(ablation["masking"]))}
 
     def ablation_job_heads(self, job):
         return chunk_items(self.heads, job)

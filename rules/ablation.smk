@@ -63,10 +63,59 @@ rule ablate_head:
         "../scripts/evaluate.py"
 
 
+rule screen_heads:
+    """A screened Table 1 (ablation.strategy: screened): every head scored by the screen on the importance data
+    (never the test set), the top K and a seeded sample of the rest picked for exact ablation."""
+    input:
+        model=study_model,
+        data=study_importance_data,
+        masking=asks("experiment_masking_data", "ablation"),
+    output:
+        f"{RESULTS}/{{study}}/screen.csv",
+    params:
+        study=study_of,
+        screen=asks("screen_params"),
+    log:
+        f"{RESULTS}/logs/screen_heads/{{study}}.log",
+    resources:
+        gpu=study_resource("importance", "gpu"),
+        mem_mb=study_resource("importance", "mem_mb"),
+        runtime=study_resource("importance", "runtime"),
+    conda:
+        ENV
+    script:
+        "../scripts/screen_heads.py"
+
+
+rule ablate_screened:
+    """The heads a screen picked (verified and sampled), each ablated alone, in one job (batched gate variants)."""
+    input:
+        model=study_model,
+        data=asks("ablation_eval_data"),
+        masking=asks("experiment_masking_data", "ablation"),
+        screen=f"{RESULTS}/{{study}}/screen.csv",
+    output:
+        f"{RESULTS}/{{study}}/ablation/screened.json",
+    params:
+        study=study_of,
+        evaluation=asks("screened_eval_params"),
+    log:
+        f"{RESULTS}/logs/ablate_head/{{study}}/screened.log",
+    resources:
+        gpu=study_resource("ablate", "gpu"),
+        mem_mb=study_resource("ablate", "mem_mb"),
+        runtime=study_resource("ablate", "runtime"),
+    conda:
+        ENV
+    script:
+        "../scripts/evaluate.py"
+
+
 rule significance:
     input:
         full=f"{RESULTS}/{{study}}/full.json",
         heads=ablation_outputs,
+        screen=screen_table,
     output:
         f"{RESULTS}/{{study}}/{{role}}/ablation.csv",
     params:

@@ -185,6 +185,11 @@ def ablation_outputs(wildcards):
     return [f"{RESULTS}/{wildcards.study}/ablation/{job}.json" for job in study(wildcards).ablation_jobs]
 
 
+def screen_table(wildcards):
+    """A screened study's screen.csv (ablation.strategy: screened), else nothing."""
+    return study(wildcards).screen_table
+
+
 def one_head_outputs(wildcards):
     return {"layers": [f"{RESULTS}/{wildcards.study}/one_head/{job}.json" for job in study(wildcards).one_head_jobs],
             "full": f"{RESULTS}/{wildcards.study}/full.json"}

@@ -13,9 +13,11 @@ rule plot_ablation:
         fig_png=report(f"{FIGURES}/{{study}}/figure1.png", caption="../report/figure1.rst", category="Figure 1",
                        subcategory="{study}"),
         fig_pdf=f"{FIGURES}/{{study}}/figure1.pdf",
+        bound_csv=f"{FIGURES}/{{study}}/table1_bound.csv",
     params:
         style=figure_style,
         attn_type=table1_attention_type,
+        confidence=config["ablation"]["screen"]["confidence"],
     log:
         f"{RESULTS}/logs/plot_ablation/{{study}}.log",
     resources:

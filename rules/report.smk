@@ -25,6 +25,7 @@ rule scorecard:
     params:
         paper_models=scorecard_paper_models,
         epochs=scorecard_epochs,
+        confidence=config["ablation"]["screen"]["confidence"],
     log:
         f"{RESULTS}/logs/scorecard.log",
     resources:

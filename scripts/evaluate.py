@@ -1,6 +1,7 @@
 """Evaluate a study's model on each of its test sets: whole, or with one head switched off.
 
-The 'head' wildcard names the head (or, with ablation.heads_per_job > 1, a run of heads
+A screened study's one ablation job (rule ablate_screened) reads its heads from the screen (screen.csv): the
+verified and the sampled. The 'head' wildcard names the head (or, with ablation.heads_per_job > 1, a run of heads
 'first..last', listed in params: each is ablated ALONE, and they share one pass over each test set). Writes, per head and test-set role, the
 score and the per-item outputs (translations or predicted labels) that the significance tests
 compare. The model is loaded once.
@@ -23,6 +24,17 @@ with logged(snakemake) as log:
     evalsets = {role: load_evalset(spec) for role, spec in evaluation["roles"].items()}
     job = snakemake.wildcards.get("head")
     variants = evaluation["heads"] if job else [None]  # None: the full model
+    if "screen" in snakemake.input.keys():  # a screened Table 1: the heads its screen picked, each alone
+        import pandas as pd
+
+        from headprune.experiments.runs import head_name
+        from headprune.experiments.screening import heads_to_ablate
+
+        job = "screened"
+        screen = snakemake.input.screen
+        variants = [head_name(head) for head in heads_to_ablate(pd.read_csv(screen if isinstance(screen, str)
+                                                                            else screen[0]))]
+        log.info("%s: %d heads picked by the screen (%s)", study["name"], len(variants), snakemake.input.screen)
     gates_list = [gates_without(model, [parse_head_name(head)]) if head else None for head in variants]
     results = {head or "full": {} for head in variants}
     for role, evalset in evalsets.items():

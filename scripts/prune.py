@@ -35,6 +35,13 @@ with logged(snakemake) as log:
     settings = EvalSettings(**params["settings"])
     importance = pd.read_csv(snakemake.input.importance)
     ablation = pd.read_csv(snakemake.input.ablation) if "ablation" in snakemake.input.keys() else None
+    if ablation is not None:  # the oracle order stands on Table 1: say which kind (headprune.experiments.screening)
+        from headprune.experiments.screening import ablated_rows, table_basis
+
+        log.info("oracle order from a%s Table 1 (%d of %d heads ablated exactly%s)",
+                 "n exhaustive" if table_basis(ablation) == "exhaustive" else " screened", len(ablated_rows(ablation)),
+                 len(ablation), "" if table_basis(ablation) == "exhaustive" else "; the screened-only heads first, in "
+                 "the screen's order")
     roles = pd.read_csv(snakemake.input.roles) if "roles" in snakemake.input.keys() else None
     criteria = params.get("criteria", {})
     heads = [h for h in all_heads(model) if attn_type in (None, h[0])]

@@ -36,7 +36,7 @@ with logged(snakemake) as log:
     modes_ablation, modes_pruning, modes_one_head = as_scorecard_tables(tables.pop("masking_modes"))
     card = scorecard.scorecard(**tables, paper_models=dict(snakemake.params.paper_models),
                                modes_ablation=modes_ablation, modes_pruning=modes_pruning,
-                               modes_one_head=modes_one_head)
+                               modes_one_head=modes_one_head, confidence=snakemake.params.confidence)
     atomic.write_csv(card, snakemake.output.csv, index=False)
     atomic.write_text(snakemake.output.md, scorecard.markdown(card))
     for r in card.itertuples():

@@ -157,8 +157,19 @@ def _ablation_of_one_study(ablation: pd.DataFrame) -> pd.DataFrame:
     if duplicated.any():
         raise ValueError(f"ablation table has {int(duplicated.sum())} duplicate (attn_type, layer, head) rows")
     ablation = ablation.copy()
+    if "verification" in ablation:  # a screened Table 1: heads screened only have no test (significant empty)
+        from headprune.experiments.screening import SCREENED
+
+        ablation.loc[ablation["verification"].astype(str) == SCREENED, "significant"] = False
     ablation["significant"] = _as_bool(ablation["significant"])
     return ablation
+
+
+def _ablated(ablation: pd.DataFrame) -> pd.DataFrame:
+    """The heads ablated exactly: every row of an exhaustive table, the verified and sampled of a screened one."""
+    from headprune.experiments.screening import ablated_rows
+
+    return ablated_rows(ablation)
 
 
 # ----------------------------------------------------------------------------- style
@@ -255,7 +266,14 @@ def table1_cells(ablation: pd.DataFrame, attn_type: str = "enc_self") -> pd.Data
         "p_ttest": rows["p_ttest"] if "p_ttest" in rows else np.nan,
     })
     cells["cell"] = [_format_delta(d, s) for d, s in zip(cells["delta"], cells["significant"])]
-    return cells.sort_values(["layer", "head"]).reset_index(drop=True)[TABLE1_COLUMNS]
+    columns = list(TABLE1_COLUMNS)
+    if "verification" in rows:  # a screened table: which heads were verified, sampled or screened only
+        from headprune.experiments.screening import SCREENED
+
+        cells["verification"] = rows["verification"].astype(str).to_numpy()
+        cells.loc[cells["verification"] == SCREENED, "cell"] = "·"
+        columns.append("verification")
+    return cells.sort_values(["layer", "head"]).reset_index(drop=True)[columns]
 
 
 def table1_grid(cells: pd.DataFrame, value: str = "delta") -> pd.DataFrame:
@@ -275,6 +293,8 @@ class SignificanceSummary:
 
 def significance_summary(cells: pd.DataFrame) -> SignificanceSummary:
     """Counts for the paper's 'k of N heads significant (m improve)' from table1_cells."""
+    if "verification" in cells:  # a screened table: the heads ablated
+        cells = cells[cells["verification"] != "screened"]
     significant = cells["significant"]
     sign = better_sign(cells["metric"].iloc[0]) if "metric" in cells and len(cells) else 1  # perplexity: lower
     # Uses the rounded delta the table shows, so the line agrees with the table; a significant
@@ -283,7 +303,8 @@ def significance_summary(cells: pd.DataFrame) -> SignificanceSummary:
                                n_improve=int((significant & (sign * cells["delta"] > 0)).sum()))
 
 
-def table1_markdown(cells: pd.DataFrame, ablation: pd.DataFrame, family: str | None = None) -> str:
+def table1_markdown(cells: pd.DataFrame, ablation: pd.DataFrame, family: str | None = None,
+                    bound: str | None = None) -> str:
     study = _single_value(cells, "study", "table 1")
     metric = _single_value(cells, "metric", "table 1")
     attn_type = _single_value(cells, "attn_type", "table 1")
@@ -296,31 +317,48 @@ def table1_markdown(cells: pd.DataFrame, ablation: pd.DataFrame, family: str | N
         f"**Table 1** ({study_title(study, family)}, {type_labels(ablation['attn_type'])[attn_type]}): "
         f"{change_label(metric)} when one head is masked; "
         f"full model {format_score(metric, score_full)}. Layers and heads are 1-based; "
-        f"* marks a significant change (p < {alphas}).",
+        f"* marks a significant change (p < {alphas})." + (" · marks a head screened only (not ablated)."
+                                                             if "verification" in cells else ""),
         "",
         "| Layer | " + " | ".join(str(h) for h in heads) + " |",
         "|---:|" + "---:|" * len(heads),
     ]
     for layer, row in grid.iterrows():
         lines.append(f"| {layer} | " + " | ".join(row[h] for h in heads) + " |")
-    lines += ["", str(significance_summary(cells)) + (f" (deltas in {unit})" if unit else ""), ""]
+    summary = str(significance_summary(cells)) + (" ablated" if "verification" in cells else "")
+    lines += ["", summary + (f" (deltas in {unit})" if unit else ""), ""]
+    if bound:
+        lines += [bound, ""]
     return "\n".join(lines)
 
 
-def table1(ablation: pd.DataFrame, out_csv, out_md, attn_type: str = "enc_self", family: str | None = None) -> list[str]:
+def table1(ablation: pd.DataFrame, out_csv, out_md, attn_type: str = "enc_self", family: str | None = None,
+           out_bound_csv=None, confidence: float = 0.95) -> list[str]:
     """The paper's Table 1: per-head change when one head of `attn_type` is masked.
 
-    CSV: tidy, one row per head, columns TABLE1_COLUMNS (numeric `delta` and text `cell`).
-    Markdown: the layers x heads grid of `cell`, then 'k of N heads significant (m improve)'.
+    CSV: tidy, one row per head, columns TABLE1_COLUMNS (numeric `delta` and text `cell`; a screened table also
+    ``verification``: verified, sampled or screened, a screened-only head's cell '·').
+    Markdown: the layers x heads grid of `cell`, then 'k of N heads significant (m improve)'; a screened table's
+    also the bound on what it may have missed. ``out_bound_csv``: that bound (``screening.BOUND_COLUMNS``, one row;
+    an exhaustive table's says so, with bounds 0), at ``confidence``.
     """
+    from headprune.experiments.screening import BOUND_COLUMNS, bound_sentence, unverified_bound
+
     cells = table1_cells(ablation, attn_type)
     out_csv, out_md = Path(out_csv), Path(out_md)
     for path in (out_csv, out_md):
         path.parent.mkdir(parents=True, exist_ok=True)
     atomic.write_csv(cells, out_csv, index=False)
-    atomic.write_text(out_md, table1_markdown(cells, ablation, family))
+    bound = unverified_bound(ablation, confidence, study=_single_value(ablation, "study", "ablation table"),
+                             testset=str(ablation["testset"].dropna().iloc[0]) if "testset" in ablation else "")
+    screened = bound["table1"] != "exhaustive"
+    atomic.write_text(out_md, table1_markdown(cells, ablation, family, bound_sentence(bound) if screened else None))
+    paths = [str(out_csv), str(out_md)]
+    if out_bound_csv:
+        atomic.write_csv(pd.DataFrame([bound], columns=list(BOUND_COLUMNS)), Path(out_bound_csv), index=False)
+        paths.append(str(out_bound_csv))
     log.info("table 1: %s", significance_summary(cells))
-    return [str(out_csv), str(out_md)]
+    return paths
 
 
 # ------------------------------------------------------------------------ Figure 1
@@ -334,7 +372,7 @@ def ablation_histogram(ablation: pd.DataFrame, bins: int = DEFAULT_HISTOGRAM_BIN
     Shared edges make the panels comparable. Bins follow numpy.histogram: [left, right),
     the last one [left, right]. Columns: BINS_COLUMNS; `count` includes `count_significant`.
     """
-    ablation = _ablation_of_one_study(ablation)
+    ablation = _ablated(_ablation_of_one_study(ablation))  # a screened table: the heads ablated
     study = _single_value(ablation, "study", "ablation table")
     metric = _single_value(ablation, "metric", "ablation table")
     display = metric_display(metric)
@@ -402,6 +440,8 @@ def figure1(ablation: pd.DataFrame, out_png, out_pdf, style: dict | None = None,
     if "alpha" in ablation and ablation["alpha"].notna().any():
         alpha_label += " (p < " + ", ".join(f"{a:g}" for a in sorted(ablation["alpha"].dropna().unique())) + ")"
     title = f"{study_title(study, family)}: full model {format_score(metric, score_full)}"
+    if "verification" in ablation and len(_ablated(ablation)) < len(ablation):
+        title += f"\n(screened Table 1: the {len(_ablated(ablation))} of {len(ablation)} heads ablated)"
     figure = build_figure1(histogram, title, style, alpha_label)
     return [str(out_bins_csv)] + save_figure(figure, out_png, out_pdf, style)
 
@@ -611,9 +651,11 @@ FIGURE2_COLUMNS = ["study", "attn_type", "layer", "head", "metric", "delta_in_do
 
 
 def figure2_table(in_domain: pd.DataFrame, out_of_domain: pd.DataFrame) -> pd.DataFrame:
-    """One row per head: its ablation delta in domain and out of domain, with Pearson's r over all heads."""
+    """One row per head: its ablation delta in domain and out of domain, with Pearson's r over all heads (of a
+    screened Table 1: over the heads ablated, which both test sets share)."""
     from headprune.experiments.stats import pearson
 
+    in_domain, out_of_domain = _ablated(in_domain), _ablated(out_of_domain)
     keys = ["study", "attn_type", "layer", "head"]
     merged = in_domain[keys + ["metric", "delta"]].merge(
         out_of_domain[keys + ["delta"]], on=keys, suffixes=("_in_domain", "_out_of_domain"), validate="one_to_one")

@@ -26,7 +26,8 @@ def points(metric: str) -> float:
 
 def head_maps_table(ablations: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """One row per (study, head): its single-head ablation (eval/ablation.csv) and its cost in points (worse
-    positive). ``ablations``: study name -> its ablation table, in the order the maps are drawn."""
+    positive). When a study's Table 1 is screened (headprune.experiments.screening) the column ``verification``
+    says for every head verified, sampled, screened (no cost) or exhaustive. ``ablations``: study name -> its ablation table, in the order the maps are drawn."""
     tables = []
     for study, ablation in ablations.items():
         ablation = _ablation_of_one_study(ablation)
@@ -35,8 +36,13 @@ def head_maps_table(ablations: dict[str, pd.DataFrame]) -> pd.DataFrame:
         table.insert(0, "metric", metric)
         table.insert(0, "study", study)
         table["cost_points"] = -better_sign(metric) * table["delta"] / points(metric)
-        tables.append(table[COLUMNS])
-    return pd.concat(tables, ignore_index=True)
+        if "verification" in ablation:  # a screened Table 1: heads screened only have no cost (a blank cell)
+            table["verification"] = ablation["verification"].fillna("exhaustive").astype(str)
+        tables.append(table[[c for c in [*COLUMNS, "verification"] if c in table]])
+    table = pd.concat(tables, ignore_index=True)
+    if "verification" in table:  # said for every study once one stands on a screened table
+        table["verification"] = table["verification"].fillna("exhaustive")
+    return table
 
 
 def rank_correlations(table: pd.DataFrame) -> pd.DataFrame:
@@ -64,7 +70,8 @@ def build_head_maps_figure(table: pd.DataFrame, model: str, style: dict | None =
             ax.scatter(significant["head"], significant["layer"], s=60, facecolors="none", edgecolors="black",
                        linewidths=1.0, label="significant")
             metric = str(part["metric"].iloc[0])
-            ax.set_title(f"{study}\n({metric}, cost in points)")
+            screened = "verification" in part and (part["verification"] != "exhaustive").any()
+            ax.set_title(f"{study}\n({metric}, cost in points" + (", screened: blank = not ablated)" if screened else ")"))
             ax.set_xlabel("head")
             ax.set_ylabel("layer")
             ax.set_xticks(range(heads))

@@ -305,9 +305,19 @@ def importance_order(importance: pd.DataFrame, attn_type: str | None = None) -> 
 
 def oracle_order(ablation: pd.DataFrame, attn_type: str | None = None) -> list[HeadId]:
     """Heads whose removal alone hurts least (best ablated score: the largest BLEU or accuracy, the lowest
-    perplexity) first."""
+    perplexity) first.
+
+    From a screened Table 1 (``headprune.experiments.screening``): the heads screened only first, smallest screen
+    score first (the screen ranked them below every verified head), then the heads ablated exactly in the oracle's
+    order; the order is then the screen's where no head was ablated."""
     table = ablation if attn_type is None else ablation[ablation.attn_type == attn_type]
     sign = metrics.better_sign(table["metric"].iloc[0]) if "metric" in table and len(table) else 1
+    screened_only = table["score"].isna() & table["verification"].notna() if "verification" in table else None
+    if screened_only is not None and screened_only.any():
+        first = table[screened_only].sort_values("screen", kind="stable")
+        rest = table[~screened_only]
+        rest = rest.assign(_goodness=sign * rest["score"]).sort_values("_goodness", ascending=False, kind="stable")
+        return [(r.attn_type, int(r.layer), int(r.head)) for r in (*first.itertuples(), *rest.itertuples())]
     table = table.assign(_goodness=sign * table["score"]).sort_values("_goodness", ascending=False, kind="stable")
     return [(r.attn_type, int(r.layer), int(r.head)) for r in table.itertuples()]
 

@@ -22,6 +22,7 @@ from headprune.experiments.metrics import better_sign
 from headprune.models.attention_types import TYPE_LABELS
 
 REPRODUCED, NOT_REPRODUCED, NOT_RUN = "reproduced", "not reproduced", "not run"
+UNDECIDED = "undecided"  # a screened Table 1 whose bound leaves the claim open (C1)
 COLUMNS = ("claim", "study", "statement", "evidence", "this_run", "paper", "rule", "verdict")
 
 # --- the thresholds of the rules ---------------------------------------------------------------
@@ -205,12 +206,16 @@ def last_step_at_or_below(curve: pd.DataFrame, percent: float) -> pd.Series:
 # --- C1: single heads (Table 1, Figure 1) --------------------------------------------------------
 
 
-def c1_single_heads(ablation: pd.DataFrame, paper_models: dict) -> list[dict]:
+def c1_single_heads(ablation: pd.DataFrame, paper_models: dict, confidence: float = 0.95) -> list[dict]:
     """Per ablation study (eval/ablation.csv: one row per head, removed alone): the share of heads whose
     removal changes the score not significantly; Enc-Enc alone too (the paper's Table 1) when the model
-    has other attention types."""
+    has other attention types. A screened Table 1 (headprune.experiments.screening) gives a range: its heads
+    screened only may hide up to the bound's count of significant heads at ``confidence``; the claim is reproduced
+    when it holds even then, not reproduced when it fails with none hidden, else undecided."""
     if ablation.empty:
         return [not_run("C1")]
+    from headprune.experiments.screening import bound_sentence, table_basis, unverified_bound
+
     rows = []
     for study, heads in by_study(ablation):
         significant = flags(heads["significant"])
@@ -222,7 +227,18 @@ def c1_single_heads(ablation: pd.DataFrame, paper_models: dict) -> list[dict]:
             enc_self = ~significant[heads["attn_type"] == "enc_self"]
             this_run += f"; Enc-Enc (Table 1): {share(int(enc_self.sum()), len(enc_self))}"
         passed = 100.0 * unchanged / len(heads) > MOST_HEADS
-        rows.append(row("C1", study, this_run, paper_number("C1", paper_models.get(study)), verdict(passed)))
+        outcome = verdict(passed)
+        if table_basis(heads) == "screened":
+            # heads screened only count as unchanged above; the bound says how many of them may be significant
+            bound = unverified_bound(heads, confidence)
+            fewest = unchanged - bound["bound_significant_unverified"]
+            this_run = (f"{share(fewest, len(heads))} to {share(unchanged, len(heads))} heads no significant change "
+                        f"({bound_sentence(bound)}); {int(significant.sum())} significant found, {gains} of them gains")
+            surely = 100.0 * fewest / len(heads) > MOST_HEADS
+            outcome = verdict(True) if surely else verdict(False) if not passed else UNDECIDED
+        else:
+            this_run += "; exhaustive Table 1"
+        rows.append(row("C1", study, this_run, paper_number("C1", paper_models.get(study)), outcome))
     return rows
 
 
@@ -453,7 +469,8 @@ def scorecard(ablation: pd.DataFrame, one_head: pd.DataFrame, pruning: pd.DataFr
               attention_types: pd.DataFrame, dynamics: pd.DataFrame, speed: pd.DataFrame,
               paper_models: dict, roles: pd.DataFrame | None = None,
               retrieval_heads: pd.DataFrame | None = None, modes_ablation: pd.DataFrame | None = None,
-              modes_pruning: pd.DataFrame | None = None, modes_one_head: pd.DataFrame | None = None) -> pd.DataFrame:
+              modes_pruning: pd.DataFrame | None = None, modes_one_head: pd.DataFrame | None = None,
+              confidence: float = 0.95) -> pd.DataFrame:
     """Every claim's rows, C1 to C6, then W1-W3. Each table is the stack of that experiment's CSVs (empty:
     not run); ``paper_models`` maps a study to the paper's model it stands for ('WMT', 'MNLI', ..., or None).
     ``roles``: the head_roles.csv of the retrieval studies of experiments.retrieval_heads. ``modes_ablation``,
@@ -464,7 +481,7 @@ def scorecard(ablation: pd.DataFrame, one_head: pd.DataFrame, pruning: pd.DataFr
         pruning = pd.concat([pruning, modes_pruning], ignore_index=True)
     if modes_one_head is not None and not modes_one_head.empty:
         one_head = pd.concat([one_head, modes_one_head], ignore_index=True)
-    rows = [*c1_single_heads(ablation, paper_models), *c2_one_head_per_layer(one_head, paper_models),
+    rows = [*c1_single_heads(ablation, paper_models, confidence), *c2_one_head_per_layer(one_head, paper_models),
             *c3_pruning(pruning, paper_models), *c4_attention_types(attention_types, paper_models),
             *c5_training_dynamics(dynamics, paper_models), *c6_speed(speed, paper_models)]
     if roles is not None or retrieval_heads is not None:
@@ -478,6 +495,8 @@ def markdown(card: pd.DataFrame) -> str:
     """The scorecard as a Markdown table, with a one-line count of the verdicts above it."""
     counts = card["verdict"].value_counts()
     summary = ", ".join(f"{counts.get(v, 0)} {v}" for v in (REPRODUCED, NOT_REPRODUCED, NOT_RUN))
+    if counts.get(UNDECIDED):
+        summary += f", {counts[UNDECIDED]} {UNDECIDED}"
     headers = ["Claim", "Study", "Statement (evidence)", "This run", "Paper", "Rule", "Verdict"]
 
     def cell(text) -> str:

@@ -51,6 +51,8 @@ GRADIENT_SCREENS = ("first_order", "fisher", "importance")  # one forward + back
 GRADIENT_MASKINGS = ("zero", "mean", "optimal")
 VERIFIED, SAMPLED, SCREENED, EXHAUSTIVE = "verified", "sampled", "screened", "exhaustive"
 KEY = ["attn_type", "layer", "head"]
+# ablation.screen's defaults (rules/schemas/config.schema.yaml says the same)
+DEFAULT_SCREEN = {"method": "exact", "items": 16, "top_k": "20%", "sample": "5%", "confidence": 0.95, "seed": 0}
 BOUND_COLUMNS = ("study", "testset", "table1", "screen", "heads", "verified", "sampled", "screened_only",
                  "confidence", "significant_verified", "significant_sampled", "bound_significant_unverified",
                  "effect_threshold", "larger_sampled", "bound_larger_unverified")
@@ -119,6 +121,28 @@ def screen_scores(screens: pd.DataFrame, method: str) -> pd.DataFrame:
     table = screens[KEY].copy()
     table["screen"] = screens[method].abs().to_numpy(float)
     return table
+
+
+def screen_study(model, tokenizer, params: dict, batches=None, screen_set: EvalSet | None = None) -> pd.DataFrame:
+    """A study's screen as the pipeline's screen job runs it (``params``: ``Study.screen_params``; ``batches``: a
+    function giving the importance batches, for the gradient screens; ``screen_set``: the exact screen's set): every
+    head's screen scores, ``screen`` (the method's magnitude), ``screen_rank``, ``verification``, ``screen_method``."""
+    settings = EvalSettings(**params["settings"])
+    method = params["method"]
+    if method == "exact":
+        scores = exact_screen(model, tokenizer, screen_set, settings)
+    else:
+        if settings.masking not in GRADIENT_MASKINGS:
+            raise ValueError(f"ablation.screen.method {method} needs zero, mean or optimal masking, not "
+                             f"{settings.masking}")
+        constants = settings.mask.constants if settings.masking in ("mean", "optimal") else None
+        scores = gradient_screens(model, batches(), constants=constants)
+    n = len(scores)
+    top_k = head_count(params["top_k"], n)
+    selection = select_heads(screen_scores(scores, method), top_k,
+                             head_count(params["sample"], n - top_k, "ablation.screen.sample"), params["seed"])
+    extra = [c for c in scores.columns if c not in KEY]
+    return selection.merge(scores[KEY + extra], on=KEY).assign(screen_method=method)
 
 
 # --- 2. which heads are ablated -------------------------------------------------------------------------------
@@ -201,9 +225,10 @@ def count_bound(in_sample: int, sample: int, population: int, confidence: float)
 
 def table_basis(table: pd.DataFrame) -> str:
     """``exhaustive`` (every head ablated: no ``verification`` column, or every row exhaustive) or ``screened``."""
-    if "verification" not in table or (table["verification"].astype(str) == EXHAUSTIVE).all():
+    if "verification" not in table:
         return EXHAUSTIVE
-    return "screened"
+    marks = table["verification"].dropna().astype(str)  # tables stacked with exhaustive ones have it empty
+    return EXHAUSTIVE if (marks == EXHAUSTIVE).all() else "screened"
 
 
 def ablated_rows(table: pd.DataFrame) -> pd.DataFrame:

@@ -96,6 +96,12 @@ class Kind:
         """The data I_h is estimated on (``importance_batches`` reads it)."""
         return study.lm.importance_spec
 
+    def screen_evalset_spec(self, study, items: int) -> dict:
+        """The set the exact screen of a screened Table 1 ablates every head on (``load_evalset`` reads it): ``items``
+        items of the importance data, never the test set. A kind without one refuses, naming the key."""
+        raise ConfigError(f"config: ablation.screen.method 'exact' needs a screen set drawn from the importance data, "
+                          f"which {self.name} studies ({study.name}) do not have; use first_order, fisher or importance")
+
     def train_data(self, study) -> list[str]:
         """The training data files (gates, roles)."""
         return study.importance_data

@@ -104,6 +104,13 @@ class Kind(base.Kind):
                 "max_length": bert["finetune"]["max_length"], "max_items": bert.get("importance_examples"),
                 "seed": bert["finetune"]["seed"]}
 
+    def screen_evalset_spec(self, study, items):
+        # a seeded subset of the training split (the importance data), scored as the test set is
+        bert = study.config["bert"]
+        return {"kind": "classification", "tsv": _train_tsv(study), "name": "train (screen)",
+                "metric": study.pipeline.glue[study.task].get("metric", "accuracy"), "max_items": items,
+                "seed": bert["finetune"]["seed"]}
+
     def train_spec(self, study, batch_size):
         concrete = study.config["concrete"]
         return {"kind": "classification", "tsv": _train_tsv(study), "batch_size": batch_size,

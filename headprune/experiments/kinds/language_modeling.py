@@ -89,6 +89,13 @@ class Kind(base.Kind):
     def train_spec(self, study, batch_size):
         return self._windows_spec(study.lm, batch_size, study.config["concrete"]["max_items"])
 
+    def screen_evalset_spec(self, study, items):
+        # the first ``items`` windows of the importance split, scored as the test set is (perplexity)
+        split = study.lm_split("importance_split")
+        return {"kind": "language_modeling", "windows": study.windows_file(split),
+                "name": f"{split} ({study.entry['window']}-token windows, screen)", "window": study.entry["window"],
+                "max_items": items}
+
     @staticmethod
     def _windows_spec(lm, batch_size, max_items):
         """Windows of the language model's importance split, as importance_batches reads them."""
@@ -112,6 +119,10 @@ class ScoresLanguageModel(Kind):
     architecture, corpus, importance (I_h on its text) and resources are its own."""
 
     scores_another_study = True
+
+    def screen_evalset_spec(self, study, items):
+        # its own score on data that is not its test set would need items of its own kind: none yet
+        return base.Kind.screen_evalset_spec(self, study, items)
 
     def check(self, pipeline, study, entry):
         lm = pipeline.models.get(entry["model"], {})

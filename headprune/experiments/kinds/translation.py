@@ -92,6 +92,14 @@ class Kind(base.Kind):
         return {"kind": "translation", "sets": self._sets(study, t["importance_sets"]),
                 "batch_size": t["importance_batch_size"], "max_items": t.get("max_sentences")}
 
+    def screen_evalset_spec(self, study, items):
+        # the first ``items`` sentences of the first importance set (newstest2009 in the paper's config)
+        t = study.config["translation"]
+        name = t["importance_sets"][0]
+        source, reference = study.pipeline.testset_files(name)
+        return {"kind": "translation", "source": source, "reference": reference, "lang": t["tgt_lang"],
+                "max_items": items, "name": f"{name} (screen)"}
+
     def train_data(self, study):
         return [f for name in study.pipeline.translation_train_sets for f in study.pipeline.testset_files(name)]
 
