@@ -8,6 +8,11 @@
 3. speed: Table 4's speedup with half of the heads physically removed, at batch sizes 1-64, for a BERT-base-sized
    model (benchmarks/speed.py) and the same Llama-layout model (prefill and decode tokens), in float32 and
    bfloat16;
+4. screen (issue #40): a screened Table 1 on a Llama-3-8B-shaped model (random weights, bfloat16, 32 layers x 32
+   heads = 1024 heads on 8 KV heads, Llama-3's vocabulary): one full evaluation, the gradient screens' pass, the
+   exact screen, the screened sweep (top 20% + a 5% sample, ablated exactly) and its cost against the exhaustive
+   sweep's (run too where SIZES says so, else scaled from the screened sweep by the layer model), the numbers
+   configs/llama.yaml's GPU hours for exhaustive and screened studies are computed from;
 
 with the peak GPU memory of each (torch.cuda.max_memory_allocated). Writes OUT/summary.json, OUT/summary.txt (the
 table it prints) and OUT/log.txt (every part's own output); exits 1 when a test failed or a part broke.
@@ -38,6 +43,12 @@ ROOT = Path(__file__).resolve().parents[1]
 TEST_FILES = ["tests/test_batched_gates.py", "tests/test_prune.py", "tests/test_streaming.py", "tests/test_retrieval.py"]
 TEST_SETTINGS = [("float32", "eager"), ("float32", "sdpa"), ("bfloat16", "eager"), ("bfloat16", "sdpa")]
 BATCH_SIZES = [1, 4, 16, 64]
+PARTS = ["tests", "sweep", "speed", "screen"]
+# Llama-3-8B's shape (config.json of meta-llama/Meta-Llama-3-8B), and a toy one of the same layout for the CPU form
+LLAMA3_8B = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                 num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192, rope_theta=500000.0)
+LLAMA3_TOY = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=8,
+                  num_key_value_heads=2, max_position_embeddings=256)
 
 # The sizes of each part, on a GPU and in the CPU form (which checks that the script runs, in 2-4 minutes on 2
 # cores; its numbers mean little). Tests: the settings run. Sweep: benchmarks/ablation_sweep.py's options
@@ -51,7 +62,10 @@ SIZES = {
                           heads_per_job=[90], sample=1, threads=4, batch_size=100,
                           variant_batch_size={"language_modeling": 64, "retrieval": 128, "lm_eval": 512}),
             "bert": dict(model="bert", items=256, seq_len=128, repeats=3), "speed_dtypes": ["float32", "bfloat16"],
-            "llama_speed": dict(batch_sizes=BATCH_SIZES, window=512, min_rows=8, decode_tokens=16, repeats=3)},
+            "llama_speed": dict(batch_sizes=BATCH_SIZES, window=512, min_rows=8, decode_tokens=16, repeats=3),
+            "screen": dict(shape=LLAMA3_8B, dtype="bfloat16", windows=8, window=512, screen_windows=2,
+                           gradient_windows=8, batch_size=4, variant_batch_size=32, top_k="20%", sample="5%",
+                           exhaustive=False)},
     # in the CPU form the test settings that the main suite does not run (it runs float32 and each test's own
     # attention, mostly eager)
     "cpu": {"tests": [("bfloat16", "sdpa")], "test_timeout": 600, "threads": 1,
@@ -62,7 +76,10 @@ SIZES = {
                           # the multiple-choice study within 40 s more: a smaller job, and no process per head
                           by_kind={"lm_eval": dict(heads_per_job=[9], skip_b=True)}),
             "bert": dict(model="tiny", items=64, seq_len=32, repeats=2), "speed_dtypes": ["float32"],
-            "llama_speed": dict(batch_sizes=[1, 4], window=16, min_rows=2, decode_tokens=2, repeats=2)},
+            "llama_speed": dict(batch_sizes=[1, 4], window=16, min_rows=2, decode_tokens=2, repeats=2),
+            "screen": dict(shape=LLAMA3_TOY, dtype="float32", windows=4, window=32, screen_windows=2,
+                           gradient_windows=2, batch_size=4, variant_batch_size=64, top_k="20%", sample="5%",
+                           exhaustive=True)},
 }
 
 
@@ -265,6 +282,89 @@ def llama_speed(device: str, dtype: str, folder: Path, sizes: dict, log) -> list
     return speedup_row("llama-100m", summary, memory)
 
 
+# --------------------------------------------------------------------------- 4. a screened Table 1
+
+
+def layer_units(heads, layers: int) -> float:
+    """benchmarks/screening.py's layer model of a sweep's cost: a head of layer l costs layers - l + 1 units."""
+    return float(sum(layers - layer + 1 for _, layer, _ in heads))
+
+
+def screen_check(device: str, sizes: dict, log) -> list[dict]:
+    """A screened Table 1 on a random-weight model of ``sizes["shape"]``: seconds of one full evaluation (a), of the
+    gradient screens' one pass, of the exact screen, of the screened sweep; the exhaustive sweep's seconds, measured
+    (sizes["exhaustive"]) or scaled from the screened sweep by the layer model; the screened study's cost as a
+    fraction of the exhaustive one's."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from headprune.experiments import screening as sc
+    from headprune.experiments.perplexity import window_batches
+    from headprune.experiments.runs import EvalSet, EvalSettings, all_heads, scored_variants
+    from headprune.experiments.sweeps import single_head_sweep
+
+    row = {"study": "llama3-8b shape" if sizes["shape"] is LLAMA3_8B else "llama3 toy shape", "dtype": sizes["dtype"]}
+    log.write(f"\n=== screen: {row['study']} on {device}, {sizes['dtype']}\n")
+
+    def timed(run):
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        began = time.perf_counter()
+        out = run()
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        return out, time.perf_counter() - began
+
+    with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log), peak_gpu_memory(device, row):
+        dtype = getattr(torch, sizes["dtype"])
+        torch.manual_seed(0)
+        previous = torch.get_default_dtype()
+        torch.set_default_dtype(dtype)  # built in its dtype, on its device: 8B parameters never pass through float32
+        try:
+            with torch.device(device):
+                model = LlamaForCausalLM(LlamaConfig(**sizes["shape"], attn_implementation="sdpa")).eval()
+        finally:
+            torch.set_default_dtype(previous)
+        heads = all_heads(model)
+        layers = model.config.num_hidden_layers
+        g = torch.Generator().manual_seed(1)
+        count = sizes["windows"] + max(sizes["screen_windows"], sizes["gradient_windows"])
+        ids = torch.randint(1, model.config.vocab_size, (count, sizes["window"]), generator=g).tolist()
+        test = EvalSet("language_modeling", ids[:sizes["windows"]], ids[:sizes["windows"]], "perplexity")
+        screen_ids = ids[sizes["windows"]:]
+        screen_set = EvalSet("language_modeling", screen_ids[:sizes["screen_windows"]],
+                             screen_ids[:sizes["screen_windows"]], "perplexity")
+        settings = EvalSettings(batch_size=sizes["batch_size"], variant_batch_size=sizes["variant_batch_size"],
+                                progress=False)
+        scored_variants(model, None, test, [None], settings)  # warm-up
+        _, a = timed(lambda: scored_variants(model, None, test, [None], settings))
+        gradient, t_gradient = timed(lambda: sc.gradient_screens(
+            model, window_batches(screen_ids[:sizes["gradient_windows"]], sizes["batch_size"])))
+        exact, t_exact = timed(lambda: sc.exact_screen(model, None, screen_set, settings))
+        screen = sc.screen_scores(exact, "exact")
+        top_k = sc.head_count(sizes["top_k"], len(heads))
+        sample = sc.head_count(sizes["sample"], len(heads) - top_k)
+        table, t_screened = timed(lambda: sc.screened_sweep(model, None, test, screen, top_k=top_k, sample=sample,
+                                                            method="exact", settings=settings, resamples=100))
+        ablated = sc.heads_to_ablate(sc.select_heads(screen, top_k, sample, 0))
+        scale = layer_units(heads, layers) / layer_units(ablated, layers)
+        if sizes["exhaustive"]:
+            _, t_exhaustive = timed(lambda: single_head_sweep(model, None, test, settings, resamples=100))
+            how = "measured"
+        else:
+            t_exhaustive, how = t_screened * scale, "scaled by the layer model"
+        del model
+    row.update(heads=len(heads), layers=layers, windows=sizes["windows"], window=sizes["window"],
+               a_seconds=round(a, 3), gradient_screen_seconds=round(t_gradient, 3),
+               exact_screen_seconds=round(t_exact, 3), screened_sweep_seconds=round(t_screened, 3),
+               heads_ablated=len(ablated), exhaustive_seconds=round(t_exhaustive, 3), exhaustive_is=how,
+               exhaustive_over_n_a=round(t_exhaustive / (len(heads) * a), 3),
+               screened_cost_exact=round((t_exact + t_screened) / t_exhaustive, 3),
+               screened_cost_gradient=round((t_gradient + t_screened) / t_exhaustive, 3),
+               layer_model_scale=round(scale, 3), verified=int((table.verification == sc.VERIFIED).sum()))
+    return [row]
+
+
 # --------------------------------------------------------------------------- the summary
 
 
@@ -308,6 +408,18 @@ def text_table(summary: dict) -> str:
                          f"{'-':>7}" for b in BATCH_SIZES)
         lines.append(f"  {row['model']:12} {row['dtype']:9} {row['unit']:15} {cells} "
                      f"{100 * row['check_agreement']:5.1f}% {memory(row):>12}")
+    lines += ["", "Screened Table 1 (issue #40): seconds; costs as fractions of the exhaustive sweep",
+              f"  {'model':18} {'dtype':9} {'heads':>5} {'a':>7} {'gradient':>8} {'exact':>7} {'screened':>8} "
+              f"{'exhaustive':>10} {'cost exact':>10} {'cost grad':>9} {'peak GPU MiB':>12}"]
+    for row in summary.get("screen", []):
+        if "error" in row:
+            lines.append(f"  {row['study']:18} ERROR: {row['error']}")
+            continue
+        lines.append(f"  {row['study']:18} {row['dtype']:9} {row['heads']:5d} {row['a_seconds']:7.2f} "
+                     f"{row['gradient_screen_seconds']:8.2f} {row['exact_screen_seconds']:7.2f} "
+                     f"{row['screened_sweep_seconds']:8.2f} {row['exhaustive_seconds']:10.2f} "
+                     f"{row['screened_cost_exact']:10.3f} {row['screened_cost_gradient']:9.3f} {memory(row):>12}"
+                     + ("" if row["exhaustive_is"] == "measured" else "  (exhaustive scaled by the layer model)"))
     return "\n".join(lines) + "\n"
 
 
@@ -325,7 +437,7 @@ def main(argv=None) -> int:
     parser.add_argument("--cpu", action="store_true", help="run on the CPU with small sizes (CI's form)")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "gpu_check",
                         help="where summary.json, summary.txt and log.txt go (default: results/gpu_check)")
-    parser.add_argument("--parts", nargs="+", choices=["tests", "sweep", "speed"], default=["tests", "sweep", "speed"])
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=PARTS)
     args = parser.parse_args(argv)
 
     import torch
@@ -343,14 +455,15 @@ def main(argv=None) -> int:
 
     summary = {"date": datetime.date.today().isoformat(), "device": device_name(device), "cpu_form": args.cpu,
                "torch": torch.__version__, "transformers": transformers.__version__,
-               "python": platform.python_version(), "tests": [], "sweep": [], "speed": []}
+               "python": platform.python_version(), "tests": [], "sweep": [], "speed": [], "screen": []}
     args.out.mkdir(parents=True, exist_ok=True)
 
     def save() -> str:
         """The summary so far (after each part: a run stopped at a time limit keeps what it finished)."""
         summary["seconds"] = round(time.perf_counter() - started, 1)
         summary["ok"] = not any("error" in row or row.get("failed")
-                                for rows in (summary["tests"], summary["sweep"], summary["speed"]) for row in rows)
+                                for rows in (summary["tests"], summary["sweep"], summary["speed"], summary["screen"])
+                                for row in rows)
         (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
         table = text_table(summary)
         (args.out / "summary.txt").write_text(table)
@@ -385,6 +498,10 @@ def main(argv=None) -> int:
                     part(summary["speed"], {"model": "llama-100m", "dtype": dtype}, log,
                          lambda: llama_speed(device, dtype, studies[0]["folder"], sizes["llama_speed"], log))
                 save()
+        if "screen" in args.parts:
+            print("screen: a screened Table 1 on a Llama-3-8B-shaped model ...", flush=True)
+            part(summary["screen"], {"study": "llama3 shape"}, log, lambda: screen_check(device, sizes["screen"], log))
+            save()
     table = save()
     print("\n" + table + f"\n(summary.json, summary.txt and log.txt in {args.out})")
     return 0 if summary["ok"] else 1
