@@ -75,29 +75,39 @@ def load(model: str, threads: int):
 
 
 def token_windows(tokenizer, args) -> tuple[list, list]:
-    """(test windows, screen windows): disjoint windows of one text."""
+    """(test windows, screen windows): disjoint windows of one text. The text's windows are cut at ``spread`` evenly
+    spaced places (default: test + screen windows); the first ``--windows`` are the test set, the screen takes the
+    rest and, if it needs more, windows half-way between them (never a test window)."""
+    need = max(args.screen_windows, args.gradient_windows)
+    spread = args.spread or args.windows + need
     if args.windows_file:
         ids = np.load(args.windows_file, allow_pickle=False).tolist()
         screen_ids = np.load(args.screen_windows_file, allow_pickle=False).tolist() if args.screen_windows_file \
             else ids[args.windows:]
-        return ids[:args.windows], screen_ids[:max(args.screen_windows, args.gradient_windows)]
+        return ids[:args.windows], screen_ids[:need]
     if tokenizer is None:  # the toy model: random tokens
         rng = np.random.default_rng(1)
-        ids = rng.integers(0, 64, size=(args.windows + max(args.screen_windows, args.gradient_windows),
-                                        args.window)).tolist()
+        ids = rng.integers(0, 64, size=(args.windows + need, args.window)).tolist()
+        return ids[:args.windows], ids[args.windows:]
+    if args.text:
+        text = Path(args.text).read_text()
     else:
-        if args.text:
-            text = Path(args.text).read_text()
-        else:
-            import pydoc_data.topics
+        import pydoc_data.topics
 
-            text = "\n\n".join(pydoc_data.topics.topics[key] for key in sorted(pydoc_data.topics.topics))
-        from headprune.experiments.perplexity import windows
+        text = "\n\n".join(pydoc_data.topics.topics[key] for key in sorted(pydoc_data.topics.topics))
+    from headprune.experiments.perplexity import windows
 
-        ids = windows(tokenizer, text, args.window)
-        step = max(1, len(ids) // (args.windows + max(args.screen_windows, args.gradient_windows)))
-        ids = ids[::step]  # spread over the whole text
-    return ids[:args.windows], ids[args.windows:][:max(args.screen_windows, args.gradient_windows)]
+    ids = windows(tokenizer, text, args.window)
+    step = max(1, len(ids) // spread)
+    grid = ids[::step]  # spread over the whole text
+    screen = grid[args.windows:spread]
+    for offset in (step // 2, step // 4, 3 * step // 4):
+        if len(screen) >= need or offset == 0:
+            break
+        screen += ids[offset::step][:spread]
+    if len(screen) < need:
+        raise SystemExit(f"the text has too few windows for {need} screen windows beside {args.windows} test windows")
+    return grid[:args.windows], screen[:need]
 
 
 def layer_cost(heads, layers: int) -> float:
@@ -115,6 +125,8 @@ def main(argv=None) -> int:
     parser.add_argument("--windows", type=int, default=12, help="test windows")
     parser.add_argument("--screen-windows", type=int, default=2, help="windows the exact screen ablates every head on")
     parser.add_argument("--gradient-windows", type=int, default=8, help="windows of the gradient screens' pass")
+    parser.add_argument("--spread", type=int, help="places the text is cut at (default: test + screen windows); "
+                        "the test windows are the first --windows of them")
     parser.add_argument("--top-k", default="20%")
     parser.add_argument("--sample", default="5%")
     parser.add_argument("--confidence", type=float, default=0.95)
@@ -129,6 +141,8 @@ def main(argv=None) -> int:
                         "table, the screens and the times, for --reuse")
     parser.add_argument("--reuse", type=Path, help="a folder a run wrote with --out: its exhaustive table, screens "
                         "and times, for other K, R and seeds without running a model (no timed screened sweep)")
+    parser.add_argument("--rescreen", action="store_true", help="with --reuse: compute the screens again (the model, "
+                        "--gradient-windows, --screen-windows), the test windows and exhaustive sweep as that run's")
     args = parser.parse_args(argv)
 
     import pandas as pd
@@ -139,9 +153,14 @@ def main(argv=None) -> int:
     from headprune.experiments.runs import EvalSet, EvalSettings, all_heads
     from headprune.experiments.sweeps import single_head_sweep
 
-    if args.reuse:
+    if args.reuse and not args.rescreen:
         return analyse(args, pd.read_csv(args.reuse / "exhaustive.csv"), pd.read_csv(args.reuse / "screens.csv"),
                        json.loads((args.reuse / "times.json").read_text()), None)
+    if args.rescreen:  # the earlier run's test windows: its spread
+        earlier = json.loads((args.reuse / "args.json").read_text())
+        args.spread = earlier.get("spread") or earlier["windows"] + max(earlier["screen_windows"],
+                                                                        earlier["gradient_windows"])
+        args.windows, args.window, args.model = earlier["windows"], earlier["window"], earlier["model"]
     started = time.perf_counter()
     model, tokenizer, described = load(args.model, args.threads)
     test_ids, screen_ids = token_windows(tokenizer, args)
@@ -156,8 +175,13 @@ def main(argv=None) -> int:
     settings = EvalSettings(batch_size=args.batch_size, variant_batch_size=args.variant_batch_size, progress=False)
 
     started = time.perf_counter()
-    exhaustive = single_head_sweep(model, tokenizer, test, settings, resamples=args.resamples, alpha=args.alpha)
-    t_exhaustive = time.perf_counter() - started
+    if args.rescreen:
+        exhaustive = pd.read_csv(args.reuse / "exhaustive.csv")
+        t_exhaustive = json.loads((args.reuse / "times.json").read_text())["exhaustive"]
+        print(f"exhaustive sweep of {args.reuse}: {t_exhaustive:.1f} s then (not run again)")
+    else:
+        exhaustive = single_head_sweep(model, tokenizer, test, settings, resamples=args.resamples, alpha=args.alpha)
+        t_exhaustive = time.perf_counter() - started
     print(f"exhaustive sweep: {t_exhaustive:.1f} s; perplexity {exhaustive.score_full.iloc[0]:.3f}; "
           f"{int(exhaustive.significant.sum())} of {len(heads)} heads significant", flush=True)
 
@@ -201,7 +225,7 @@ def analyse(args, exhaustive, screens, times, live) -> int:
     for name in sc.SCREENS:
         screen = sc.screen_scores(screens, name)
         verify_seconds = float("nan")
-        if name == args.time_screen and live:
+        if name == args.time_screen and live and not args.rescreen:
             model, tokenizer, test, settings = live
             started_sweep = time.perf_counter()
             timed = sc.screened_sweep(model, tokenizer, test, screen, top_k=top_k, sample=sample, seed=0,
@@ -234,6 +258,7 @@ def analyse(args, exhaustive, screens, times, live) -> int:
                                            for q in per_seed])),
             "mean_bound_sig": float(np.mean([q["bound_significant_unverified"] for q in per_seed])),
             "coverage_larger": float(np.mean([q["bound_larger_unverified"] >= q["missed_larger"] for q in per_seed])),
+            "exact_fail_sig": first["failure_significant"], "exact_fail_larger": first["failure_larger"],
             "screen_cost": screen_time[name] / t_exhaustive, "verify_cost_model": verify_units,
             "cost_model": modeled,
             "cost_measured": (screen_time[name] + verify_seconds) / t_exhaustive})

@@ -24,6 +24,8 @@ Examples in the names' docstrings use the README's tiny Llama (``model, tokenize
 - evaluate: ``run``, ``score``, ``compare_to_full``, ``bleu_detokenized``, ``bleu_tokenized``,
   ``classification_score`` (accuracy, F1, MCC), ``perplexity``, ``retrieval_accuracy``;
 - the single-head sweep with significance: ``single_head_sweep`` (a table like eval/ablation.csv);
+- a screened sweep (issue #40): ``gradient_screens``, ``screen_scores``, ``screened_sweep`` (the top K and a seeded
+  sample ablated exactly), ``unverified_bound`` (what the heads screened only may hide);
 - pruning: ``pruning_curve`` (a table like pruning.csv), ``remove_heads`` (physical pruning), ``save_pruned``
   (a folder that ``load_model``, and plain transformers with ``trust_remote_code=True``, load back pruned).
 """
@@ -40,6 +42,7 @@ _NAMES = {
     "experiments.metrics": ("bleu_detokenized", "bleu_tokenized", "classification_score"),
     "experiments.perplexity": ("perplexity",),
     "experiments.retrieval": ("retrieval_accuracy",),
+    "experiments.screening": ("gradient_screens", "screen_scores", "screened_sweep", "unverified_bound"),
 }
 __all__ = [name for names in _NAMES.values() for name in names]
 
@@ -67,6 +70,8 @@ def __getattr__(name):
         from headprune.experiments import perplexity as module
     elif where == "experiments.retrieval":
         from headprune.experiments import retrieval as module
+    elif where == "experiments.screening":
+        from headprune.experiments import screening as module
     else:
         raise AttributeError(f"module 'headprune' has no attribute {name!r}")
     value = getattr(module, name)

@@ -169,6 +169,9 @@ def test_the_count_bound_holds_at_its_confidence_in_simulation(positives):
         bound = sc.count_bound(int((labels & picked).sum()), sample, population, confidence)
         fails += bound < int((labels & ~picked).sum())
     assert fails / 4000 <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / 4000)
+    # the exact (hypergeometric) failure probability the benchmark reports is what the simulation sees
+    exact = sc.bound_failure_probability(positives, population, sample, confidence)
+    assert exact <= 0.05 and abs(fails / 4000 - exact) <= 4 * math.sqrt(max(exact, 1e-3) / 4000)
     assert sc.count_bound(0, 0, 40, 0.95) == 40  # nothing sampled: every unseen head may be significant
     assert sc.count_bound(2, 10, 10, 0.95) == 0  # everything sampled: nothing unseen
 
@@ -210,3 +213,13 @@ def test_mark_table_refuses_a_verified_head_without_its_row_and_head_count_check
         sc.screen_scores(screen.rename(columns={"screen": "exact"}), "taylor")
     with pytest.raises(ValueError, match="do not fit"):
         sc.select_heads(screen, 3, 2, seed=0)
+
+
+def test_the_bound_is_conservative_for_every_count_of_a_finite_population():
+    """Clopper-Pearson from a sample drawn without replacement: the exact failure probability stays below 1 -
+    confidence for every number of significant heads among the unverified, at several sizes and confidences."""
+    for population, sample, confidence in [(60, 6, 0.95), (216, 11, 0.95), (100, 30, 0.9), (40, 40, 0.95)]:
+        worst = max(sc.bound_failure_probability(count, population, sample, confidence)
+                    for count in range(population + 1))
+        assert worst <= 1 - confidence + 1e-12, (population, sample, confidence, worst)
+    assert sc.bound_failure_probability(5, 60, 0, 0.95) == 0.0  # no sample: the bound is every unseen head
