@@ -217,3 +217,71 @@ def test_the_oracle_order_of_a_screened_table_prunes_the_screened_only_heads_fir
     assert order[:6] == [(r.attn_type, r.layer, r.head) for r in only.itertuples()]
     ablated = screened[screened.verification != "screened"].sort_values("score", kind="stable")  # perplexity: lowest
     assert order[6:] == [(r.attn_type, r.layer, r.head) for r in ablated.itertuples()]
+
+
+# --- the config: ablation.strategy / ablation.per_study and ablation.screen ---------------------------------------
+
+
+def demo_config(**ablation):
+    import yaml
+
+    config = yaml.safe_load((ROOT / "demo" / "config.yaml").read_text())
+    config["ablation"].update(ablation)
+    return config
+
+
+def pipeline_of(config):
+    from snakemake.utils import validate
+
+    from headprune.studies import Pipeline
+
+    validate(config, str(ROOT / "rules/schemas/config.schema.yaml"))
+    return Pipeline(config)
+
+
+def test_a_screened_study_has_one_ablation_job_and_its_screen_reads_the_importance_data_not_the_test_set():
+    pipeline = pipeline_of(demo_config(per_study={"tiny_llama": "screened"}, screen={"method": "exact", "items": 4}))
+    lm, bert = pipeline.study("tiny_llama"), pipeline.study("mnli")
+    assert lm.screened and not bert.screened and lm.ablation_jobs == ["screened"] and len(bert.ablation_jobs) > 0
+    params = lm.screen_params()
+    assert params["method"] == "exact" and params["top_k"] == "20%" and params["sample"] == "5%"  # the defaults
+    assert params["screen_set"]["windows"].endswith("/train.npy") and params["screen_set"]["max_items"] == 4
+    assert lm.evalset_spec("eval")["windows"] != params["screen_set"]["windows"]  # never the test set
+    assert lm.screen_table == [f"{pipeline.results_dir}/tiny_llama/screen.csv"] and bert.screen_table == []
+    default = pipeline_of(demo_config())
+    assert not any(default.study(name).screened for name in default.study_names)  # exhaustive, the paper's
+
+
+@pytest.mark.parametrize("ablation, message", [
+    ({"per_study": {"gpt5": "screened"}}, "ablation.per_study names 'gpt5'"),
+    ({"per_study": {"tiny_llama": "screened"}, "screen": {"top_k": 9}, "masking": "zero"}, None),  # 9 > 8: all heads
+    ({"per_study": {"tiny_llama": "screened"}, "screen": {"top_k": "50%", "sample": "ten"}},
+     r"\['screen'\]\['properties'\]\['sample'\]"),  # the schema names the key its way
+    ({"per_study": {"tiny_llama": "screened"}, "masking": "uniform"}, "ablation.masking is uniform"),
+    ({"strategy": "screened", "screen": {"method": "exact"}}, "ablation.screen.method 'exact'"),
+    ({"strategy": "sampled"}, r"'sampled' is not one of \['exhaustive', 'screened'\]"),
+])
+def test_a_screened_config_that_cannot_run_names_its_key(ablation, message):
+    config = demo_config(**ablation)
+    if message is None:
+        assert pipeline_of(config).study("tiny_llama").screened
+        return
+    with pytest.raises(Exception, match=message):
+        pipeline_of(config)
+
+
+def test_the_dag_of_a_screened_study_screens_then_ablates_once(tmp_path):
+    from dry_run import job_stats, write_config
+
+    config = write_config(tmp_path / "config.yaml",
+                          lambda c: c["ablation"].update(per_study={"tiny_llama": "screened"}))
+    result = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--configfile", str(config), "--directory",
+                             str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    out = result.stdout
+    assert "output: results/demo/tiny_llama/screen.csv" in out
+    assert "output: results/demo/tiny_llama/ablation/screened.json" in out
+    assert "results/demo/tiny_llama/ablation/dec_self" not in out  # no per-head jobs for it
+    assert "output: results/demo/mnli/screen.csv" not in out and "results/demo/mnli/ablation/enc_self" in out
+    stats = job_stats(out)
+    assert stats["screen_heads"] == 1 and stats["ablate_screened"] == 1
