@@ -27,6 +27,13 @@ documentation, ``pydoc_data.topics``: real English prose about Python, shipped w
     python benchmarks/screening.py --model results/demo/models/tiny_llama --windows-file data/windows/tiny_llama/test.npy
     # a random-weight toy Llama (smoke run)
     python benchmarks/screening.py --model toy --windows 8 --window 16
+    # a study of a finished demo (any kind: its test set, its importance data, its screen set, its masking)
+    python benchmarks/screening.py --demo results/demo-run --study demo_en_fr --time-screen all
+
+With ``--demo DIR --study NAME`` the study is the demo config's (``--config``, default demo/config.yaml), resolved by
+headprune.studies as the pipeline resolves it, in the folder where that demo ran: the same model, test set (eval),
+importance data (the gradient screens), exact screen set (``ablation.screen.items`` items of the importance data,
+``--screen-windows`` when given) and evaluation settings as its jobs.
 """
 from __future__ import annotations
 
@@ -110,6 +117,53 @@ def token_windows(tokenizer, args) -> tuple[list, list]:
     return grid[:args.windows], screen[:need]
 
 
+def demo_study(args) -> int:
+    """The benchmark on one study of a finished demo, as the pipeline's jobs see it."""
+    import torch
+
+    from headprune.experiments import screening as sc
+    from headprune.experiments.runs import EvalSettings
+    from headprune.experiments.sweeps import single_head_sweep
+    from headprune.studies import Pipeline
+    from headprune.workflow import importance_batches, load_evalset, load_study_model
+
+    torch.set_num_threads(args.threads)
+    pipeline = Pipeline.from_file(args.config)
+    os.chdir(args.demo)  # the config's paths are relative to where the demo ran
+    study = pipeline.study(args.study)
+    ablation = pipeline.config["ablation"]
+    masking = study.masking(ablation["masking"])
+    settings = EvalSettings(**{**study.eval_settings(ablation["bleu"], masking), "progress": False})
+    model, tokenizer = load_study_model(study.params, "cpu")
+    test = load_evalset(study.evalset_spec("eval"))
+    items = args.screen_windows if args.screen_windows else pipeline.config["ablation"]["screen"]["items"]
+    screen_set = load_evalset(study.scoring.screen_evalset_spec(study, items))
+    print(f"demo study {args.study} ({study.kind}, {masking} masking) in {args.demo}: {len(test)} test items, "
+          f"exact screen on {len(screen_set)} importance items; K={args.top_k}, R={args.sample}", flush=True)
+    started = time.perf_counter()
+    exhaustive = single_head_sweep(model, tokenizer, test, settings, resamples=args.resamples, alpha=args.alpha)
+    t_exhaustive = time.perf_counter() - started
+    print(f"exhaustive sweep: {t_exhaustive:.1f} s; {int(exhaustive.significant.sum())} of {len(exhaustive)} heads "
+          f"significant", flush=True)
+    started = time.perf_counter()
+    gradient = sc.gradient_screens(model, importance_batches(tokenizer, study.importance_spec, model),
+                                   constants=settings.mask.constants if masking in ("mean", "optimal") else None)
+    t_gradient = time.perf_counter() - started
+    started = time.perf_counter()
+    exact = sc.exact_screen(model, tokenizer, screen_set, settings)
+    t_exact = time.perf_counter() - started
+    screens = gradient.merge(exact[sc.KEY + ["exact"]], on=sc.KEY)
+    times = {"exhaustive": t_exhaustive, "screen": {"exact": t_exact, **{n: t_gradient for n in sc.GRADIENT_SCREENS}},
+             "described": f"demo study {args.study}"}
+    print(f"gradient screens (one pass): {t_gradient:.1f} s; exact screen: {t_exact:.1f} s", flush=True)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        exhaustive.to_csv(args.out / "exhaustive.csv", index=False)
+        screens.to_csv(args.out / "screens.csv", index=False)
+        (args.out / "times.json").write_text(json.dumps(times, indent=1))
+    return analyse(args, exhaustive, screens, times, (model, tokenizer, test, settings))
+
+
 def layer_cost(heads, layers: int) -> float:
     """The layer model of a sweep's cost: a head of layer l costs layers - l + 1 units."""
     return float(sum(layers - layer + 1 for _, layer, _ in heads))
@@ -135,7 +189,11 @@ def main(argv=None) -> int:
     parser.add_argument("--alpha", type=float, default=0.01)
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--variant-batch-size", type=int, default=16)
-    parser.add_argument("--time-screen", default="exact", help="the screen whose screened sweep is run and timed")
+    parser.add_argument("--time-screen", default="exact", help="the screen whose screened sweep is run and timed "
+                        "(all: every screen's)")
+    parser.add_argument("--demo", type=Path, help="a folder where the demo ran (with --study)")
+    parser.add_argument("--study", help="a study of the demo config")
+    parser.add_argument("--config", type=Path, default=ROOT / "demo" / "config.yaml")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, help="a folder: the per-screen rows (screening.csv), the exhaustive "
                         "table, the screens and the times, for --reuse")
@@ -161,6 +219,8 @@ def main(argv=None) -> int:
         args.spread = earlier.get("spread") or earlier["windows"] + max(earlier["screen_windows"],
                                                                         earlier["gradient_windows"])
         args.windows, args.window, args.model = earlier["windows"], earlier["window"], earlier["model"]
+    if args.demo:
+        return demo_study(args)
     started = time.perf_counter()
     model, tokenizer, described = load(args.model, args.threads)
     test_ids, screen_ids = token_windows(tokenizer, args)
@@ -225,7 +285,7 @@ def analyse(args, exhaustive, screens, times, live) -> int:
     for name in sc.SCREENS:
         screen = sc.screen_scores(screens, name)
         verify_seconds = float("nan")
-        if name == args.time_screen and live and not args.rescreen:
+        if args.time_screen in (name, "all") and live and not args.rescreen:
             model, tokenizer, test, settings = live
             started_sweep = time.perf_counter()
             timed = sc.screened_sweep(model, tokenizer, test, screen, top_k=top_k, sample=sample, seed=0,
@@ -245,7 +305,7 @@ def analyse(args, exhaustive, screens, times, live) -> int:
             rows_ = exhaustive.merge(selection[sc.KEY], on=sc.KEY)
             table = sc.mark_table(rows_[rows_.set_index(sc.KEY).index.isin(
                 sc.ablated_rows(selection).set_index(sc.KEY).index)], selection, name)
-            per_seed.append(sc.screen_quality(exhaustive, table, screen, args.confidence))
+            per_seed.append(sc.screen_quality(exhaustive, table, screen, args.confidence, failure=seed == 0))
         first = per_seed[0]
         verify_units = layer_cost(sc.heads_to_ablate(sc.select_heads(screen, top_k, sample, 0)), layers) / total_units
         modeled = screen_time[name] / t_exhaustive + verify_units

@@ -386,7 +386,7 @@ def screened_sweep(model, tokenizer, evalset: EvalSet, screen: pd.DataFrame, *, 
 
 
 def screen_quality(exhaustive: pd.DataFrame, screened: pd.DataFrame, screen: pd.DataFrame, confidence: float,
-                   top_share: float = 0.10) -> dict:
+                   top_share: float = 0.10, failure: bool = True) -> dict:
     """A screened table against the exhaustive one (same heads): recall of the exhaustive significant heads and of
     its ``top_share`` largest |delta|, the screen's Spearman correlation with the exact |delta|, the bound on
     significant screened-only heads against the true number missed."""
@@ -405,11 +405,11 @@ def screen_quality(exhaustive: pd.DataFrame, screened: pd.DataFrame, screen: pd.
     verified = table["verification"].eq(VERIFIED).to_numpy()
     population, sample = int((~verified).sum()), int(table["verification"].eq(SAMPLED).sum())
     larger = effect > bound["effect_threshold"] if bound["verified"] else ~verified
-    return {"significant": int(significant.sum()),
-            "failure_significant": bound_failure_probability(int((significant & ~verified).sum()), population, sample,
-                                                             confidence),
-            "failure_larger": bound_failure_probability(int((larger & ~verified).sum()), population, sample,
-                                                        confidence),
+    failures = {"failure_significant": bound_failure_probability(int((significant & ~verified).sum()), population,
+                                                                 sample, confidence),
+                "failure_larger": bound_failure_probability(int((larger & ~verified).sum()), population, sample,
+                                                            confidence)} if failure else {}
+    return {"significant": int(significant.sum()), **failures,
             "recall_significant": float((significant & ablated).sum() / max(1, significant.sum())),
             "recall_top": float((top & ablated).sum() / n_top), "top": n_top,
             "spearman": float(spearmanr(scores, effect).statistic),
