@@ -956,10 +956,11 @@ def build_retrieval_heads_figure(table: pd.DataFrame, style: dict | None = None)
 def perplexity_and_retrieval_table(retrieval_ablation: pd.DataFrame, perplexity_ablation: pd.DataFrame,
                                    retrieval_pruning: pd.DataFrame, perplexity_pruning: pd.DataFrame) -> pd.DataFrame:
     """A language model's two scores side by side, tidy: one row per single head switched off and per
-    pruning step of each order both studies pruned in (score, the full model's, its change)."""
+    pruning step of each order both studies pruned in (score, the full model's, its change). A head is a row when
+    both tables ablated it (a screened Table 1 leaves its screened-only heads out: headprune.experiments.screening)."""
     keys = ["attn_type", "layer", "head"]
-    heads = perplexity_ablation[keys + ["score", "score_full"]].merge(
-        retrieval_ablation[keys + ["score", "score_full"]], on=keys, suffixes=("_perplexity", "_retrieval"))
+    heads = _ablated(perplexity_ablation)[keys + ["score", "score_full"]].merge(
+        _ablated(retrieval_ablation)[keys + ["score", "score_full"]], on=keys, suffixes=("_perplexity", "_retrieval"))
     heads = heads.rename(columns={"score_perplexity": "perplexity", "score_full_perplexity": "perplexity_full",
                                   "score_retrieval": "retrieval", "score_full_retrieval": "retrieval_full"})
     heads.insert(0, "experiment", "single head off")
