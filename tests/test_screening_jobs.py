@@ -285,3 +285,20 @@ def test_the_dag_of_a_screened_study_screens_then_ablates_once(tmp_path):
     assert "output: results/demo/mnli/screen.csv" not in out and "results/demo/mnli/ablation/enc_self" in out
     stats = job_stats(out)
     assert stats["screen_heads"] == 1 and stats["ablate_screened"] == 1
+
+
+def test_the_head_maps_and_figure_2_stand_on_the_heads_ablated(jobs):
+    from headprune.experiments.figures import figure2_table
+    from headprune.experiments.head_maps import build_head_maps_figure, head_maps_table
+
+    screened, exhaustive = pd.read_csv(jobs / "screened.csv"), pd.read_csv(jobs / "exhaustive.csv")
+    table = head_maps_table({"lm": screened, "lm_exhaustive": exhaustive.assign(study="lm_exhaustive")})
+    mine = table[table.study == "lm"].set_index(KEY)
+    marks = screened.set_index(KEY)["verification"]
+    assert (mine["verification"] == marks.loc[mine.index]).all()
+    assert mine.loc[marks[marks == "screened"].index, "cost_points"].isna().all()
+    assert not mine.loc[marks[marks == "screened"].index, "significant"].any()
+    assert set(table.loc[table.study == "lm_exhaustive", "verification"]) == {"exhaustive"}
+    title = build_head_maps_figure(table, "lm").axes[0].get_title()
+    assert "screened: blank = not ablated" in title
+    assert len(figure2_table(screened, screened)) == 6  # the heads ablated in both test sets
