@@ -325,7 +325,9 @@ def table1_markdown(cells: pd.DataFrame, ablation: pd.DataFrame, family: str | N
     ]
     for layer, row in grid.iterrows():
         lines.append(f"| {layer} | " + " | ".join(row[h] for h in heads) + " |")
-    summary = str(significance_summary(cells)) + (" ablated" if "verification" in cells else "")
+    summary = significance_summary(cells)
+    summary = (f"{summary.n_significant} of the {summary.n_heads} heads ablated significant ({summary.n_improve} "
+               f"improve)" if "verification" in cells else str(summary))
     lines += ["", summary + (f" (deltas in {unit})" if unit else ""), ""]
     if bound:
         lines += [bound, ""]
