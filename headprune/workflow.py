@@ -118,7 +118,8 @@ def load_study_model(study: dict, device):
         if (layers, heads) != (study["layers"], study["heads"]):
             raise ValueError(f"{study['model']}: {attn_type} has {layers} layers x {heads} heads, but config "
                              f"{section}.layers/{section}.heads say {study['layers']} x {study['heads']}")
-    kv_heads = getattr(model.config, "num_key_value_heads", None)
+    config = model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") else model.config
+    kv_heads = getattr(config, "num_key_value_heads", None)  # a multimodal model's (Gemma 3's) text config
     if study.get("kv_heads") is not None and kv_heads != study["kv_heads"]:
         raise ValueError(f"{study['model']}: {kv_heads} key/value heads per layer, but config {section}.kv_heads "
                          f"says {study['kv_heads']}")

@@ -40,7 +40,7 @@ from transformers import (BartConfig, BartForConditionalGeneration, BertForSeque
 
 from conftest import (EOS, PAD, _spread_weights, bert_batch, fsmt_batch, repeated, tiny_bert, tiny_fsmt, tiny_m2m100,
                       variants)
-from headprune.models.families.llama import PrunableLlamaAttention, query_kv_index
+from headprune.models.remote.headprune_decoder import query_kv_index
 from headprune.experiments.evaluate import stack_gates
 from headprune.models.heads import adapter_for, full_gates, gated
 from headprune.scoring.importance import head_importance, head_scores
@@ -364,16 +364,16 @@ def test_gqa_kv_heads_go_with_their_last_query_head():
     d = attention(model, 0).head_dim
     prune_heads(model, {"dec_self": {0: [1]}})  # kv head 0 keeps query head 0
     attn = attention(model, 0)
-    assert isinstance(attn, PrunableLlamaAttention)
+    assert type(attn).__name__ == "LlamaAttention"  # transformers' own class: its forward is not copied
     assert (attn.q_proj.out_features, attn.k_proj.out_features, attn.v_proj.out_features) == (3 * d, 2 * d, 2 * d)
     assert attn.o_proj.in_features == 3 * d
-    assert query_kv_index(attn).tolist() == [0, 1, 1] and attn.num_key_value_groups == 1
+    assert query_kv_index(attn) == [0, 1, 1] and attn.num_key_value_groups == 1
     prune_heads(model, {"dec_self": {0: [0]}})  # its last query head: kv head 0 goes
     assert attn.k_proj.out_features == attn.v_proj.out_features == d
-    assert query_kv_index(attn).tolist() == [0, 0]
+    assert query_kv_index(attn) == [0, 0]
     assert attn.headprune_kv_index is None and attn.num_key_value_groups == 2  # uniform again: no gather
     untouched = attention(model, 1)
-    assert type(untouched).__name__ == "LlamaAttention" and query_kv_index(untouched).tolist() == [0, 0, 1, 1]
+    assert type(untouched).__name__ == "LlamaAttention" and query_kv_index(untouched) == [0, 0, 1, 1]
     prune_heads(model, {"dec_self": {0: [2, 3]}})
     assert attn.q_proj.out_features == attn.k_proj.out_features == 0
     assert pruned_heads(model) == {"dec_self": {0: [0, 1, 2, 3]}}
@@ -502,7 +502,7 @@ def test_causal_masks_and_special_keys(family):
     adapter = adapter_for(model)
     batch = causal_batch()
     mask = batch["attention_mask"].bool()
-    assert adapter.attention_types == ("dec_self",) and adapter.family in ("gpt2", "llama")
+    assert adapter.attention_types == ("dec_self",) and adapter.family == model.config.model_type
     assert torch.equal(adapter.query_mask(batch, "dec_self"), mask)
     keys = adapter.key_mask(batch, "dec_self")
     q, k = torch.meshgrid(torch.arange(8), torch.arange(8), indexing="ij")
@@ -517,11 +517,20 @@ def test_causal_masks_and_special_keys(family):
     assert torch.allclose(maps[1].sum(-1)[mask[:, None, :].expand(-1, 4, -1)], torch.tensor(1.0))
 
 
-def test_uniform_masking_refused_for_gpt2_and_exact_for_llama_gqa():
+def test_uniform_masking_exact_for_gpt2_and_llama_gqa():
+    """GPT-2's fused c_attn: the query is changed inside the attention function, keys and values untouched."""
     gpt2, batch = build("gpt2")
-    with pytest.raises(ValueError, match="shares its query projection"):
-        with gated(gpt2, full_gates(gpt2), masking="uniform"):
-            pass
+    gates = full_gates(gpt2)
+    gates["dec_self"][1, 2] = 0.0
+    adapter = adapter_for(gpt2)
+    gpt2.set_attn_implementation("eager")
+    with torch.no_grad(), gated(gpt2, gates, masking="uniform"):
+        _, outputs = adapter.loss_and_outputs(gpt2, batch, output_attentions=True)
+    allowed = adapter.key_mask(batch, "dec_self").double()
+    real = adapter.query_mask(batch, "dec_self")
+    uniform = (allowed / allowed.sum(-1, keepdim=True).clamp(min=1))[real]
+    assert torch.allclose(outputs.attentions[1][:, 2][real].double(), uniform, atol=1e-6)
+    assert not torch.allclose(outputs.attentions[1][:, 1][real].double(), uniform, atol=1e-2)
     model, batch = build("llama_gqa")
     prune_heads(model, {"dec_self": {1: [1]}})  # uneven: query heads 0 | 2, 3 read kv heads 0 | 1
     gates = full_gates(model)
@@ -602,7 +611,7 @@ def test_pruned_model_saves_and_reloads(tmp_path, family):
     if family in CAUSAL:
         assert torch.equal(generate(reloaded, batch, num_beams=3), generate(model, batch, num_beams=3))
         if family == "llama_gqa":
-            assert query_kv_index(attention(reloaded, 0)).tolist() == [0, 1, 1]
+            assert query_kv_index(attention(reloaded, 0)) == [0, 1, 1]
 
 
 # --- 5. Batched gate variants ---------------------------------------------------------------------

@@ -34,7 +34,7 @@ from test_adapter_contract import (BOS, VOCAB, _causal_config, _random_biases, m
                                    tiny_marian, tiny_mbart, tiny_mistral, tiny_nllb, tiny_qwen2, tiny_roberta,
                                    tiny_xlm_roberta)
 from headprune.models.export import REMOTE, REMOTE_FILES, save_pruned
-from headprune.models.families.llama import query_kv_index
+from headprune.models.remote.headprune_decoder import query_kv_index
 from headprune.models.heads import full_gates, gated
 from headprune.models.prune import count_heads, load_pruned_weights, prune_heads, pruned_heads
 
@@ -289,10 +289,17 @@ def test_plain_transformers_loads_the_pruned_model(exported, family):
 def test_every_family_headprune_prunes_is_exported():
     from headprune.models.families import families
 
+    from headprune.models.export import DECODER_FILE, remote_file
+
     served = {t for module in families().values() for t in module.MODEL_TYPES}
     assert served == set(REMOTE_FILES)
-    built = {CASES[f][0]().config.model_type for f in CASES}
-    assert built == served
+    built = {CASES[f][0]().config.model_type: CASES[f][0]() for f in CASES}
+    assert served <= set(built)
+    # the decoder-only families (here llama, mistral, qwen2, gpt2) through the generic file
+    # (tests/test_decoder_families.py exports every family of the registry that passes)
+    decoders = {t for t, model in built.items() if t not in served}
+    assert decoders == {"llama", "mistral", "qwen2", "gpt2"}
+    assert {remote_file(built[t]).name for t in decoders} == {DECODER_FILE}
 
 
 @pytest.mark.parametrize("family", list(CASES))
@@ -310,9 +317,9 @@ def test_load_pruned_weights_reads_the_exported_folder(exported, family):
         assert count_heads(reloaded) == count_heads(pruned)
     if family == "llama_6_on_2":
         layers = reloaded.model.layers
-        assert query_kv_index(layers[0].self_attn).tolist() == [0, 0, 1, 1, 1]  # kv head 0 keeps 2 of 3
+        assert query_kv_index(layers[0].self_attn) == [0, 0, 1, 1, 1]  # kv head 0 keeps 2 of 3
         assert layers[1].self_attn.q_proj.out_features == 0
-        assert query_kv_index(layers[3].self_attn).tolist() == [0, 1, 1]
+        assert query_kv_index(layers[3].self_attn) == [0, 1, 1]
 
 
 def test_load_classifier_reads_the_exported_folder(exported):
@@ -329,11 +336,11 @@ def test_load_classifier_reads_the_exported_folder(exported):
 def test_the_exported_config_and_modeling_files(exported):
     folder = exported["llama_6_on_2"][3]
     config = json.loads((folder / "config.json").read_text())
-    assert config["auto_map"] == {"AutoModelForCausalLM": "modeling_headprune_llama.PrunedLlamaForCausalLM",
-                                  "AutoModel": "modeling_headprune_llama.PrunedLlamaModel"}
+    assert config["auto_map"] == {"AutoModelForCausalLM": "modeling_headprune_decoder.PrunedLlamaForCausalLM",
+                                  "AutoModel": "modeling_headprune_decoder.PrunedLlamaModel"}
     assert config["headprune_pruned_heads"] == {"dec_self": {str(k): v for k, v in LLAMA_6_REMOVAL.items()}}
     assert "AutoConfig" not in config["auto_map"]
-    for name in ("modeling_headprune_llama.py", "headprune_common.py"):
+    for name in ("modeling_headprune_decoder.py", "headprune_decoder.py", "headprune_common.py"):
         assert (folder / name).read_text() == (REMOTE / name).read_text()
     assert (folder / "model.safetensors").exists()
 
@@ -364,6 +371,14 @@ def test_modeling_files_import_only_torch_transformers_and_the_common_module(nam
     packages, siblings = imports_of(name)
     assert packages <= {"__future__", "functools", "torch", "transformers"}
     assert siblings == (set() if name == "headprune_common.py" else {"headprune_common"})
+
+
+@pytest.mark.parametrize("name, siblings", [("modeling_headprune_decoder.py", {"headprune_common", "headprune_decoder"}),
+                                            ("headprune_decoder.py", set())])
+def test_the_generic_decoder_files_import_only_torch_and_transformers(name, siblings):
+    packages, found = imports_of(name)
+    assert packages <= {"__future__", "inspect", "sys", "types", "torch", "transformers"}
+    assert found == siblings
 
 
 def test_modeling_files_ship_as_package_data():

@@ -330,7 +330,7 @@ def streaming(sink=2, recent=8):
                                                  (tiny_llama_gqa3, streaming), (tiny_gpt2, "zero")],
                          ids=["llama-gqa3-zero", "llama-gqa3-uniform", "llama-gqa3-streaming", "gpt2-zero"])
 def test_answers_of_batched_variants_equal_generate_on_each_setting(make_model, masking):
-    """(GPT-2's fused query/key/value projection refuses uniform masking: headprune.models.heads.gated.)"""
+    """Answers under each masking mode equal eager generate() with the same gates."""
     needs_exact_decoding()
     masking = masking() if callable(masking) else masking
     tokenizer = bpe_tokenizer()

@@ -6,7 +6,7 @@
 with the helper module it imports (``headprune_common.py``), copied as they are: static text that imports only
 torch and transformers, named in config.json's ``auto_map``. Then, on a machine without headprune,
 
-    AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)                # Llama, Mistral, Qwen2, GPT-2
+    AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)                # every decoder-only family
     AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True)   # the BERT family
     AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)               # the translation models
     AutoModel.from_pretrained(folder, trust_remote_code=True)                            # the base model (not pre-norm)
@@ -18,8 +18,9 @@ config stays transformers' own (no ``AutoConfig`` entry): headprune's ``load_pru
 folder as before, and ``from_config`` without ``trust_remote_code`` still builds transformers' class. Weights
 are safetensors only.
 
-Families exported (config.model_type -> modeling file): ``llama`` (llama, mistral, qwen2: grouped-query
-attention, uneven kv groups after pruning, layers with no heads), ``gpt2``, ``bert`` (the classification
+Families exported (config.model_type -> modeling file): every decoder-only family the generic adapter serves
+(``modeling_headprune_decoder.py`` with ``headprune_decoder.py``: llama, mistral, qwen2/3, gemma 2/3, gpt2,
+gpt_neox, ...; grouped-query attention, uneven kv groups after pruning, layers with no heads), ``bert`` (the classification
 encoders: bert, roberta, xlm-roberta, electra, distilbert, deberta-v2), ``fsmt`` (fairseq's post-norm
 transformer) and ``bart`` (bart, mbart, marian, m2m_100, and headprune's ``PreNormTransformer``, fairseq's
 pre-norm transformer, rebuilt there from its config). The encoder-decoders are pruned in all three attention
@@ -39,9 +40,6 @@ REMOTE = Path(__file__).resolve().parent / "remote"  # the modeling files (packa
 
 # config.model_type -> the modeling file that serves it
 REMOTE_FILES = {
-    "llama": "modeling_headprune_llama.py", "mistral": "modeling_headprune_llama.py",
-    "qwen2": "modeling_headprune_llama.py",
-    "gpt2": "modeling_headprune_gpt2.py",
     "bert": "modeling_headprune_bert.py", "roberta": "modeling_headprune_bert.py",
     "xlm-roberta": "modeling_headprune_bert.py", "electra": "modeling_headprune_bert.py",
     "distilbert": "modeling_headprune_bert.py", "deberta-v2": "modeling_headprune_bert.py",
@@ -69,13 +67,29 @@ MASKINGS = {"zero": "zero (a masked head's output multiplied by 0, as the paper 
                         "the same position)"}
 
 
+DECODER_FILE = "modeling_headprune_decoder.py"  # every decoder-only family the generic adapter serves
+
+
+def _modeling_name(model) -> str | None:
+    model_type = getattr(model.config, "model_type", None)
+    if model_type in REMOTE_FILES:
+        return REMOTE_FILES[model_type]
+    from headprune.models.families.decoder import DecoderAdapter
+    from headprune.models.heads import adapter_for
+
+    try:
+        return DECODER_FILE if isinstance(adapter_for(model), DecoderAdapter) else None
+    except ValueError:  # no adapter at all
+        return None
+
+
 def remote_file(model) -> Path:
     """Our modeling file for ``model``'s type; a ValueError for a family that is not exported."""
     model_type = getattr(model.config, "model_type", None)
-    if model_type not in REMOTE_FILES:
+    if _modeling_name(model) is None:
         raise ValueError(f"a pruned {type(model).__name__} (model type {model_type!r}) cannot be exported for plain "
                          f"transformers; exported model types: {', '.join(sorted(REMOTE_FILES))}")
-    return REMOTE / REMOTE_FILES[model_type]
+    return REMOTE / _modeling_name(model)
 
 
 def sibling_imports(source: str) -> list[str]:
@@ -99,7 +113,8 @@ def auto_class(cls) -> str | None:
 def auto_map(model, source: str) -> dict[str, str]:
     """config.json's ``auto_map``: the Auto class of ``model``'s class, and AutoModel for its base model,
     each pointing at our subclass ``Pruned<class>`` in the modeling file whose text is ``source``."""
-    module = REMOTE_FILES[model.config.model_type].removesuffix(".py")
+    module = _modeling_name(model).removesuffix(".py")
+    made_on_demand = module == DECODER_FILE.removesuffix(".py")  # Pruned<class> for every class of the registry
     classes = [type(model)]
     # The base model only of transformers' own classes: headprune's PreNormTransformer keeps its source
     # vocabulary above M2M100's base model, which would not load alone.
@@ -110,7 +125,7 @@ def auto_map(model, source: str) -> dict[str, str]:
         name, auto = cls.__name__, auto_class(cls)
         if auto is None or auto in entries:
             continue
-        if not re.search(rf"^class Pruned{name}\(", source, re.MULTILINE):
+        if not made_on_demand and not re.search(rf"^class Pruned{name}\(", source, re.MULTILINE):
             raise ValueError(f"{module}.py has no Pruned{name}: a pruned {name} cannot be exported")
         entries[auto] = f"{module}.Pruned{name}"
     if not entries:
@@ -134,7 +149,7 @@ def save_pruned(model, tokenizer, folder, *, base_model: str | None = None, crit
     >>> _ = remove_heads(model, [("dec_self", 0, 1)])
     >>> folder = save_pruned(model, tokenizer, "tiny-shared", criterion="importance")
     >>> sorted(p.name for p in folder.glob("*.py"))
-    ['headprune_common.py', 'modeling_headprune_llama.py']
+    ['headprune_common.py', 'headprune_decoder.py', 'modeling_headprune_decoder.py']
     >>> plain = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)  # no headprune needed
     >>> plain.model.layers[0].self_attn.q_proj.out_features  # 3 of 4 heads of 8 dims
     24
@@ -147,7 +162,9 @@ def save_pruned(model, tokenizer, folder, *, base_model: str | None = None, crit
     card = model_card(model, entries, folder.name, code_files, base_model=base_model, criterion=criterion,
                       masking=masking, curve_point=curve_point)
     with atomic_dir(folder) as staging:
-        model.save_pretrained(staging)  # safetensors: transformers 5 writes nothing else
+        # safetensors (transformers 5 writes nothing else), in the names the model has: a pruned folder loads by
+        # load_state_dict or as remote code, neither of which renames legacy checkpoint keys (GPT-NeoX embed_out)
+        model.save_pretrained(staging, save_original_format=False)
         if tokenizer is not None:
             tokenizer.save_pretrained(staging)
         for name in code_files:

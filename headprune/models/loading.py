@@ -127,16 +127,18 @@ def attention_backend(model, name: str):
     that needs none runs faster in sdpa: on a CPU a Llama-layout LM decodes 2-6 times as fast (eager
     attention copies every key/value head once per query head at every step). A model whose class has no
     sdpa (``_supports_sdpa`` false) stays as it is."""
-    before = getattr(model.config, "_attn_implementation", None) or "eager"
+    from headprune.models.remote.headprune_decoder import backend_of, set_backend
+
+    before = backend_of(model.config)  # a pruned decoder stays under headprune_attention in either backend
     supported = name == "eager" or getattr(model, f"_supports_{name}", False)
     switch = before != name and supported and hasattr(model, "set_attn_implementation")
     if switch:
-        model.set_attn_implementation(name)
+        set_backend(model, name)
     try:
         yield
     finally:
         if switch:
-            model.set_attn_implementation(before)
+            set_backend(model, before)
 
 
 def load_seq2seq(path, device="cpu", dtype: str = "float32", gpus: int = 1, src_code=None, tgt_code=None):

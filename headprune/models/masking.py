@@ -80,6 +80,7 @@ from torch import nn
 
 from headprune.models import masking_words
 from headprune.models.attention_types import DEC_SELF, ENC_SELF
+from headprune.models.remote.headprune_decoder import backend_of
 from headprune.models.sites import (AttentionSite, HeadAdapter, HeadCapture, _batch_major, _gate_per_row,
                                     _site_gate)
 
@@ -347,7 +348,10 @@ class Uniform(Masking):
             return hook
 
         for site in sites:
-            handles.append(site.query.register_forward_hook(make_query_hook(site)))
+            if site.through_attention_function:
+                _gate_queries_in_attention(handles, model, site, gates)
+            else:
+                handles.append(site.query.register_forward_hook(make_query_hook(site)))
 
     def describe(self):
         return "uniform (a masked head attends uniformly to the keys it may attend to)"
@@ -381,7 +385,7 @@ class Streaming(Masking):
         problem = adapter.streaming_masking_problem(model, sites)
         if problem is not None:
             raise ValueError(f"streaming masking gives a masked head a per-head attention mask: {problem}")
-        backend = getattr(model.config, "_attn_implementation", None)
+        backend = backend_of(model.config)  # under headprune_attention too (a pruned decoder)
         if backend not in STREAMING_BACKENDS:
             raise ValueError(f"streaming masking gives a masked head a per-head attention mask, which the "
                              f"{' and '.join(STREAMING_BACKENDS)} attention backends take; this model runs "
@@ -395,6 +399,38 @@ class Streaming(Masking):
     def describe(self):
         return (f"streaming (a masked head sees only the first {self.sink} and the last {self.recent} tokens of its "
                 "context)")
+
+
+class _Restore:
+    """A handle that puts an attribute back as it was (``gated`` removes handles when it closes)."""
+
+    def __init__(self, owner, name: str, value):
+        self.owner, self.name, self.missing = owner, name, not hasattr(owner, name)
+        self.old = getattr(owner, name, None)
+        setattr(owner, name, value)
+
+    def remove(self):
+        if self.missing:
+            delattr(self.owner, self.name)
+        else:
+            setattr(self.owner, self.name, self.old)
+
+
+def _gate_queries_in_attention(handles: list, model, site: AttentionSite, gates):
+    """Uniform masking inside ``headprune_attention``: each head's query (rows, heads, queries, head_dim), after
+    rotary and any q/k norm, times its 0/1 gate, so that a normalisation over all heads (OLMo 2) sees them all."""
+    from headprune.models.remote import headprune_decoder
+
+    def modify(query):
+        gate = _site_gate(gates, site, query)  # (heads,) or (rows, 1, heads): rows first, as query
+        gate = gate.reshape(-1, query.shape[1], 1, 1) if gate.dim() > 1 else gate[None, :, None, None]
+        return query * gate
+
+    config = model.config
+    if not (config._attn_implementation or "").startswith(headprune_decoder.PREFIX):
+        handles.append(_Restore(config, "_attn_implementation_internal",
+                                headprune_decoder.register(config._attn_implementation or "eager")))
+    handles.append(_Restore(site.attention, "headprune_modify_query", modify))
 
 
 def check_binary_gates(name: str, gates):
@@ -450,7 +486,7 @@ def streaming_window(window: Streaming, padding: torch.Tensor | None, queries: i
 def _add_streaming_hooks(handles: list, model, sites: list[AttentionSite], gates: dict, window: Streaming):
     """The hooks of ``gated(..., masking=window)``, into ``handles``: one on the base model to see the 2-D
     padding mask, one per attention module with a head gated 0 to give it its per-head mask."""
-    backend = model.config._attn_implementation
+    backend = backend_of(model.config)
     state: dict = {}
 
     base = model.base_model

@@ -66,6 +66,7 @@ def prune_heads(model, heads: dict[str, dict[int, list[int]]], constants=None):
         adapter.prune_site(site, keep)
         already = set(recorded.setdefault(site.attn_type, {}).get(site.layer, []))
         recorded[site.attn_type][site.layer] = sorted(already | remove)
+    adapter.finish_pruning(model)
     # JSON keys are strings: store layers that way so a saved config reads back the same.
     setattr(model.config, PRUNED_HEADS_KEY,
             {t: {str(layer): hs for layer, hs in sorted(layers.items())} for t, layers in recorded.items()})

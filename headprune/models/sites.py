@@ -32,6 +32,10 @@ class AttentionSite:
     head_dim: int
     original_num_heads: int
     time_major: bool  # FSMT works in (time, batch, dim); BERT in (batch, time, dim)
+    # The generic decoder adapter's sites: the attention calls transformers' attention interface, through which
+    # headprune_attention changes a head's query (uniform masking); layout: its headprune_decoder.DecoderLayout.
+    through_attention_function: bool = False
+    layout: object = None
 
     @property
     def kept_heads(self) -> list[int]:
@@ -90,6 +94,10 @@ class HeadAdapter:
             if terms:
                 return f"{where} adds {', '.join(terms)} to its attention scores"
         return None
+
+    def finish_pruning(self, model) -> None:
+        """What the model needs once its sites were pruned (the generic decoder adapter: the attention function
+        that reads key/value heads unevenly)."""
 
     def beam_decoding(self, model):
         """A context in which the model's decoder runs beam search's steps (``beam_search``) its own faster

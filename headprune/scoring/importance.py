@@ -299,5 +299,7 @@ def attention_statistics(weights_per_layer, query_mask, key_mask, eos_keys):
 
 def _use_eager_attention(model):
     """Attention weights exist only in the eager backend (sdpa returns None)."""
-    if getattr(model.config, "_attn_implementation", "eager") != "eager" and hasattr(model, "set_attn_implementation"):
-        model.set_attn_implementation("eager")
+    from headprune.models.remote.headprune_decoder import backend_of, set_backend
+
+    if backend_of(model.config) != "eager" and hasattr(model, "set_attn_implementation"):
+        set_backend(model, "eager")

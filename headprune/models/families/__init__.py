@@ -1,6 +1,6 @@
 """One head adapter per model family, one file each: a new family is a new file here and nothing else.
 
-A family module defines ``ADAPTER`` (its ``headprune.models.heads.HeadAdapter`` subclass: where the
+An encoder or encoder-decoder family module defines ``ADAPTER`` (its ``headprune.models.heads.HeadAdapter`` subclass: where the
 heads are, how a batch flows, how a site is physically pruned) and ``MODEL_TYPES`` (the
 ``config.model_type`` values it serves); it may define ``matches(model)`` for models of another
 type laid out the same way. ``adapter_for_model`` imports the family modules the first time it
@@ -14,8 +14,9 @@ Families (and the model types they serve):
 - encoder-decoders for translation, all three attention types: ``fsmt`` (fsmt: fairseq's post-norm
   transformer), ``m2m100`` (m2m_100: fairseq's pre-norm transformer, M2M100, and NLLB-200's dense
   models, which are m2m_100 too), ``bart`` (bart), ``mbart`` (mbart), ``marian`` (marian: opus-mt);
-- decoder-only LMs: ``gpt2`` (gpt2: fused, transposed Conv1D projections), ``llama`` (llama,
-  mistral, qwen2: rotary positions, grouped-query attention); ``causal_lm`` holds what they share.
+- decoder-only LMs: ``decoder``, ONE generic adapter for every family of transformers' causal-LM registry whose
+  layout it finds (llama, mistral, qwen2/3, gemma 2/3, gpt2, gpt_neox, gpt_oss, phi3, ...: docs/models.md), by
+  ``matches``, not by model type; ``causal_lm`` holds the causal-LM batch and loss.
 """
 from __future__ import annotations
 
@@ -50,11 +51,16 @@ def adapter_for_model(model):
     named = _named_after(model_type)
     if named is not None and model_type in named.MODEL_TYPES:
         return named.ADAPTER()
+    # Every decoder-only LM whose layout the generic adapter finds, without importing the other families' code
+    decoder = importlib.import_module(f"{__name__}.decoder")
+    if decoder.matches(model):
+        return decoder.adapter(model)
     for module in families().values():
         if model_type in module.MODEL_TYPES:
             return module.ADAPTER()
     for module in families().values():
-        if getattr(module, "matches", lambda m: False)(model):
+        if module is not decoder and getattr(module, "matches", lambda m: False)(model):
             return module.ADAPTER()
-    raise ValueError(f"no head adapter for model type {model_type!r} ({type(model).__name__}): add a file to "
-                     "headprune/models/families/")
+    problem = decoder.layout_problem(model)
+    raise ValueError(f"no head adapter for model type {model_type!r} ({type(model).__name__}): "
+                     + (f"as a decoder-only LM: {problem}" if problem else "add a file to headprune/models/families/"))

@@ -1,0 +1,502 @@
+"""Decoder attention, generic over transformers' families: where the heads are, how a layer loses some, and the
+one attention function that runs a layer whose key/value groups became uneven.
+
+Imports only torch and transformers: headprune builds on it (``headprune.models.families.decoder``) and a pruned
+model's folder carries it (``modeling_headprune_decoder.py`` imports it), so plain transformers runs the same code.
+
+What differs between families is declared data, never a copy of a forward:
+
+- ``ATTENTION_NAMES``: the attribute of a decoder layer that holds its attention module;
+- ``SEPARATE``: names of separate query, key, value and output projections; ``FUSED``: a fused q/k/v projection
+  and its output projection, with the fused layout: "blocks" ([all queries | all keys | all values], each
+  head-major: Phi-3's ``qkv_proj``, GPT-2's ``c_attn``, MPT's ``Wqkv``) or "heads" (per head [q | k | v]:
+  GPT-NeoX's and Persimmon's ``query_key_value``); ``FUSED_LAYOUTS`` overrides a layout per model type.
+
+Head counts come from the config (``num_attention_heads``, ``num_key_value_heads``) and are checked against the
+projections' shapes; ``head_dim`` is the query projection's width over the heads. Query head h reads key/value
+head h // (heads / kv heads), as transformers' ``repeat_kv`` makes it.
+
+Removing heads (``keep_heads``) slices the kept query heads' rows of the query projection and their columns of
+the output projection, the rows of the key/value heads they still read, and per-head parameters of the attention
+module (GPT-OSS's attention ``sinks``, one per query head). It then sets the module's head counts
+(``num_heads``, ``num_key_value_groups``, ...), which the families' forwards read. When the kept query heads read
+their key/value heads unevenly (kv head 0 by one query head, kv head 1 by two), no ``num_key_value_groups`` says
+it: the module then holds ``headprune_kv_index`` (for each kept query head, which kept kv head it reads), its
+``num_key_value_groups`` becomes 1, and the model runs ``headprune_attention``, registered with transformers'
+``AttentionInterface`` as "headprune_<backend>" for each backend (eager, sdpa, flash, ...): it gathers keys and
+values per query head by that index, after the cache (which keeps only the kept kv heads), and hands everything
+else, sliding windows, soft-capping, scaling and sinks included, to the backend the model was loaded with. The
+same function lets headprune change a head's query on its way into the backend (``headprune_modify_query``:
+uniform masking, after rotary and any q/k norm).
+
+A layer left without heads adds only its output projection's bias: its module's forward is replaced by
+``headless_forward``, which keeps the layer's cache entry (one zero head) as long as the others'.
+
+What cannot be pruned exactly is refused (``pruning_problem``): a normalisation over the whole query or key
+projection (OLMo 2's ``q_norm``), or a parameter of another shape that spans the heads.
+"""
+from __future__ import annotations
+
+import sys
+import types
+
+import torch
+from torch import nn
+from transformers.cache_utils import EncoderDecoderCache
+from transformers.pytorch_utils import Conv1D
+
+ATTENTION_NAMES = ("self_attn", "attn", "attention", "self_attention")
+SEPARATE = (("q_proj", "k_proj", "v_proj", ("o_proj", "out_proj", "dense", "c_proj")),)
+FUSED = (("qkv_proj", ("o_proj", "dense", "out_proj")), ("c_attn", ("c_proj",)), ("Wqkv", ("out_proj", "Wo")),
+         ("query_key_value", ("dense",)))
+FUSED_LAYOUTS = {"gpt_neox": "heads", "persimmon": "heads", "bloom": "heads"}
+# Attributes of an attention module that hold its head counts: (name, what they count)
+COUNTS = (("num_heads", "query"), ("num_attention_heads", "query"), ("n_head", "query"),
+          ("num_key_value_heads", "kv"), ("num_kv_heads", "kv"), ("n_kv_heads", "kv"))
+# Config entries with the head counts (name, what they count), as a pruned layer's LayerConfig reports them
+CONFIG_COUNTS = (("num_attention_heads", "query"), ("num_key_value_heads", "kv"), ("n_head", "query"),
+                 ("num_kv_heads", "kv"))
+PREFIX = "headprune_"
+
+
+class DecoderLayout:
+    """One decoder attention module: its projections, head counts and fused layout."""
+
+    def __init__(self, layer: int, attention: nn.Module, config, model_type: str | None = None):
+        self.layer, self.attention = layer, attention
+        self.fused = None
+        for q, k, v, outputs in SEPARATE:
+            if all(_is_projection(getattr(attention, n, None)) for n in (q, k, v)):
+                out = _first(attention, outputs, _is_projection)
+                if out is not None:
+                    self.query, self.key, self.value = (getattr(attention, n) for n in (q, k, v))
+                    self.output = out
+                    break
+        else:
+            for name, outputs in FUSED:
+                fused, out = getattr(attention, name, None), _first(attention, outputs, _is_projection)
+                if _is_projection(fused) and out is not None:
+                    self.query = self.key = self.value = fused
+                    self.fused, self.output = FUSED_LAYOUTS.get(model_type, "blocks"), out
+                    break
+            else:
+                raise ValueError(f"layer {layer}: {type(attention).__name__} has no query/key/value projections "
+                                 f"headprune knows ({', '.join(n for n, _ in FUSED)} or q_proj/k_proj/v_proj)")
+        self.original_heads = int(_config_value(config, ("num_attention_heads", "n_head", "num_heads")))
+        self.kept = list(getattr(attention, PREFIX + "kept_heads", range(self.original_heads)))
+        width = _out_features(self.output, inputs=True)
+        self.head_dim = width // len(self.kept) if self.kept else int(getattr(attention, PREFIX + "head_dim"))
+        if self.kept and width != len(self.kept) * self.head_dim:
+            raise ValueError(f"layer {layer}: the output projection reads {width} features, not a multiple of "
+                             f"{len(self.kept)} heads")
+        # Key/value heads as the projections have them (Falcon's multi_query config says otherwise), checked
+        # against the config where it names them
+        stored = getattr(attention, PREFIX + "original_kv_heads", None)
+        kv = stored if stored is not None else self._kv_heads_in_projections(config)
+        self.original_kv_heads = int(kv)
+        attention.headprune_original_kv_heads = self.original_kv_heads
+        if self.original_heads % self.original_kv_heads:
+            raise ValueError(f"layer {layer}: {self.original_heads} query heads cannot share "
+                             f"{self.original_kv_heads} key/value heads evenly")
+
+    def _kv_heads_in_projections(self, config) -> int:
+        d, heads = self.head_dim, self.original_heads
+        if self.fused == "heads":
+            return heads
+        if self.fused == "blocks":
+            kv = (_out_features(self.query) // d - heads) // 2
+        else:
+            kv = _out_features(self.key) // d
+        if kv <= 0 or heads % kv:
+            raise ValueError(f"layer {self.layer}: {kv} key/value heads for {heads} query heads")
+        return kv
+
+    @property
+    def groups(self) -> int:
+        """Query heads per key/value head, as the model was built."""
+        return self.original_heads // self.original_kv_heads
+
+    def kv_heads(self, heads: list[int]) -> list[int]:
+        """Original indices of the key/value heads that query heads ``heads`` read."""
+        return sorted({h // self.groups for h in heads})
+
+    def kv_index(self) -> list[int]:
+        """For each kept query head, the position of the kv head it reads among the kept kv heads."""
+        kept_kv = self.kv_heads(self.kept)
+        return [kept_kv.index(h // self.groups) for h in self.kept]
+
+    # --- The features of heads in each projection --------------------------------------------------------
+
+    def _rows(self, positions: list[int], dim: int, device) -> torch.Tensor:
+        return torch.tensor([p * dim + i for p in positions for i in range(dim)], dtype=torch.long, device=device)
+
+    def qkv_rows(self, keep: list[int], device) -> tuple[torch.Tensor, ...]:
+        """Output features to keep of the query, key and value projections (fused: one index into the fused
+        output, returned three times), for query heads ``keep`` (a subset of the kept ones)."""
+        d = self.head_dim
+        kv_now, kv_after = self.kv_heads(self.kept), self.kv_heads(keep)
+        q = self._rows([self.kept.index(h) for h in keep], d, device)
+        kv = self._rows([kv_now.index(k) for k in kv_after], d, device)
+        if self.fused is None:
+            return q, kv, kv
+        queries, keys = len(self.kept) * d, len(kv_now) * d
+        if self.fused == "blocks":
+            rows = torch.cat([q, kv + queries, kv + queries + keys])
+        elif self.fused == "heads":  # per head [q | k | v], no grouped key/values
+            if self.groups != 1:
+                raise ValueError(f"layer {self.layer}: a per-head fused layout with grouped key/values")
+            rows = self._rows([self.kept.index(h) for h in keep], 3 * d, device)
+        else:
+            raise ValueError(f"unknown fused layout {self.fused!r}")
+        return rows, rows, rows
+
+    def query_features(self, query: torch.Tensor) -> torch.Tensor:
+        """The queries (..., kept heads * head_dim) in the query projection's output (fused: its part)."""
+        if self.fused is None:
+            return query
+        d, heads = self.head_dim, len(self.kept)
+        if self.fused == "blocks":
+            return query[..., :heads * d]
+        return query.unflatten(-1, (heads, 3, d))[..., 0, :].flatten(-2)
+
+    def value_features(self, value: torch.Tensor) -> torch.Tensor:
+        """One value vector per kept query head, (..., kept heads * head_dim), from the value projection's output."""
+        d, heads = self.head_dim, len(self.kept)
+        if self.fused == "heads":
+            return value.unflatten(-1, (heads, 3, d))[..., 2, :].flatten(-2)
+        if self.fused == "blocks":
+            kv = len(self.kv_heads(self.kept))
+            value = value[..., heads * d + kv * d:]
+        per_kv = value.unflatten(-1, (-1, d))
+        index = torch.tensor(self.kv_index(), dtype=torch.long, device=value.device)
+        return per_kv.index_select(-2, index).flatten(-2)
+
+    # --- Per-head parameters and what cannot be pruned ------------------------------------------------------
+
+    def projections(self) -> set[int]:
+        return {id(m) for m in (self.query, self.key, self.value, self.output)}
+
+    def per_head_parameters(self) -> list[str]:
+        """Direct parameters of the attention module with one entry per query head (GPT-OSS's ``sinks``)."""
+        heads = len(self.kept)
+        return [name for name, p in self.attention.named_parameters(recurse=False) if p.dim() == 1 and
+                p.shape[0] == heads and heads != self.head_dim]
+
+    def pruning_problem(self) -> str | None:
+        """Why removing a head would change the other heads' function (None: it would not)."""
+        d, spans = self.head_dim, {len(self.kept) * self.head_dim, len(self.kv_heads(self.kept)) * self.head_dim}
+        spans.discard(d)
+        for name, module in self.attention.named_children():
+            if id(module) in self.projections():
+                continue
+            for pname, p in module.named_parameters():
+                if any(size in spans for size in p.shape):
+                    return (f"{type(self.attention).__name__}.{name} ({type(module).__name__}, {pname} of shape "
+                            f"{tuple(p.shape)}) spans all heads: removing a head would change the others' "
+                            "normalisation or mixing")
+        for pname, p in self.attention.named_parameters(recurse=False):
+            if pname not in self.per_head_parameters() and any(size in spans for size in p.shape):
+                return f"{type(self.attention).__name__}.{pname} of shape {tuple(p.shape)} spans all heads"
+        return None
+
+
+def _first(module, names, accept=lambda m: isinstance(m, nn.Module)):
+    for name in names:
+        if accept(getattr(module, name, None)):
+            return getattr(module, name)
+    return None
+
+
+def _is_projection(module) -> bool:
+    """A linear projection headprune can slice: nn.Linear or transformers' Conv1D (a 2-D ``weight``)."""
+    return isinstance(module, (nn.Linear, Conv1D)) and module.weight.dim() == 2
+
+
+def _config_value(config, names, default=...):
+    for name in names:
+        value = getattr(config, name, None)
+        if value is not None:
+            return value
+    if default is ...:
+        raise ValueError(f"{type(config).__name__} has none of {names}")
+    return default
+
+
+def _out_features(linear: nn.Module, inputs: bool = False) -> int:
+    """A projection's output width (or with ``inputs``, its input width); Conv1D stores its weight (in, out)."""
+    weight = linear.weight
+    transposed = isinstance(linear, Conv1D)
+    return weight.shape[0 if transposed == inputs else 1]
+
+
+def decoder_layers(model) -> list:
+    """(layer index, attention module) of every decoder layer of a causal LM, in order.
+
+    The layers are the ModuleList under the base model as long as ``num_hidden_layers``; a layer's attention is
+    its first child named in ``ATTENTION_NAMES``. A layer without one (a linear-attention or state-space layer of a
+    hybrid) is refused: its heads are not softmax heads.
+    """
+    config = text_config(model.config)
+    layers_count = _config_value(config, ("num_hidden_layers", "n_layer", "num_layers"))
+    for _, module in model.base_model.named_modules():
+        if isinstance(module, nn.ModuleList) and len(module) == layers_count and layers_count:
+            found = [(i, _first(layer, ATTENTION_NAMES)) for i, layer in enumerate(module)]
+            if any(att is not None for _, att in found):
+                missing = [i for i, att in found if att is None]
+                if missing:
+                    raise ValueError(f"decoder layer {missing[0]} of {type(model).__name__} has no softmax attention "
+                                     f"({', '.join(ATTENTION_NAMES)}): linear-attention and state-space layers are "
+                                     "not supported")
+                return found
+    raise ValueError(f"no list of {layers_count} decoder layers with an attention module found in "
+                     f"{type(model.base_model).__name__}")
+
+
+def text_config(config):
+    """The decoder's config: a multimodal model's text config (Gemma 3's), else the config itself."""
+    get = getattr(config, "get_text_config", None)
+    return get(decoder=True) if get is not None else config
+
+
+def layouts(model) -> list[DecoderLayout]:
+    config = text_config(model.config)
+    model_type = getattr(config, "model_type", None)
+    return [DecoderLayout(i, attention, config, model_type) for i, attention in decoder_layers(model)]
+
+
+# --- Removing heads ------------------------------------------------------------------------------------------
+
+def _slice(module: nn.Module, name: str, dim: int, index: torch.Tensor | int):
+    """Keep ``index`` (or, an int, the first that many) along ``dim`` of parameter ``name``."""
+    old = getattr(module, name, None)
+    if old is None:
+        return
+    data = old.detach()
+    data = data.narrow(dim, 0, index) if isinstance(index, int) else data.index_select(dim, index.to(old.device))
+    setattr(module, name, nn.Parameter(data.clone(), requires_grad=old.requires_grad))
+
+
+def _cut(linear: nn.Module, index, outputs: bool):
+    """Keep ``index`` of a projection's output features (``outputs``) or input features."""
+    transposed = isinstance(linear, Conv1D)
+    weight_dim = (1 if transposed else 0) if outputs else (0 if transposed else 1)
+    _slice(linear, "weight", weight_dim, index)
+    if outputs:
+        _slice(linear, "bias", 0, index)
+    size = linear.weight.shape[weight_dim]
+    if isinstance(linear, nn.Linear):
+        if outputs:
+            linear.out_features = size
+        else:
+            linear.in_features = size
+    elif transposed:
+        if outputs:
+            linear.nf = size
+        else:
+            linear.nx = size
+
+
+def keep_heads(layout: DecoderLayout, keep: list[int], *, copy_weights: bool = True):
+    """Keep only query heads ``keep`` (original indices, a subset of the kept ones) of the layout's module.
+
+    ``copy_weights``: slice the kept heads' weights (headprune pruning a model); False: keep the first features
+    of each projection, to give a freshly built model the saved weights' shapes (from_pretrained then loads them).
+    """
+    attention = layout.attention
+    if layout.kept and keep:
+        problem = layout.pruning_problem()
+        if problem is not None:
+            raise ValueError(f"layer {layout.layer}: {problem}")
+    device = layout.output.weight.device
+    q, k, v = layout.qkv_rows(keep, device)
+    out = layout._rows([layout.kept.index(h) for h in keep], layout.head_dim, device)
+    per_head = layout.per_head_parameters()
+    heads_index = torch.tensor([layout.kept.index(h) for h in keep], dtype=torch.long, device=device)
+    if not copy_weights:
+        q, k, v, out = (len(t) for t in (q, k, v, out))
+        heads_index = len(keep)
+    if layout.fused is None:
+        for linear, rows in ((layout.query, q), (layout.key, k), (layout.value, v)):
+            _cut(linear, rows, outputs=True)
+    else:
+        _cut(layout.query, q, outputs=True)
+    _cut(layout.output, out, outputs=False)
+    for name in per_head:
+        _slice(attention, name, 0, heads_index)
+    attention.headprune_kept_heads = list(keep)
+    attention.headprune_head_dim = layout.head_dim
+    set_head_counts(layout, keep)
+
+
+def set_head_counts(layout: DecoderLayout, keep: list[int]):
+    """Tell the module how many heads it has (the attributes its forward reads) and how they read kv heads."""
+    attention = layout.attention
+    kv = layout.kv_heads(keep)
+    for name, counts in COUNTS:
+        if isinstance(getattr(attention, name, None), int):
+            setattr(attention, name, len(keep) if counts == "query" else len(kv))
+    config = getattr(attention, "config", None)
+    if config is not None:  # a forward that reads the head counts from the config (Phi-3 splits qkv_proj so)
+        base = config.headprune_base if isinstance(config, LayerConfig) else config
+        attention.config = LayerConfig(base, {name: len(keep) if counts == "query" else len(kv)
+                                              for name, counts in CONFIG_COUNTS if hasattr(base, name)})
+    if isinstance(getattr(attention, "split_size", None), int):  # GPT-2
+        attention.split_size = len(keep) * layout.head_dim
+    layout.kept = list(keep)
+    index = layout.kv_index()
+    groups = [index.count(k) for k in range(len(kv))]
+    uniform = all(c == groups[0] for c in groups)  # also with no head left
+    if hasattr(attention, "num_key_value_groups"):
+        attention.num_key_value_groups = groups[0] if groups and uniform else 1
+    attention.headprune_kv_index = None if uniform else index
+    attention.headprune_kv_index_on = {}
+    if not keep:
+        attention.forward = types.MethodType(headless_forward, attention)
+
+
+class LayerConfig:
+    """A pruned layer's view of the model's config: its own head counts, everything else the model's (read live,
+    so that switching the model's attention backend reaches every layer)."""
+
+    def __init__(self, base, counts: dict):
+        self.__dict__["headprune_base"], self.__dict__["headprune_counts"] = base, dict(counts)
+
+    def __getattr__(self, name):
+        if name.startswith("__") or name.startswith("headprune_base") or name == "headprune_counts":
+            raise AttributeError(name)
+        counts = self.__dict__.get("headprune_counts", {})
+        return counts[name] if name in counts else getattr(self.__dict__["headprune_base"], name)
+
+    def __setattr__(self, name, value):
+        setattr(self.headprune_base, name, value)
+
+
+def headless_forward(self, hidden_states=None, *args, past_key_values=None, **kwargs):
+    """The forward of an attention with no heads left: its output projection's bias (zeros without one), and
+    its cache entry kept as long as the other layers' (one zero head)."""
+    if hidden_states is None:
+        hidden_states = kwargs.pop("hidden_states")
+    cache = past_key_values if past_key_values is not None else kwargs.get("layer_past", kwargs.get("past_key_value"))
+    batch, length = hidden_states.shape[:2]
+    cache_without_heads(cache, getattr(self, "layer_idx", None), batch, length, self.headprune_head_dim,
+                        hidden_states)
+    output = _output_projection(self)
+    bias = output.bias
+    result = (bias.expand(*hidden_states.shape[:-1], -1).clone() if bias is not None else
+              hidden_states.new_zeros(*hidden_states.shape[:-1], _out_features(output)))
+    return result, None
+
+
+def _output_projection(attention):
+    for *_, outputs in SEPARATE + FUSED:
+        out = _first(attention, outputs)
+        if out is not None:
+            return out
+    raise ValueError(f"no output projection in {type(attention).__name__}")
+
+
+def cache_without_heads(cache, layer_idx, batch: int, length: int, head_dim: int, like):
+    """Give a layer with no heads its cache entry: one all-zero head, never attended (decoders read the
+    generated length from the cache)."""
+    if cache is None or layer_idx is None:
+        return
+    if isinstance(cache, EncoderDecoderCache):
+        cache = cache.self_attention_cache
+    zeros = like.new_zeros(batch, 1, length, head_dim)
+    cache.update(zeros, zeros, layer_idx)
+
+
+# --- The attention function ---------------------------------------------------------------------------------
+
+def _eager_of(module):
+    """The family's own eager attention (each modeling file defines ``eager_attention_forward``)."""
+    for cls in type(module).__mro__:
+        function = getattr(sys.modules.get(cls.__module__), "eager_attention_forward", None)
+        if function is not None:
+            return function
+    raise ValueError(f"{type(module).__name__}'s modeling file has no eager_attention_forward")
+
+
+def headprune_attention(module, query, key, value, attention_mask, **kwargs):
+    """transformers' attention call, with keys/values gathered per kept query head where the groups are uneven
+    and the query changed where headprune asks (``headprune_modify_query``); then the model's own backend."""
+    index = getattr(module, "headprune_kv_index", None)
+    if index is not None:
+        on = module.headprune_kv_index_on
+        if key.device not in on:
+            on[key.device] = torch.tensor(index, dtype=torch.long, device=key.device)
+        key, value = key.index_select(1, on[key.device]), value.index_select(1, on[key.device])
+    modify = getattr(module, "headprune_modify_query", None)
+    if modify is not None:
+        query = modify(query)
+    backend = module.config._attn_implementation.removeprefix(PREFIX)
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    inner = _eager_of(module) if backend == "eager" else ALL_ATTENTION_FUNCTIONS[backend]
+    return inner(module, query, key, value, attention_mask, **kwargs)
+
+
+def register(backend: str) -> str:
+    """Register ``headprune_attention`` (and the backend's mask) as "headprune_<backend>"; returns that name."""
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+    from transformers.modeling_utils import AttentionInterface
+
+    backend = backend.removeprefix(PREFIX)
+    name = PREFIX + backend
+    AttentionInterface.register(name, headprune_attention)
+    if backend in ALL_MASK_ATTENTION_FUNCTIONS:
+        AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS[backend])
+    return name
+
+
+def uses_attention_interface(attention: nn.Module) -> bool:
+    """Whether the module's forward calls transformers' attention interface (as transformers itself tells)."""
+    import inspect
+
+    try:
+        return "ALL_ATTENTION_FUNCTIONS" in inspect.getsource(type(attention).forward)
+    except (OSError, TypeError):
+        return False
+
+
+def run_through_headprune(model) -> None:
+    """Run the model's attention through ``headprune_attention``, over the backend it was loaded with."""
+    config = model.config
+    current = config._attn_implementation or "eager"
+    if not current.startswith(PREFIX):
+        config._attn_implementation_internal = register(current)
+    else:
+        register(current)
+
+
+def query_kv_index(attention) -> list[int]:
+    """Which of the attention's kept kv heads each kept query head reads."""
+    index = getattr(attention, "headprune_kv_index", None)
+    if index is not None:
+        return list(index)
+    heads = len(getattr(attention, "headprune_kept_heads", ())) or None
+    groups = getattr(attention, "num_key_value_groups", 1)
+    if heads is None:
+        config = getattr(attention, "config", None)
+        heads = _config_value(config, ("num_attention_heads", "n_head", "num_heads"))
+    return [h // groups for h in range(heads)]
+
+
+def backend_of(config) -> str:
+    """The attention backend the model runs under headprune_attention (or directly): "eager", "sdpa", ..."""
+    return (getattr(config, "_attn_implementation", None) or "eager").removeprefix(PREFIX)
+
+
+def set_backend(model, backend: str) -> None:
+    """Switch the model's attention backend (transformers checks the family supports it), keeping it under
+    headprune_attention if it ran there: a pruned model with uneven key/value groups needs it in every backend."""
+    through = (model.config._attn_implementation or "").startswith(PREFIX)
+    backend = backend.removeprefix(PREFIX)
+    if backend_of(model.config) != backend:
+        model.set_attn_implementation(backend)
+    if through:
+        run_through_headprune(model)
+
+
+def needs_headprune_attention(model) -> bool:
+    return any(getattr(attention, "headprune_kv_index", None) is not None for _, attention in decoder_layers(model))

@@ -1,0 +1,51 @@
+"""Any decoder-only causal LM of transformers with attention heads removed, for plain transformers.
+
+Written beside a pruned model's weights by headprune (``headprune.models.export.save_pruned``), with
+``headprune_decoder.py`` and ``headprune_common.py``, and named in its config.json's ``auto_map`` as
+``modeling_headprune_decoder.Pruned<class>`` (``PrunedQwen3ForCausalLM``, ``PrunedGemma3ForCausalLM``, ...), so that
+
+    AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)
+
+loads the pruned model without headprune. ``Pruned<class>`` is made on demand (this module's ``__getattr__``):
+transformers' own class with ``PrunedDecoder`` mixed in first, which builds the model as transformers does and
+then gives each attention with heads removed the saved weights' shapes (``headprune_decoder.keep_heads``), so that
+from_pretrained loads them. The attention type is "dec_self".
+"""
+from __future__ import annotations
+
+import transformers
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_MAPPING_NAMES
+
+from .headprune_common import ADDED_BIAS_KEY, DEC_SELF, add_bias, kept_heads
+from .headprune_decoder import keep_heads, layouts, needs_headprune_attention, run_through_headprune
+
+
+class PrunedDecoder:
+    """Mixed in before a transformers decoder class: after building, each attention keeps the heads the config
+    keeps, and the model runs ``headprune_attention`` where key/value groups became uneven."""
+
+    def __init__(self, config, *args, **kwargs):
+        super().__init__(config, *args, **kwargs)
+        added = getattr(self.config, ADDED_BIAS_KEY, None) or {}
+        for layout in layouts(self):
+            heads = kept_heads(self.config, DEC_SELF, layout.layer, layout.original_heads)
+            if len(heads) < layout.original_heads:
+                keep_heads(layout, heads, copy_weights=False)
+            if layout.layer in added.get(DEC_SELF, []):
+                add_bias(layout.output)
+        if needs_headprune_attention(self):
+            run_through_headprune(self)
+
+
+_CLASSES = set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values()) | set(MODEL_MAPPING_NAMES.values())
+_made: dict[str, type] = {}
+
+
+def __getattr__(name: str):
+    base = name.removeprefix("Pruned")
+    if not name.startswith("Pruned") or base not in _CLASSES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name not in _made:
+        family = getattr(transformers, base)
+        _made[name] = type(name, (PrunedDecoder, family), {"__module__": __name__})
+    return _made[name]

@@ -1,0 +1,135 @@
+"""The generic decoder adapter (issue #38) checked against independent computations on families with quirks:
+uniform masking through the attention function (Qwen3's per-head q/k norm, OLMo 2's norm over all heads, Phi-3's
+fused qkv_proj, GPT-NeoX's per-head fused query_key_value), and the generic adapter against the outputs of the
+per-family adapters it replaced (Llama with grouped key/values, Mistral, Qwen2, GPT-2)."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+
+from decoder_zoo import tiny_model
+from test_decoder_families import REMOVE, _batch, _logits
+from headprune.models.families.decoder import DecoderAdapter
+from headprune.models.heads import adapter_for, full_gates, gated
+from headprune.models.masking import Uniform
+from headprune.models.prune import prune_heads
+from headprune.scoring.importance import head_importance
+
+MASKED = {0: [1, 4], 2: [0]}
+
+
+def _gates(model, masked):
+    gates = full_gates(model)
+    for layer, heads in masked.items():
+        gates["dec_self"][layer, heads] = 0
+    return gates
+
+
+@pytest.mark.parametrize("model_type", ["qwen3", "olmo2", "phi3", "gpt_neox"])
+def test_uniform_masking_in_the_attention_function(model_type):
+    """A masked head attends uniformly to its allowed keys (causal, left padding); every other head's attention is
+    as it was, OLMo 2's included, whose q_norm spans all heads (zeroing a query before it would change them)."""
+    torch.manual_seed(0)
+    model = tiny_model(model_type)
+    model.set_attn_implementation("eager")
+    ids, mask = _batch()
+    allowed = mask.bool()[:, None, :] & torch.ones(9, 9, dtype=torch.bool).tril()[None]  # (batch, queries, keys)
+    real = mask.bool()
+    with torch.no_grad():
+        plain = model(input_ids=ids, attention_mask=mask, output_attentions=True).attentions
+        with gated(model, _gates(model, MASKED), masking=Uniform()):
+            masked = model(input_ids=ids, attention_mask=mask, output_attentions=True).attentions
+    uniform = allowed.double() / allowed.sum(-1, keepdim=True)
+    assert isinstance(adapter_for(model), DecoderAdapter)
+    for layer in range(3):
+        for h in range(6):
+            probs, before = masked[layer][:, h].double(), plain[layer][:, h].double()
+            if h in MASKED.get(layer, []):
+                assert (probs[real] - uniform[real]).abs().max() < 1e-6
+            elif layer == 0:  # layers above see other inputs; layer 0's other heads must not move
+                assert (probs[real] - before[real]).abs().max() < 1e-6
+    assert model.config._attn_implementation == "eager"  # restored when the context closed
+
+
+REFERENCE = Path(__file__).parent / "data" / "family_adapters_reference.pt"
+COLUMNS = ("importance_token", "importance_example", "importance_batch", "fisher")
+
+
+@pytest.mark.parametrize("model_type", ["llama", "mistral", "qwen2", "gpt2"])
+def test_generic_adapter_keeps_the_family_adapters_outputs(model_type):
+    """Today's outputs kept: gated and pruned logits (uneven kv groups, a layer without heads, a kv group removed)
+    and the importance scores equal what the per-family adapters (``families/llama.py``, ``families/gpt2.py``)
+    computed on the same seeded models before they were deleted (tests/data/family_adapters_reference.pt,
+    written with them on 2026-11-28)."""
+    reference = torch.load(REFERENCE)[model_type]
+    torch.manual_seed(0)
+    model = tiny_model(model_type)
+    assert torch.equal(next(model.parameters()).detach().flatten()[:8], reference["first_weights"])  # same model
+    assert isinstance(adapter_for(model), DecoderAdapter) and adapter_for(model).family == model_type
+    ids, mask = _batch()
+    with gated(model, _gates(model, REMOVE)):
+        masked = _logits(model, ids, mask)
+    pruned = _logits(prune_heads(copy.deepcopy(model), {"dec_self": REMOVE}), ids, mask)
+    scores = head_importance(model, [{"input_ids": ids, "attention_mask": mask}], normalize=False, progress=False)
+    assert torch.equal(masked, reference["masked"])
+    assert (pruned - reference["pruned"]).abs().max() < 1e-6
+    for column in COLUMNS:
+        assert torch.allclose(torch.tensor(scores[column].to_numpy()), reference["scores"][column], rtol=1e-6,
+                              atol=1e-12)
+
+
+def test_refusals_name_why():
+    """OLMo 2 normalises q and k over all heads: gating works, physical pruning is refused naming the module;
+    GPT-OSS's attention sinks refuse uniform masking."""
+    olmo = tiny_model("olmo2")
+    with pytest.raises(ValueError, match="q_norm.*spans all heads"):
+        prune_heads(olmo, {"dec_self": {0: [1]}})
+    oss = tiny_model("gpt_oss")
+    with pytest.raises(ValueError, match="sinks"):
+        with gated(oss, _gates(oss, MASKED), masking=Uniform()):
+            pass
+    # the sinks are per-head parameters: pruning keeps the kept heads' sinks
+    sinks = oss.model.layers[0].self_attn.sinks.detach().clone()
+    prune_heads(oss, {"dec_self": {0: [0, 3]}})
+    assert torch.equal(oss.model.layers[0].self_attn.sinks.detach(), sinks[[1, 2, 4, 5]])
+
+
+@pytest.mark.parametrize("model_type", ["qwen3", "gemma2", "gpt_neox"])
+def test_a_new_family_runs_the_language_model_study(model_type, tmp_path):
+    """A model folder of a family no per-family code knows goes through what a `models:` entry runs: loading by
+    kind, the single-head sweep with its paired test, a pruning curve, the pruned model saved and read back."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    import headprune as hp
+
+    text = "the cat sat on the mat and the dog sat on the log . " * 20
+    words = sorted(set(text.split()))
+    vocab = Tokenizer(models.WordLevel({w: i + 3 for i, w in enumerate(words)} | {"<pad>": 0, "<s>": 1, "<unk>": 2},
+                                       "<unk>"))
+    vocab.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    folder = tmp_path / model_type
+    PreTrainedTokenizerFast(tokenizer_object=vocab, unk_token="<unk>", pad_token="<pad>").save_pretrained(folder)
+    torch.manual_seed(0)
+    tiny_model(model_type).save_pretrained(folder)
+
+    model, tokenizer = hp.load_model(folder)
+    assert isinstance(adapter_for(model), DecoderAdapter) and len(hp.all_heads(model)) == 18
+    evalset = hp.evalset_from_text(tokenizer, text, window=12)
+    ablation = hp.single_head_sweep(model, tokenizer, evalset)
+    assert len(ablation) == 18 and set(ablation["metric"]) == {"perplexity"}
+    assert ablation["p_bootstrap"].between(0, 1).all() and (ablation["score"] != ablation["score_full"]).all()
+    order = hp.criterion_order("importance", hp.head_scores(model, hp.evalset_batches(tokenizer, evalset)),
+                               hp.all_heads(model))
+    curve = hp.pruning_curve(model, tokenizer, evalset, order, step_percent=50)
+    assert curve["heads_left"].tolist() == [18, 9, 0]
+    pruned = hp.remove_heads(model, order[:5])
+    hp.save_pruned(pruned, tokenizer, tmp_path / "pruned")
+    reloaded, _ = hp.load_model(tmp_path / "pruned")
+    batch = hp.evalset_batches(tokenizer, evalset, 4)[0]
+    with torch.no_grad():
+        gap = (reloaded(**batch).logits - pruned(**batch).logits).abs().max()
+    assert gap < 1e-5
