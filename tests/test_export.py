@@ -377,7 +377,7 @@ def test_modeling_files_import_only_torch_transformers_and_the_common_module(nam
                                             ("headprune_decoder.py", set())])
 def test_the_generic_decoder_files_import_only_torch_and_transformers(name, siblings):
     packages, found = imports_of(name)
-    assert packages <= {"__future__", "inspect", "sys", "types", "torch", "transformers"}
+    assert packages <= {"__future__", "functools", "inspect", "sys", "types", "torch", "transformers"}
     assert found == siblings
 
 

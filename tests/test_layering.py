@@ -173,3 +173,80 @@ def test_the_package_init_imports_lazily_only():
     top = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
     assert not [node.lineno for node in top if isinstance(node, ast.Import) or (node.module or "").startswith(
         PACKAGE.name) or node.level], "headprune/__init__.py imports the package at its top level"
+
+
+def module_graph(package: Path) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports, anywhere in the file (inside functions and under
+    TYPE_CHECKING too); a package whose ``__init__`` loads its own modules by name (importlib) depends on each of
+    them. A module importing its own parent package is not an edge (Python runs the parent first anyway)."""
+    graph: dict[str, set[str]] = {module_name(package, path): set() for path in package.rglob("*.py")}
+    for found in package_imports(package):
+        source, target = module_name(package, found.path), found.target
+        while target and target not in graph:
+            target = target.rpartition(".")[0]
+        if target and target != source and not source.startswith(target + "."):
+            graph[source].add(target)
+    for path in package.rglob("__init__.py"):
+        if "import_module" in path.read_text(encoding="utf-8"):
+            name = module_name(package, path)
+            graph[name] |= {m for m in graph if m.rpartition(".")[0] == name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of two or more modules (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str):
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_cycle_inside_a_room_either():
+    """No circle of imports between modules, within a room too: imports inside functions and registries that
+    load modules by name count (the families, the kinds of score)."""
+    found = cycles(module_graph(PACKAGE))
+    assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_the_cycle_checker_sees_function_imports_and_registries(tmp_path):
+    package = tmp_path / "fakepkg"
+    files = {
+        "__init__.py": "",
+        "models/__init__.py": "",
+        "models/heads.py": "def adapter():\n    from fakepkg.models.families import find\n",  # inside a function
+        "models/families/__init__.py": "import importlib\ndef find():\n    importlib.import_module('x')\n",
+        "models/families/bert.py": "from fakepkg.models.heads import adapter\n",  # back up: a circle
+        "models/sites.py": "",
+        "models/families/llama.py": "from fakepkg.models.sites import x\n",  # downward: no circle
+    }
+    for name, text in files.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text(text)
+    assert cycles(module_graph(package)) == [["fakepkg.models.families", "fakepkg.models.families.bert",
+                                              "fakepkg.models.heads"]]
+    (package / "models/families/bert.py").write_text("from fakepkg.models.sites import x\n")
+    assert cycles(module_graph(package)) == []

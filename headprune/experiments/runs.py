@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from headprune.experiments import metrics
+# Below the kinds of score, which build evaluation sets; still importable from here.
+from headprune.experiments.evalset import EvalSet  # noqa: F401
 from headprune.experiments.kinds import kind_of
 from headprune.models.masking_words import DATA_FILE, MASKING_WORDS
 
@@ -76,26 +78,6 @@ def gates_keeping_one(model, attn_type: str, layer: int, head: int):
     gates[attn_type][layer, :] = 0.0
     gates[attn_type][layer, head] = 1.0
     return gates
-
-
-@dataclass
-class EvalSet:
-    """A test set and how it is scored (see also ``evalset_from_text`` and ``evalset_from_tsv``).
-
-    >>> evalset = EvalSet("classification", [1, 0], [("good film", ""), ("bad film", "")], "accuracy")
-    >>> len(evalset)
-    2
-    """
-
-    kind: str  # a kind of score (headprune.experiments.kinds): "translation", "classification", ...
-    references: list  # reference translations, gold labels, the token windows, or the needles' values
-    sources: list = field(default_factory=list)  # source sentences, (text_a, text_b) pairs, token windows, or items
-    metric: str = "bleu"  # bleu | accuracy | mcc | f1 | perplexity | retrieval
-    lang: str = "fr"  # target language (tokenized BLEU)
-    task: object = None  # what a kind needs beside the items: an lm-evaluation-harness task (lm_eval)
-
-    def __len__(self):
-        return len(self.references)
 
 
 @dataclass

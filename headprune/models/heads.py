@@ -37,7 +37,7 @@ MASKINGS = (ZERO, UNIFORM)  # the plain-string maskings gated takes
 
 def adapter_for(model) -> HeadAdapter:
     """The head adapter of the model's family (``headprune.models.families``: one file per family)."""
-    from headprune.models.families import adapter_for_model  # the families import this module
+    from headprune.models.families import adapter_for_model  # imported when first asked: the families load transformers code
 
     return adapter_for_model(model)
 

@@ -16,7 +16,7 @@ class Kind(base.Kind):
     def load_evalset(self, spec):
         from headprune.data.datasets import subset
         from headprune.data.glue import read_glue_split
-        from headprune.experiments.runs import EvalSet
+        from headprune.experiments.evalset import EvalSet
 
         pairs, labels = read_glue_split(spec["tsv"])
         keep = subset(list(range(len(labels))), spec.get("max_items"), spec.get("seed", 0))

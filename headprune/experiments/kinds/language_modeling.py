@@ -19,7 +19,7 @@ class Kind(base.Kind):
 
     def load_evalset(self, spec):
         from headprune.experiments.perplexity import load_windows
-        from headprune.experiments.runs import EvalSet
+        from headprune.experiments.evalset import EvalSet
 
         chunks = load_windows(spec["windows"], spec.get("max_items"))
         return EvalSet("language_modeling", chunks, chunks, "perplexity")

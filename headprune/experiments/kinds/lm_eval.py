@@ -28,7 +28,7 @@ class Kind(ScoresLanguageModel):
 
     def load_evalset(self, spec):
         from headprune.experiments.lm_tasks import load_task
-        from headprune.experiments.runs import EvalSet
+        from headprune.experiments.evalset import EvalSet
 
         file = task_file(spec["task"])
         task = load_task(str(file) if file else spec["task"], num_fewshot=spec["num_fewshot"], limit=spec["limit"],

@@ -16,7 +16,7 @@ class Kind(ScoresLanguageModel):
 
     def load_evalset(self, spec):
         from headprune.data.retrieval import read_items
-        from headprune.experiments.runs import EvalSet
+        from headprune.experiments.evalset import EvalSet
 
         items = read_items(spec["items"], spec.get("max_items"))
         return EvalSet("retrieval", [item["value"] for item in items], items, "retrieval")

@@ -12,7 +12,7 @@ class Kind(base.Kind):
 
     def load_evalset(self, spec):
         from headprune.data.datasets import read_lines
-        from headprune.experiments.runs import EvalSet
+        from headprune.experiments.evalset import EvalSet
 
         limit = spec.get("max_items")
         sources, references = read_lines(spec["source"]), read_lines(spec["reference"])

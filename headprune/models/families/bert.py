@@ -11,8 +11,9 @@ from __future__ import annotations
 from torch import nn
 from transformers.models.bert.modeling_bert import BertSelfAttention
 
-from headprune.models.heads import ENC_SELF, AttentionSite, HeadAdapter
-from headprune.models.prune import slice_projections
+from headprune.models.attention_types import ENC_SELF
+from headprune.models.sites import AttentionSite, HeadAdapter
+from headprune.models.slicing import slice_projections
 
 MODEL_TYPES = ("bert",)
 

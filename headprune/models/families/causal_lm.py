@@ -17,7 +17,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from headprune.models.heads import DEC_SELF, HeadAdapter, _causal
+from headprune.models.attention_types import DEC_SELF
+from headprune.models.sites import HeadAdapter, _causal
 
 
 class CausalLMAdapter(HeadAdapter):

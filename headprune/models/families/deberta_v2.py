@@ -19,8 +19,9 @@ from transformers.models.deberta_v2.modeling_deberta_v2 import DisentangledSelfA
 
 from headprune.models.families.bert import BertAdapter
 from headprune.models.families.causal_lm import head_rows, keep_indices
-from headprune.models.heads import ENC_SELF, AttentionSite
-from headprune.models.prune import slice_projections
+from headprune.models.attention_types import ENC_SELF
+from headprune.models.sites import AttentionSite
+from headprune.models.slicing import slice_projections
 
 MODEL_TYPES = ("deberta-v2",)
 

@@ -14,7 +14,8 @@ attention sinks). Streaming masking gives the module a per-head mask through its
 """
 from __future__ import annotations
 
-from headprune.models.heads import DEC_SELF, AttentionSite
+from headprune.models.attention_types import DEC_SELF
+from headprune.models.sites import AttentionSite
 from headprune.models.families.causal_lm import CausalLMAdapter, ValueView
 from headprune.models.remote import headprune_decoder as layout_of
 

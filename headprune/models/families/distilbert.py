@@ -9,8 +9,9 @@ from __future__ import annotations
 from transformers.models.distilbert.modeling_distilbert import DistilBertSelfAttention
 
 from headprune.models.families.bert import BertAdapter, classification_loss
-from headprune.models.heads import ENC_SELF, AttentionSite
-from headprune.models.prune import slice_projections
+from headprune.models.attention_types import ENC_SELF
+from headprune.models.sites import AttentionSite
+from headprune.models.slicing import slice_projections
 
 MODEL_TYPES = ("distilbert",)
 

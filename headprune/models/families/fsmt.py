@@ -10,8 +10,9 @@ from torch import nn
 from transformers.cache_utils import EncoderDecoderCache
 from transformers.models.fsmt.modeling_fsmt import Attention as FSMTAttention
 
-from headprune.models.heads import ATTENTION_TYPES, DEC_SELF, ENC_DEC, ENC_SELF, AttentionSite, HeadAdapter, _causal
-from headprune.models.prune import cache_without_heads, slice_projections
+from headprune.models.attention_types import ATTENTION_TYPES, DEC_SELF, ENC_DEC, ENC_SELF
+from headprune.models.sites import AttentionSite, HeadAdapter, _causal
+from headprune.models.slicing import cache_without_heads, slice_projections
 
 MODEL_TYPES = ("fsmt",)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from transformers.models.m2m_100.modeling_m2m_100 import M2M100Attention
 
 from headprune.models.families.fsmt import FSMTAdapter
-from headprune.models.prune import cache_without_heads, slice_projections
+from headprune.models.slicing import cache_without_heads, slice_projections
 
 MODEL_TYPES = ("m2m_100",)
 

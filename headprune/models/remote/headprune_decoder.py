@@ -37,6 +37,7 @@ projection (OLMo 2's ``q_norm``), or a parameter of another shape that spans the
 """
 from __future__ import annotations
 
+import functools
 import sys
 import types
 
@@ -451,10 +452,15 @@ def register(backend: str) -> str:
 
 def uses_attention_interface(attention: nn.Module) -> bool:
     """Whether the module's forward calls transformers' attention interface (as transformers itself tells)."""
+    return _calls_interface(type(attention))
+
+
+@functools.cache
+def _calls_interface(cls: type) -> bool:
     import inspect
 
     try:
-        return "ALL_ATTENTION_FUNCTIONS" in inspect.getsource(type(attention).forward)
+        return "ALL_ATTENTION_FUNCTIONS" in inspect.getsource(cls.forward)
     except (OSError, TypeError):
         return False
 
