@@ -177,7 +177,8 @@ def main(argv=None) -> int:
     parser.add_argument("--screen-windows-file", help="the screen windows .npy (default: windows after the test's)")
     parser.add_argument("--window", type=int, default=32)
     parser.add_argument("--windows", type=int, default=12, help="test windows")
-    parser.add_argument("--screen-windows", type=int, default=2, help="windows the exact screen ablates every head on")
+    parser.add_argument("--screen-windows", type=int, help="windows the exact screen ablates every head on (default 2; "
+                        "with --demo: the config's ablation.screen.items)")
     parser.add_argument("--gradient-windows", type=int, default=8, help="windows of the gradient screens' pass")
     parser.add_argument("--spread", type=int, help="places the text is cut at (default: test + screen windows); "
                         "the test windows are the first --windows of them")
@@ -221,6 +222,8 @@ def main(argv=None) -> int:
         args.windows, args.window, args.model = earlier["windows"], earlier["window"], earlier["model"]
     if args.demo:
         return demo_study(args)
+    if args.screen_windows is None:
+        args.screen_windows = 2
     started = time.perf_counter()
     model, tokenizer, described = load(args.model, args.threads)
     test_ids, screen_ids = token_windows(tokenizer, args)
