@@ -30,6 +30,14 @@ Examples in the names' docstrings use the README's tiny Llama (``model, tokenize
   (a folder that ``load_model``, and plain transformers with ``trust_remote_code=True``, load back pruned).
 """
 
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what __getattr__ imports, spelled out for type checkers and tests/test_layering.py
+    from headprune.experiments import criteria, metrics, perplexity, retrieval, runs, screening, sweeps  # noqa: F401
+    from headprune.models import export, heads, loading  # noqa: F401
+    from headprune.scoring import importance  # noqa: F401
+
 _NAMES = {
     "models.loading": ("load_model", "guess_kind"),
     "models.heads": ("gated", "full_gates", "head_shape"),
@@ -48,33 +56,11 @@ __all__ = [name for names in _NAMES.values() for name in names]
 
 
 def __getattr__(name):
-    """Import a public name's module on first use (the imports are spelled out for tests/test_layering.py)."""
+    """Import a public name's module on first use (``_NAMES``: one table, module -> names)."""
     where = next((module for module, names in _NAMES.items() if name in names), None)
-    if where == "models.loading":
-        from headprune.models import loading as module
-    elif where == "models.heads":
-        from headprune.models import heads as module
-    elif where == "models.export":
-        from headprune.models import export as module
-    elif where == "scoring.importance":
-        from headprune.scoring import importance as module
-    elif where == "experiments.criteria":
-        from headprune.experiments import criteria as module
-    elif where == "experiments.runs":
-        from headprune.experiments import runs as module
-    elif where == "experiments.sweeps":
-        from headprune.experiments import sweeps as module
-    elif where == "experiments.metrics":
-        from headprune.experiments import metrics as module
-    elif where == "experiments.perplexity":
-        from headprune.experiments import perplexity as module
-    elif where == "experiments.retrieval":
-        from headprune.experiments import retrieval as module
-    elif where == "experiments.screening":
-        from headprune.experiments import screening as module
-    else:
+    if where is None:
         raise AttributeError(f"module 'headprune' has no attribute {name!r}")
-    value = getattr(module, name)
+    value = getattr(import_module(f"{__name__}.{where}"), name)
     globals()[name] = value  # later uses skip __getattr__
     return value
 

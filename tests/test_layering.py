@@ -175,6 +175,19 @@ def test_the_package_init_imports_lazily_only():
         PACKAGE.name) or node.level], "headprune/__init__.py imports the package at its top level"
 
 
+def test_the_package_init_spells_out_every_lazy_module():
+    """The table name -> module (``_NAMES``) and the imports under ``if TYPE_CHECKING:`` name the same modules: the
+    layering and cycle checks read the latter, ``__getattr__`` imports the former."""
+    tree = ast.parse((PACKAGE / "__init__.py").read_text(encoding="utf-8"))
+    table = next(node.value for node in tree.body if isinstance(node, ast.Assign)
+                 and any(getattr(t, "id", None) == "_NAMES" for t in node.targets))
+    lazy = {ast.literal_eval(key) for key in table.keys}
+    guarded = next(node for node in tree.body if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING")
+    spelled = {f"{node.module.removeprefix(PACKAGE.name + '.')}.{alias.name}" for node in guarded.body
+               for alias in node.names}
+    assert lazy == spelled
+
+
 def module_graph(package: Path) -> dict[str, set[str]]:
     """Module -> the package's modules it imports, anywhere in the file (inside functions and under
     TYPE_CHECKING too); a package whose ``__init__`` loads its own modules by name (importlib) depends on each of
