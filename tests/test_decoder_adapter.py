@@ -133,3 +133,20 @@ def test_a_new_family_runs_the_language_model_study(model_type, tmp_path):
     with torch.no_grad():
         gap = (reloaded(**batch).logits - pruned(**batch).logits).abs().max()
     assert gap < 1e-5
+
+
+@pytest.mark.parametrize("model_type", ["qwen3", "gemma3_text", "phi3"])
+def test_bfloat16_weights_prune_as_they_gate(model_type):
+    """Real checkpoints ship bfloat16: pruning keeps the dtype, and the pruned model computes what the gated one
+    does (to bfloat16's precision: the kept heads' sums run over fewer terms in another order)."""
+    torch.manual_seed(0)
+    model = tiny_model(model_type).to(torch.bfloat16)
+    ids, mask = _batch()
+    with gated(model, _gates(model, REMOVE)):
+        masked = _logits(model, ids, mask)
+    pruned = prune_heads(copy.deepcopy(model), {"dec_self": REMOVE})
+    assert {p.dtype for p in pruned.parameters()} == {torch.bfloat16}
+    got = _logits(pruned, ids, mask)
+    scale = masked.abs().max()
+    assert (got - masked).abs().max() <= 0.02 * scale
+    assert (got - masked).abs().max() < (masked - _logits(model, ids, mask)).abs().max()  # the gates mattered more
