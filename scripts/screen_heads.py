@@ -22,7 +22,8 @@ with logged(snakemake) as log:
                                    batches=lambda: importance_batches(tokenizer, params["data"], model))
     log.info("screen time %.2f s: %s screen of %d heads; %d verified, %d sampled (seed %d)",
              time.perf_counter() - started, params["method"], len(table),
-             int((table.verification == screening.VERIFIED).sum()), int((table.verification == screening.SAMPLED).sum()),
+             int((table.verification == screening.VERIFIED).sum()),
+             int((table.verification == screening.SAMPLED).sum()),
              params["seed"])
     table.insert(0, "study", study["name"])
     atomic.write_csv(table, snakemake.output[0], index=False)

@@ -21,8 +21,8 @@ from headprune.scoring.constants import mean_constants
 @pytest.fixture(scope="module")
 def llama():
     """3 layers x 4 query heads on 2 key/value heads: 12 heads."""
-    config = LlamaConfig(vocab_size=40, hidden_size=24, intermediate_size=32, num_hidden_layers=3, num_attention_heads=4,
-                         num_key_value_heads=2, head_dim=6, max_position_embeddings=64, initializer_range=0.3,
+    config = LlamaConfig(vocab_size=40, hidden_size=24, intermediate_size=32, num_hidden_layers=3,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=6, max_position_embeddings=64, initializer_range=0.3,
                          attn_implementation="eager")
     torch.manual_seed(0)
     return LlamaForCausalLM(config).eval()
@@ -78,7 +78,8 @@ def test_first_order_is_minus_the_gate_gradient_of_the_mean_token_loss_by_hand(l
             tokens += batch["input_ids"][:, 1:].numel()
     (total / tokens).backward()
     # switching a head off moves its gate 1 -> 0: the first-order rise of the loss is minus the derivative at 1
-    assert screens["first_order"].to_numpy() == pytest.approx(-gates["dec_self"].grad.flatten().numpy(), rel=1e-5, abs=1e-7)
+    by_hand = -gates["dec_self"].grad.flatten().numpy()
+    assert screens["first_order"].to_numpy() == pytest.approx(by_hand, rel=1e-5, abs=1e-7)
     assert (screens["fisher"] >= 0).all() and (screens["importance"] >= screens["first_order"].abs() - 1e-12).all()
     # and roughly the exact change for a head whose effect is small and smooth (a first-order estimate, not exact)
     head = int(np.argmin(screens["first_order"].abs().to_numpy()))

@@ -27,7 +27,8 @@ def points(metric: str) -> float:
 def head_maps_table(ablations: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """One row per (study, head): its single-head ablation (eval/ablation.csv) and its cost in points (worse
     positive). When a study's Table 1 is screened (headprune.experiments.screening) the column ``verification``
-    says for every head verified, sampled, screened (no cost) or exhaustive. ``ablations``: study name -> its ablation table, in the order the maps are drawn."""
+    says for every head verified, sampled, screened (no cost) or exhaustive. ``ablations``: study name -> its
+    ablation table, in the order the maps are drawn."""
     tables = []
     for study, ablation in ablations.items():
         ablation = _ablation_of_one_study(ablation)
@@ -71,7 +72,8 @@ def build_head_maps_figure(table: pd.DataFrame, model: str, style: dict | None =
                        linewidths=1.0, label="significant")
             metric = str(part["metric"].iloc[0])
             screened = "verification" in part and (part["verification"] != "exhaustive").any()
-            ax.set_title(f"{study}\n({metric}, cost in points" + (", screened: blank = not ablated)" if screened else ")"))
+            ax.set_title(f"{study}\n({metric}, cost in points"
+                         + (", screened: blank = not ablated)" if screened else ")"))
             ax.set_xlabel("head")
             ax.set_ylabel("layer")
             ax.set_xticks(range(heads))

@@ -328,8 +328,8 @@ def bound_sentence(bound: dict) -> str:
     larger = (f", and at most {bound['bound_larger_unverified']} with |delta| above the smallest verified one "
               f"({bound['effect_threshold']:.4g})" if bound["verified"] else "")
     return (f"screened Table 1 ({bound['screen']} screen): {bound['verified']} heads verified, {bound['sampled']} "
-            f"sampled, {bound['screened_only']} screened only; {bound['significant_verified'] + bound['significant_sampled']}"
-            f" significant found; at {100 * bound['confidence']:g}% confidence at most "
+            f"sampled, {bound['screened_only']} screened only; "
+            f"{bound['significant_verified'] + bound['significant_sampled']} significant found; at {100 * bound['confidence']:g}% confidence at most "
             f"{bound['bound_significant_unverified']} screened-only heads are significant{larger}")
 
 
