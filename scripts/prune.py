@@ -66,6 +66,8 @@ with logged(snakemake) as log:
                                          settings=settings, study=study["name"], scope=scope, total_heads=len(heads))
     log.info("eval time %.2f s: %d orders x %d steps, scored", time.perf_counter() - started, len(orders_of),
              len(table) // len(orders_of))
+    if ablation is not None and table_basis(ablation) != "exhaustive":  # the oracle order stands on a screened Table 1
+        table["table1"] = ["screened" if order == "oracle" else "" for order in table["order"]]
     atomic.write_csv(table, snakemake.output.scores, index=False)
     if "outputs" in snakemake.output.keys():
         write_json(snakemake.output.outputs, {"study": study["name"], "scope": scope, "testset": params["eval"].get("name"),

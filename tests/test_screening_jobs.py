@@ -302,3 +302,17 @@ def test_the_head_maps_and_figure_2_stand_on_the_heads_ablated(jobs):
     title = build_head_maps_figure(table, "lm").axes[0].get_title()
     assert "screened: blank = not ablated" in title
     assert len(figure2_table(screened, screened)) == 6  # the heads ablated in both test sets
+
+
+def test_an_oracle_from_a_screened_table_says_so_in_figure_3():
+    from headprune.experiments.figures import build_figure3
+
+    rows = [{"study": "lm", "order": order, "scope": "all", "step": step, "percent_pruned": 50.0 * step,
+             "heads_pruned": 2 * step, "heads_left": 4 - 2 * step, "score": 10.0 + step + (order == "oracle"),
+             "metric": "perplexity", "table1": "screened" if order == "oracle" else ""}
+            for order in ("importance", "oracle", "random") for step in range(3)]
+    figure = build_figure3(pd.DataFrame(rows))
+    labels = [text.get_text() for text in figure.axes[0].get_legend().get_texts()]
+    assert "oracle (single-head ablation), screened Table 1" in labels and "importance $I_h$" in labels
+    exhaustive = build_figure3(pd.DataFrame(rows).drop(columns="table1"))
+    assert "oracle (single-head ablation)" in [t.get_text() for t in exhaustive.axes[0].get_legend().get_texts()]

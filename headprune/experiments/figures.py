@@ -474,14 +474,19 @@ def build_pruning_figure(pruning: pd.DataFrame, scopes, hue: str, hue_values, la
                          linestyles: dict | None, style: dict | None, xlabel: str,
                          families: dict | None = None) -> Figure:
     """One panel per study (titled with its model family from ``families``, study -> model_type):
-    score against % of heads pruned, one line per hue value."""
+    score against % of heads pruned, one line per hue value. An order drawn from a screened Table 1 (rows with
+    ``table1`` "screened": the oracle of a screened study, headprune.experiments.screening) says so in its label."""
     style = _style(style)
     studies = list(dict.fromkeys(pruning["study"]))
     with _rc(style):
         figure, axes = _new_figure(style, len(studies))
         for ax, study in zip(axes, studies):
             rows = pruning[(pruning["study"] == study) & pruning["scope"].isin(scopes)]
-            _draw_lines(ax, rows, "percent_pruned", "score", hue, hue_values, labels, linestyles)
+            panel_labels = dict(labels)
+            if "table1" in rows:
+                screened = rows.loc[rows["table1"].astype(str) == "screened", hue]
+                panel_labels.update({value: f"{labels.get(value, value)}, screened Table 1" for value in set(screened)})
+            _draw_lines(ax, rows, "percent_pruned", "score", hue, hue_values, panel_labels, linestyles)
             metric = _single_value(rows, "metric", f"pruning rows of {study}")
             ax.set_title(study_title(study, (families or {}).get(study)))
             ax.set_xlabel(xlabel)
