@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from transformers.cache_utils import EncoderDecoderCache
 
+# One copy, in the file an exported model carries (it imports only torch and transformers)
+from headprune.models.remote.headprune_common import cache_without_heads  # noqa: F401
 from headprune.models.sites import AttentionSite
 
 
@@ -39,22 +40,3 @@ def _keep_input_columns(linear: nn.Linear, columns: torch.Tensor):
     linear.weight = nn.Parameter(linear.weight.detach().index_select(1, columns).clone(),
                                  requires_grad=linear.weight.requires_grad)
     linear.in_features = len(columns)
-
-
-def cache_without_heads(cache, is_cross: bool, layer_idx: int, batch: int, length: int, head_dim: int, like):
-    """Give a layer with no heads left its key/value cache entry: one all-zero head, never attended.
-
-    Its cache must grow as the other layers' do: decoders read the generated length from the
-    cache (FSMT's positions from layer 0), and an empty tensor counts as length 0.
-    """
-    if cache is None:
-        return
-    layers = cache
-    if isinstance(cache, EncoderDecoderCache):
-        if is_cross and cache.is_updated.get(layer_idx):
-            return
-        layers = cache.cross_attention_cache if is_cross else cache.self_attention_cache
-    zeros = like.new_zeros(batch, 1, length, head_dim)
-    layers.update(zeros, zeros, layer_idx)
-    if is_cross and isinstance(cache, EncoderDecoderCache):
-        cache.is_updated[layer_idx] = True

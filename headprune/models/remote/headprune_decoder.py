@@ -43,8 +43,9 @@ import types
 
 import torch
 from torch import nn
-from transformers.cache_utils import EncoderDecoderCache
 from transformers.pytorch_utils import Conv1D
+
+from .headprune_common import cache_without_heads
 
 ATTENTION_NAMES = ("self_attn", "attn", "attention", "self_attention")
 SEPARATE = (("q_proj", "k_proj", "v_proj", ("o_proj", "out_proj", "dense", "c_proj")),)
@@ -379,8 +380,8 @@ def headless_forward(self, hidden_states=None, *args, past_key_values=None, **kw
         hidden_states = kwargs.pop("hidden_states")
     cache = past_key_values if past_key_values is not None else kwargs.get("layer_past", kwargs.get("past_key_value"))
     batch, length = hidden_states.shape[:2]
-    cache_without_heads(cache, getattr(self, "layer_idx", None), batch, length, self.headprune_head_dim,
-                        hidden_states)
+    if getattr(self, "layer_idx", None) is not None:
+        cache_without_heads(cache, False, self.layer_idx, batch, length, self.headprune_head_dim, hidden_states)
     output = _output_projection(self)
     bias = output.bias
     result = (bias.expand(*hidden_states.shape[:-1], -1).clone() if bias is not None else
@@ -394,17 +395,6 @@ def _output_projection(attention):
         if out is not None:
             return out
     raise ValueError(f"no output projection in {type(attention).__name__}")
-
-
-def cache_without_heads(cache, layer_idx, batch: int, length: int, head_dim: int, like):
-    """Give a layer with no heads its cache entry: one all-zero head, never attended (decoders read the
-    generated length from the cache)."""
-    if cache is None or layer_idx is None:
-        return
-    if isinstance(cache, EncoderDecoderCache):
-        cache = cache.self_attention_cache
-    zeros = like.new_zeros(batch, 1, length, head_dim)
-    cache.update(zeros, zeros, layer_idx)
 
 
 # --- The attention function ---------------------------------------------------------------------------------
