@@ -243,6 +243,11 @@ def main(argv=None) -> int:
         exhaustive = pd.read_csv(args.reuse / "exhaustive.csv")
         t_exhaustive = json.loads((args.reuse / "times.json").read_text())["exhaustive"]
         print(f"exhaustive sweep of {args.reuse}: {t_exhaustive:.1f} s then (not run again)")
+        from headprune.experiments.runs import scored_variants
+
+        full = scored_variants(model, tokenizer, test, [None], settings)[0]["score"]
+        if full != exhaustive["score_full"].iloc[0]:  # the same test windows, or the screens are not comparable
+            raise SystemExit(f"the full model scores {full} on these test windows, that run {exhaustive.score_full[0]}")
     else:
         exhaustive = single_head_sweep(model, tokenizer, test, settings, resamples=args.resamples, alpha=args.alpha)
         t_exhaustive = time.perf_counter() - started
