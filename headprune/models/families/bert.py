@@ -13,6 +13,7 @@ from transformers.models.bert.modeling_bert import BertSelfAttention
 
 from headprune.models.attention_types import ENC_SELF
 from headprune.models.sites import AttentionSite, HeadAdapter
+from headprune.models.remote.headprune_common import HeadlessSelfAttention  # one copy: the one exports carry
 from headprune.models.slicing import slice_projections
 
 MODEL_TYPES = ("bert",)
@@ -30,16 +31,6 @@ def matches(model) -> bool:
     attention = getattr(layers[0], "attention", None)
     return all(hasattr(getattr(attention, "self", None), name) for name in ("query", "key", "value")) \
         and hasattr(getattr(attention, "output", None), "dense")
-
-
-class HeadlessSelfAttention:
-    """Mixin before a BERT-style self-attention class: it also runs with no heads left (its output is then
-    empty, and the output projection adds its bias alone), where its reshape to (-1, head size) cannot."""
-
-    def forward(self, hidden_states, *args, **kwargs):
-        if self.num_attention_heads == 0:
-            return hidden_states.new_zeros(*hidden_states.shape[:-1], 0), None
-        return super().forward(hidden_states, *args, **kwargs)
 
 
 class PrunableBertSelfAttention(HeadlessSelfAttention, BertSelfAttention):

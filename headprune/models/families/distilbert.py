@@ -11,6 +11,7 @@ from transformers.models.distilbert.modeling_distilbert import DistilBertSelfAtt
 from headprune.models.families.bert import BertAdapter, classification_loss
 from headprune.models.attention_types import ENC_SELF
 from headprune.models.sites import AttentionSite
+from headprune.models.remote.headprune_common import HeadlessDistilBertAttention  # one copy: the one exports carry
 from headprune.models.slicing import slice_projections
 
 MODEL_TYPES = ("distilbert",)
@@ -38,14 +39,9 @@ class DistilBertAdapter(BertAdapter):
         site.attention.n_heads = len(keep)
 
 
-class PrunableDistilBertSelfAttention(DistilBertSelfAttention):
-    """DistilBERT attention that also runs with no heads left: its output is then ``out_lin``'s bias
-    (its reshape to (-1, head size) cannot split an empty projection)."""
-
-    def forward(self, hidden_states, attention_mask=None, **kwargs):
-        if self.n_heads > 0:
-            return super().forward(hidden_states, attention_mask=attention_mask, **kwargs)
-        return self.out_lin(hidden_states.new_zeros(*hidden_states.shape[:-1], 0)), None
+class PrunableDistilBertSelfAttention(HeadlessDistilBertAttention, DistilBertSelfAttention):
+    """DistilBERT attention that also runs with no heads left: its output is then ``out_lin``'s bias (its reshape
+    to (-1, head size) cannot split an empty projection)."""
 
 
 ADAPTER = DistilBertAdapter

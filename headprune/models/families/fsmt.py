@@ -7,12 +7,12 @@ import types
 
 import torch
 from torch import nn
-from transformers.cache_utils import EncoderDecoderCache
 from transformers.models.fsmt.modeling_fsmt import Attention as FSMTAttention
 
 from headprune.models.attention_types import ATTENTION_TYPES, DEC_SELF, ENC_DEC, ENC_SELF
 from headprune.models.sites import AttentionSite, HeadAdapter, _causal
-from headprune.models.slicing import cache_without_heads, slice_projections
+from headprune.models.remote.modeling_headprune_fsmt import PrunedAttention
+from headprune.models.slicing import slice_projections
 
 MODEL_TYPES = ("fsmt",)
 
@@ -107,67 +107,10 @@ class FSMTAdapter(HeadAdapter):
         site.attention.num_heads = len(keep)
 
 
-class PrunableFSMTAttention(FSMTAttention):
-    """FSMT attention whose shapes come from the heads it has, not from the embedding size.
-
-    Follows transformers' FSMT ``Attention.forward`` (fairseq's multi-head
-    attention) step by step; only the reshapes differ. With no heads left its output is the
-    output projection's bias, and its cache entry keeps the decoded length (cache_without_heads).
-    """
-
-    def forward(self, query, key, key_padding_mask=None, layer_state=None, attn_mask=None,
-                output_attentions=False, **kwargs):
-        tgt_len, bsz, _ = query.size()
-        heads, head_dim = self.num_heads, self.head_dim
-        if heads == 0:
-            source = key if self.encoder_decoder_attention else query  # (time, batch, dim)
-            cache_without_heads(layer_state, self.encoder_decoder_attention, self.layer_idx, bsz, source.shape[0],
-                                 head_dim, source)
-            return self.out_proj(query.new_zeros(tgt_len, bsz, 0)), None
-
-        is_updated = False
-        if layer_state is not None:
-            if isinstance(layer_state, EncoderDecoderCache):
-                is_updated = layer_state.is_updated.get(self.layer_idx)
-                cache = layer_state.cross_attention_cache if self.encoder_decoder_attention \
-                    else layer_state.self_attention_cache
-            else:
-                cache = layer_state
-
-        current_states = key if self.encoder_decoder_attention else query
-        if self.encoder_decoder_attention and layer_state is not None and is_updated:
-            key_states = cache.layers[self.layer_idx].keys
-            value_states = cache.layers[self.layer_idx].values
-        else:
-            src_len = current_states.shape[0]
-            key_states = self.k_proj(current_states).view(src_len, bsz, heads, head_dim).permute(1, 2, 0, 3)
-            value_states = self.v_proj(current_states).view(src_len, bsz, heads, head_dim).permute(1, 2, 0, 3)
-            if layer_state is not None:
-                key_states, value_states = cache.update(key_states, value_states, self.layer_idx)
-                if self.encoder_decoder_attention:
-                    layer_state.is_updated[self.layer_idx] = True
-
-        src_len = key_states.shape[2]
-        query_states = (self.q_proj(query) * self.scaling).view(tgt_len, bsz * heads, head_dim).transpose(0, 1)
-        key_states = key_states.reshape(bsz * heads, src_len, head_dim)
-        value_states = value_states.reshape(bsz * heads, src_len, head_dim)
-
-        attn_weights = torch.bmm(query_states, key_states.transpose(1, 2))
-        if attn_mask is not None:
-            attn_weights = (attn_weights.view(bsz, heads, tgt_len, src_len) + attn_mask).view(bsz * heads, tgt_len, src_len)
-        if key_padding_mask is not None and key_padding_mask.dim() == 0:
-            key_padding_mask = None
-        if key_padding_mask is not None:
-            attn_weights = attn_weights.view(bsz, heads, tgt_len, src_len).masked_fill(
-                key_padding_mask[:, None, None, :], torch.finfo(attn_weights.dtype).min
-            ).view(bsz * heads, tgt_len, src_len)
-        attn_weights = nn.functional.softmax(attn_weights, dim=-1)
-        attn_weights_reshaped = attn_weights.view(bsz, heads, tgt_len, src_len) if output_attentions else None
-        attn_probs = nn.functional.dropout(attn_weights, p=self.dropout, training=self.training)
-
-        attn_output = torch.bmm(attn_probs, value_states)
-        attn_output = attn_output.transpose(0, 1).contiguous().view(tgt_len, bsz, heads * head_dim)
-        return self.out_proj(attn_output), attn_weights_reshaped
+class PrunableFSMTAttention(PrunedAttention, FSMTAttention):
+    """FSMT attention whose shapes come from the heads it has, not from the embedding size: the forward of
+    ``remote/modeling_headprune_fsmt.py`` (one copy, the one exports carry). With no heads left its output is the
+    output projection's bias, and its cache entry keeps the decoded length."""
 
 
 def beam_step(self, query, key, key_padding_mask=None, layer_state=None, attn_mask=None, output_attentions=False,

@@ -11,25 +11,10 @@ from __future__ import annotations
 from transformers.models.m2m_100.modeling_m2m_100 import M2M100Attention
 
 from headprune.models.families.fsmt import FSMTAdapter
-from headprune.models.slicing import cache_without_heads, slice_projections
+from headprune.models.remote.headprune_common import HeadlessAttention  # one copy: the one exports carry
+from headprune.models.slicing import slice_projections
 
 MODEL_TYPES = ("m2m_100",)
-
-
-class HeadlessAttention:
-    """Mixin before a BART-style attention class (M2M100's and the ones copied from BART's): it also runs
-    with no heads left. Its output is then the output projection's bias, and its cache entry keeps the
-    decoded length (cache_without_heads)."""
-
-    def forward(self, hidden_states, key_value_states=None, past_key_values=None, attention_mask=None, **kwargs):
-        if self.num_heads > 0:
-            return super().forward(hidden_states, key_value_states=key_value_states,
-                                   past_key_values=past_key_values, attention_mask=attention_mask, **kwargs)
-        is_cross = key_value_states is not None
-        source = key_value_states if is_cross else hidden_states  # (batch, time, dim)
-        cache_without_heads(past_key_values, is_cross, self.layer_idx, source.shape[0], source.shape[1],
-                            self.head_dim, source)
-        return self.out_proj(hidden_states.new_zeros(*hidden_states.shape[:-1], 0)), None
 
 
 class PrunableM2M100Attention(HeadlessAttention, M2M100Attention):

@@ -86,6 +86,43 @@ def cache_without_heads(cache, is_cross: bool, layer_idx: int, batch: int, lengt
         cache.is_updated[layer_idx] = True
 
 
+class HeadlessAttention:
+    """Mixed in before a BART-style attention class (BART, mBART, Marian, M2M100 and the pre-norm layout): it also
+    runs with no heads left. Its output is then the output projection's bias, and its cache entry keeps the
+    decoded length (``cache_without_heads``). headprune's own pruning uses this class too."""
+
+    def forward(self, hidden_states, key_value_states=None, past_key_values=None, attention_mask=None, **kwargs):
+        if self.num_heads > 0:
+            return super().forward(hidden_states, key_value_states=key_value_states,
+                                   past_key_values=past_key_values, attention_mask=attention_mask, **kwargs)
+        is_cross = key_value_states is not None
+        source = key_value_states if is_cross else hidden_states  # (batch, time, dim)
+        cache_without_heads(past_key_values, is_cross, self.layer_idx, source.shape[0], source.shape[1],
+                            self.head_dim, source)
+        return self.out_proj(hidden_states.new_zeros(*hidden_states.shape[:-1], 0)), None
+
+
+class HeadlessSelfAttention:
+    """A BERT- or DeBERTa-style self-attention that also runs with no heads left: its output is then empty
+    (the output projection, outside it, adds its bias alone)."""
+
+    def forward(self, hidden_states, *args, **kwargs):
+        if self.num_attention_heads > 0:
+            return super().forward(hidden_states, *args, **kwargs)
+        queries = kwargs.get("query_states")  # DeBERTa's enhanced mask decoder queries other states
+        queries = hidden_states if queries is None else queries
+        return queries.new_zeros(*queries.shape[:-1], 0), None
+
+
+class HeadlessDistilBertAttention:
+    """With no heads left its output is ``out_lin``'s bias."""
+
+    def forward(self, hidden_states, *args, **kwargs):
+        if self.n_heads > 0:
+            return super().forward(hidden_states, *args, **kwargs)
+        return self.out_lin(hidden_states.new_zeros(*hidden_states.shape[:-1], 0)), None
+
+
 class PrunedModel:
     """Mixed in before a transformers model class: builds the model as that class does, then cuts each
     attention with heads removed to the heads the config keeps.

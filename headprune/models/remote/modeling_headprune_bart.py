@@ -21,21 +21,7 @@ from transformers.models.m2m_100 import modeling_m2m_100
 from transformers.models.marian import modeling_marian
 from transformers.models.mbart import modeling_mbart
 
-from .headprune_common import EncoderDecoderModel, cache_without_heads
-
-
-class HeadlessAttention:
-    """Mixed in before a BART-style attention class: it also runs with no heads left."""
-
-    def forward(self, hidden_states, key_value_states=None, past_key_values=None, attention_mask=None, **kwargs):
-        if self.num_heads > 0:
-            return super().forward(hidden_states, key_value_states=key_value_states,
-                                   past_key_values=past_key_values, attention_mask=attention_mask, **kwargs)
-        is_cross = key_value_states is not None
-        source = key_value_states if is_cross else hidden_states  # (batch, time, dim)
-        cache_without_heads(past_key_values, is_cross, self.layer_idx, source.shape[0], source.shape[1],
-                            self.head_dim, source)
-        return self.out_proj(hidden_states.new_zeros(*hidden_states.shape[:-1], 0)), None
+from .headprune_common import EncoderDecoderModel, HeadlessAttention
 
 
 class BartLayout(EncoderDecoderModel):

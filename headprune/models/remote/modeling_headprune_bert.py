@@ -21,19 +21,8 @@ from transformers.models.electra import modeling_electra
 from transformers.models.roberta import modeling_roberta
 from transformers.models.xlm_roberta import modeling_xlm_roberta
 
-from .headprune_common import ENC_SELF, PrunedModel, keep_width, pruned_class
-
-
-class HeadlessSelfAttention:
-    """A BERT- or DeBERTa-style self-attention that also runs with no heads left: its output is then empty
-    (the output projection, outside it, adds its bias alone)."""
-
-    def forward(self, hidden_states, *args, **kwargs):
-        if self.num_attention_heads > 0:
-            return super().forward(hidden_states, *args, **kwargs)
-        queries = kwargs.get("query_states")  # DeBERTa's enhanced mask decoder queries other states
-        queries = hidden_states if queries is None else queries
-        return queries.new_zeros(*queries.shape[:-1], 0), None
+from .headprune_common import (ENC_SELF, HeadlessDistilBertAttention, HeadlessSelfAttention, PrunedModel, keep_width,
+                               pruned_class)
 
 
 class BertLayout(PrunedModel):
@@ -102,15 +91,6 @@ class PrunedDebertaV2ForSequenceClassification(DebertaLayout, modeling_deberta_v
 
 
 # --- DistilBERT: q_lin, k_lin, v_lin and out_lin all in each block's attention ---------------------------
-
-class HeadlessDistilBertAttention:
-    """With no heads left its output is ``out_lin``'s bias."""
-
-    def forward(self, hidden_states, *args, **kwargs):
-        if self.n_heads > 0:
-            return super().forward(hidden_states, *args, **kwargs)
-        return self.out_lin(hidden_states.new_zeros(*hidden_states.shape[:-1], 0)), None
-
 
 class DistilBertLayout(PrunedModel):
     def attention_sites(self):
