@@ -20,7 +20,9 @@ SIZES = dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=64, moe_int
              n_positions=256, num_layers=LAYERS, num_heads=HEADS, n_inner=64, num_experts=4, num_local_experts=4,
              n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=0,
              shared_expert_intermediate_size=32, num_kv_heads=KV_HEADS, n_kv_heads=KV_HEADS,
-             pad_token_id=0, bos_token_id=1, eos_token_id=2)
+             pad_token_id=0, bos_token_id=1, eos_token_id=2, ffn_hidden_size=64, decoder_layers=LAYERS,
+             decoder_attention_heads=HEADS, decoder_ffn_dim=64, encoder_layers=1, encoder_attention_heads=HEADS,
+             encoder_ffn_dim=64)
 OVERRIDES = {
     "gptj": dict(rotary_dim=4),
     "codegen": dict(rotary_dim=4),
@@ -54,12 +56,30 @@ def tiny_config(model_type: str):
     return cls(**{**base, **values})
 
 
+MAX_PARAMETERS = 2_000_000  # a config the builder did not shrink (nested sub-configs) would build a real-size model
+
+
 def tiny_model(model_type: str):
-    """A tiny random model of the type's causal-LM class (eval mode)."""
+    """A tiny random model of the type's causal-LM class (eval mode); ``TooLarge`` for a config that stays large
+    (counted on the meta device first, so that nothing large is ever allocated)."""
     if model_type in NOT_BUILT:
         raise ValueError(NOT_BUILT[model_type])
-    config = tiny_config(model_type)
-    return getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type])(config).eval()
+    count = sum(p.numel() for p in meta_model(model_type).parameters())
+    if count > MAX_PARAMETERS:
+        raise TooLarge(f"its config stays large at this size ({count:,} parameters): the builder does not shrink it")
+    return getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type])(tiny_config(model_type)).eval()
+
+
+class TooLarge(ValueError):
+    """The type's config stays large (``meta_model`` still shows its layout: what an adapter would refuse)."""
+
+
+def meta_model(model_type: str):
+    """The type's causal-LM class built on the meta device (shapes only, no memory)."""
+    import torch
+
+    with torch.device("meta"):
+        return getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type])(tiny_config(model_type))
 
 
 def model_types() -> list[str]:

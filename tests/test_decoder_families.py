@@ -33,9 +33,9 @@ from unittest import mock
 import pytest
 import torch
 
-from decoder_zoo import LAYERS, model_types, tiny_model
+from decoder_zoo import LAYERS, TooLarge, meta_model, model_types, tiny_model
 from headprune.models import families
-from headprune.models.families.decoder import DecoderAdapter
+from headprune.models.families.decoder import DecoderAdapter, layout_problem
 from headprune.models.head_constants import HeadConstants
 from headprune.models.heads import full_gates, gated
 from headprune.models.masking import Mean, Streaming, Uniform
@@ -80,6 +80,9 @@ def check_family(model_type: str, folder: Path) -> tuple[str, str]:
         warnings.simplefilter("ignore")
         try:
             model = tiny_model(model_type)
+        except TooLarge as error:  # what the adapter makes of its layout, on the meta device
+            problem = layout_problem(meta_model(model_type))
+            return ("refused", problem) if problem else ("not built", _line(error))
         except Exception as error:  # the builder could not make this type at tiny size
             return "not built", _line(error)
     if getattr(model.config, "is_encoder_decoder", False):

@@ -51,6 +51,8 @@ ATTENTION_NAMES = ("self_attn", "attn", "attention", "self_attention")
 SEPARATE = (("q_proj", "k_proj", "v_proj", ("o_proj", "out_proj", "dense", "c_proj")),)
 FUSED = (("qkv_proj", ("o_proj", "dense", "out_proj")), ("c_attn", ("c_proj",)), ("Wqkv", ("out_proj", "Wo")),
          ("query_key_value", ("dense",)))
+# Multi-head latent attention's projections (DeepSeek V2/V3, MiniCPM3, ...): refused, naming them
+LATENT = ("kv_a_proj_with_mqa", "kv_b_proj", "q_a_proj")
 FUSED_LAYOUTS = {"gpt_neox": "heads", "persimmon": "heads", "bloom": "heads"}
 # Attributes of an attention module that hold its head counts: (name, what they count)
 COUNTS = (("num_heads", "query"), ("num_attention_heads", "query"), ("n_head", "query"),
@@ -82,6 +84,11 @@ class DecoderLayout:
                     self.fused, self.output = FUSED_LAYOUTS.get(model_type, "blocks"), out
                     break
             else:
+                latent = [n for n in LATENT if hasattr(attention, n)]
+                if latent:
+                    raise ValueError(f"layer {layer}: {type(attention).__name__} is latent attention (DeepSeek's MLA: "
+                                     f"{', '.join(latent)}): its heads' keys and values come from one shared "
+                                     "low-rank projection, which the generic adapter does not slice")
                 raise ValueError(f"layer {layer}: {type(attention).__name__} has no query/key/value projections "
                                  f"headprune knows ({', '.join(n for n, _ in FUSED)} or q_proj/k_proj/v_proj)")
         self.original_heads = int(_config_value(config, ("num_attention_heads", "n_head", "num_heads")))
