@@ -74,10 +74,13 @@ def test_generic_adapter_keeps_the_family_adapters_outputs(model_type):
         masked = _logits(model, ids, mask)
     pruned = _logits(prune_heads(copy.deepcopy(model), {"dec_self": REMOVE}), ids, mask)
     scores = head_importance(model, [{"input_ids": ids, "attention_mask": mask}], normalize=False, progress=False)
-    assert torch.equal(masked, reference["masked"])
-    assert torch.equal(pruned, reference["pruned"])  # bit for bit: the same operations in the same order
+    # Bit for bit when run with the thread count the reference was written with (2); other counts split float32
+    # sums differently, hence the tolerance of float32's rounding.
+    assert torch.allclose(masked, reference["masked"], rtol=1e-5, atol=1e-6)
+    assert torch.allclose(pruned, reference["pruned"], rtol=1e-5, atol=1e-6)
     for column in COLUMNS:
-        assert torch.equal(torch.tensor(scores[column].to_numpy()), reference["scores"][column])
+        assert torch.allclose(torch.tensor(scores[column].to_numpy()), reference["scores"][column], rtol=1e-5,
+                              atol=1e-9)
 
 
 def test_refusals_name_why():
