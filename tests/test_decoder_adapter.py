@@ -152,3 +152,32 @@ def test_bfloat16_weights_prune_as_they_gate(model_type):
     scale = masked.abs().max()
     assert (got - masked).abs().max() <= 0.02 * scale
     assert (got - masked).abs().max() < (masked - _logits(model, ids, mask)).abs().max()  # the gates mattered more
+
+
+@pytest.mark.parametrize("model_type", ["qwen3", "gpt_neox", "gpt_oss"])
+def test_streaming_masking_in_the_attention_function(model_type):
+    """A masked head attends only to the first ``sink`` and last ``recent`` real tokens up to its query (its
+    weights elsewhere 0), through headprune_attention; the other heads of the layer attend as before."""
+    from headprune.models.masking import Streaming
+
+    torch.manual_seed(0)
+    model = tiny_model(model_type)
+    model.set_attn_implementation("eager")
+    ids, mask = _batch()
+    real = mask.bool()
+    with torch.no_grad():
+        plain = model(input_ids=ids, attention_mask=mask, output_attentions=True).attentions
+        with gated(model, _gates(model, MASKED), masking=Streaming(1, 3)):
+            assert model.config._attn_implementation == "headprune_eager"
+            masked = model(input_ids=ids, attention_mask=mask, output_attentions=True).attentions
+    rank = mask.cumsum(-1) - 1  # positions over real tokens
+    window = (rank[:, None, :] < 1) | (rank[:, :, None] - rank[:, None, :] < 3)  # (batch, queries, keys)
+    sinks = model_type == "gpt_oss"  # its attention sinks take part of each query's weight: the rest sums below 1
+    for h in MASKED[0]:
+        probs = masked[0][:, h]
+        assert (probs[real][~window[real]] == 0).all()
+        assert sinks or torch.allclose(probs[real].sum(-1), torch.ones(1))
+    for h in set(range(6)) - set(MASKED[0]):
+        assert torch.allclose(masked[0][:, h][real], plain[0][:, h][real], atol=1e-6)
+    assert not hasattr(model.model.layers[0].self_attn if hasattr(model, "model") else model.gpt_neox.layers[0].attention,
+                       "headprune_attention_mask")  # gone with the context

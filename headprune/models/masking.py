@@ -44,9 +44,11 @@ Modes that act on a head's ATTENTION (gates 0 or 1 only, no capture):
   head sees, so it cannot be a projection hook: a forward pre-hook on each attention module that has a
   masked head replaces the ``attention_mask`` argument (batch, 1, queries, keys) by a per-head one (batch,
   heads, queries, keys): the original mask (or, where sdpa got none and would use ``is_causal``, the causal
-  mask it stands for) and, for the heads with gate 0, the window. The eager and sdpa backends take such a
-  mask as it is (grouped-query repetition and sdpa's decoding path included); others (flash, flex) are
-  refused. ``HeadAdapter.streaming_masking_problem`` says which families pass their attention mask through
+  mask it stands for) and, for the heads with gate 0, the window. A decoder-only LM's attention takes it
+  inside ``headprune_attention`` (the one attention function, ``remote/headprune_decoder.py``), which hands it
+  to the backend in place of the module's own mask; an attention that does not call transformers' attention
+  interface is refused. The eager and sdpa backends take such a mask as it is (grouped-query repetition and
+  sdpa's decoding path included); others (flash, flex) are refused. ``HeadAdapter.streaming_masking_problem`` says which families pass their attention mask through
   this way (the decoder-only LMs).
 
 Resample ablation, defined so that it works for every kind of study and does not depend on how rows are
@@ -419,18 +421,23 @@ class _Restore:
 def _gate_queries_in_attention(handles: list, model, site: AttentionSite, gates):
     """Uniform masking inside ``headprune_attention``: each head's query (rows, heads, queries, head_dim), after
     rotary and any q/k norm, times its 0/1 gate, so that a normalisation over all heads (OLMo 2) sees them all."""
-    from headprune.models.remote import headprune_decoder
-
     def modify(query):
         gate = _site_gate(gates, site, query)  # (heads,) or (rows, 1, heads): rows first, as query
         gate = gate.reshape(-1, query.shape[1], 1, 1) if gate.dim() > 1 else gate[None, :, None, None]
         return query * gate
 
+    _run_through_headprune_attention(handles, model)
+    handles.append(_Restore(site.attention, "headprune_modify_query", modify))
+
+
+def _run_through_headprune_attention(handles: list, model):
+    """The model runs ``headprune_attention`` over its backend while ``gated`` is open (once per context)."""
+    from headprune.models.remote import headprune_decoder
+
     config = model.config
     if not (config._attn_implementation or "").startswith(headprune_decoder.PREFIX):
         handles.append(_Restore(config, "_attn_implementation_internal",
                                 headprune_decoder.register(config._attn_implementation or "eager")))
-    handles.append(_Restore(site.attention, "headprune_modify_query", modify))
 
 
 def check_binary_gates(name: str, gates):
@@ -547,6 +554,9 @@ def _add_streaming_hooks(handles: list, model, sites: list[AttentionSite], gates
                 mask = original & allowed
             else:  # additive: 0 where allowed, the dtype's minimum elsewhere
                 mask = torch.where(allowed, original, torch.finfo(original.dtype).min)
+            if site.through_attention_function:  # headprune_attention applies it, whatever the forward does
+                module.headprune_attention_mask = mask
+                return None
             arguments["attention_mask"] = mask
             return bound.args, bound.kwargs
         return hook
@@ -560,6 +570,9 @@ def _add_streaming_hooks(handles: list, model, sites: list[AttentionSite], gates
         if site.num_heads and bool(masked.any()):
             hook = make_mask_hook(site, {"source": masked})
             handles.append(site.attention.register_forward_pre_hook(hook, with_kwargs=True))
+            if site.through_attention_function:
+                _run_through_headprune_attention(handles, model)
+                handles.append(_Restore(site.attention, "headprune_attention_mask", None))
 
 
 # --- The config words --------------------------------------------------------------------------------------

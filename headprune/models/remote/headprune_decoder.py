@@ -27,7 +27,8 @@ it: the module then holds ``headprune_kv_index`` (for each kept query head, whic
 values per query head by that index, after the cache (which keeps only the kept kv heads), and hands everything
 else, sliding windows, soft-capping, scaling and sinks included, to the backend the model was loaded with. The
 same function lets headprune change a head's query on its way into the backend (``headprune_modify_query``:
-uniform masking, after rotary and any q/k norm).
+uniform masking, after rotary and any q/k norm) and give each head its own attention mask
+(``headprune_attention_mask``: streaming masking).
 
 A layer left without heads adds only its output projection's bias: its module's forward is replaced by
 ``headless_forward``, which keeps the layer's cache entry (one zero head) as long as the others'.
@@ -427,6 +428,9 @@ def headprune_attention(module, query, key, value, attention_mask, **kwargs):
     modify = getattr(module, "headprune_modify_query", None)
     if modify is not None:
         query = modify(query)
+    per_head = getattr(module, "headprune_attention_mask", None)
+    if per_head is not None:  # streaming masking: (rows, heads, queries, keys), made from this call's own mask
+        attention_mask = per_head
     backend = module.config._attn_implementation.removeprefix(PREFIX)
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
