@@ -181,3 +181,26 @@ def test_streaming_masking_in_the_attention_function(model_type):
         assert torch.allclose(masked[0][:, h][real], plain[0][:, h][real], atol=1e-6)
     assert not hasattr(model.model.layers[0].self_attn if hasattr(model, "model") else model.gpt_neox.layers[0].attention,
                        "headprune_attention_mask")  # gone with the context
+
+
+@pytest.mark.parametrize("model_type", ["qwen3", "gemma2"])
+def test_a_new_family_is_timed_with_heads_removed(model_type):
+    """Table 4's speed study on a family no per-family code knows: half its heads physically removed (uneven
+    key/value groups), prefill and decode timed, the pruned logits checked against the gated model."""
+    import pandas as pd
+
+    from headprune.experiments import speed
+    from headprune.experiments.runs import EvalSet, all_heads
+
+    torch.manual_seed(0)
+    model = tiny_model(model_type)
+    heads = all_heads(model)
+    order = [heads[i] for i in torch.randperm(len(heads), generator=torch.Generator().manual_seed(1)).tolist()]
+    importance = pd.DataFrame([{"attn_type": t, "layer": layer, "head": h, "importance": float(i)}
+                               for i, (t, layer, h) in enumerate(order)])
+    windows = torch.randint(3, 60, (4, 10), generator=torch.Generator().manual_seed(0)).tolist()
+    evalset = EvalSet("language_modeling", windows, windows, "perplexity")
+    settings = speed.SpeedSettings(batch_sizes=[2], repeats=1, warmup_batches=1, decode_tokens=3)
+    runs, facts = speed.speed_study("lm", model, None, evalset, importance, settings, "cpu")
+    assert set(runs["unit"]) == {"prefill tokens", "decode tokens"} and set(runs["family"]) == {model_type}
+    assert facts["heads_pruned"] == 9 and facts["check_agreement"] == 1.0 and facts["check_max_abs_diff"] < 1e-4

@@ -262,6 +262,18 @@ def tiny_llama_gqa3(vocab, layers=3, seed=0):
     return on_test_device(_random_biases(_spread_weights(LlamaForCausalLM(config).eval())))
 
 
+def tiny_qwen3_gqa3(vocab, layers=3, seed=0):
+    """Qwen3 (q/k RMSNorm per head, head_dim 12 on a hidden size of 24) with 6 query heads on 2 key/value heads:
+    a family served by the generic decoder adapter only."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen3Config(vocab_size=vocab, hidden_size=24, intermediate_size=48, num_hidden_layers=layers,
+                         num_attention_heads=6, num_key_value_heads=2, head_dim=12, max_position_embeddings=256,
+                         bos_token_id=0, eos_token_id=1, pad_token_id=2, attn_implementation="eager")
+    return on_test_device(_random_biases(_spread_weights(Qwen3ForCausalLM(config).eval())))
+
+
 def tiny_gpt2(vocab, layers=3, seed=0):
     torch.manual_seed(seed)
     config = GPT2Config(vocab_size=vocab, n_embd=16, n_layer=layers, n_head=4, n_positions=256, resid_pdrop=0.0,
@@ -327,8 +339,10 @@ def streaming(sink=2, recent=8):
 
 
 @pytest.mark.parametrize("make_model, masking", [(tiny_llama_gqa3, "zero"), (tiny_llama_gqa3, "uniform"),
-                                                 (tiny_llama_gqa3, streaming), (tiny_gpt2, "zero")],
-                         ids=["llama-gqa3-zero", "llama-gqa3-uniform", "llama-gqa3-streaming", "gpt2-zero"])
+                                                 (tiny_llama_gqa3, streaming), (tiny_gpt2, "zero"),
+                                                 (tiny_qwen3_gqa3, "zero"), (tiny_qwen3_gqa3, streaming)],
+                         ids=["llama-gqa3-zero", "llama-gqa3-uniform", "llama-gqa3-streaming", "gpt2-zero",
+                              "qwen3-gqa3-zero", "qwen3-gqa3-streaming"])
 def test_answers_of_batched_variants_equal_generate_on_each_setting(make_model, masking):
     """Answers under each masking mode equal eager generate() with the same gates."""
     needs_exact_decoding()
