@@ -30,7 +30,6 @@ import warnings
 from pathlib import Path
 from unittest import mock
 
-import pytest
 import torch
 
 from decoder_zoo import LAYERS, TooLarge, meta_model, model_types, tiny_model

@@ -113,8 +113,8 @@ class HeadAdapter:
         mask, which needs a family whose attention modules take the model's causal mask that way and
         hand it to the backend as it is; only the decoder-only LMs are known to (``CausalLMAdapter``).
         """
-        return (f"the {self.family} family is not supported (streaming masking runs on the decoder-only LMs: "
-                "gpt2, llama, mistral, qwen2)")
+        return (f"the {self.family} family is not supported (streaming masking runs on the decoder-only LMs "
+                "of the generic decoder adapter)")
 
 
 def _causal(mask_2d: torch.Tensor) -> torch.Tensor:

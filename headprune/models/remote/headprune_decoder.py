@@ -160,15 +160,6 @@ class DecoderLayout:
             raise ValueError(f"unknown fused layout {self.fused!r}")
         return rows, rows, rows
 
-    def query_features(self, query: torch.Tensor) -> torch.Tensor:
-        """The queries (..., kept heads * head_dim) in the query projection's output (fused: its part)."""
-        if self.fused is None:
-            return query
-        d, heads = self.head_dim, len(self.kept)
-        if self.fused == "blocks":
-            return query[..., :heads * d]
-        return query.unflatten(-1, (heads, 3, d))[..., 0, :].flatten(-2)
-
     def value_features(self, value: torch.Tensor) -> torch.Tensor:
         """One value vector per kept query head, (..., kept heads * head_dim), from the value projection's output."""
         d, heads = self.head_dim, len(self.kept)
