@@ -57,15 +57,6 @@ PIPELINE_TAGS = {"AutoModelForCausalLM": "text-generation", "AutoModelForSequenc
                  "AutoModelForSeq2SeqLM": "translation", "AutoModel": "feature-extraction"}
 ATTENTION_NAMES = {ENC_SELF: "encoder self-attention", ENC_DEC: "cross-attention",
                    DEC_SELF: "decoder self-attention"}
-MASKINGS = {"zero": "zero (a masked head's output multiplied by 0, as the paper masks, and as removing it does)",
-            "uniform": "uniform (a masked head attends uniformly to the keys it may attend to)",
-            "streaming": "streaming (a masked head sees only the first and the last tokens of its context)",
-            "mean": "mean (a masked head's output replaced by its mean over the real tokens of training data)",
-            "optimal": "optimal (a masked head's output replaced by the constant that minimises the expected loss, "
-                       "learned on training data)",
-            "resample": "resample (a masked head's output replaced by its output at another training item's token of "
-                        "the same position)"}
-
 
 DECODER_FILE = "modeling_headprune_decoder.py"  # every decoder-only family the generic adapter serves
 
@@ -242,7 +233,10 @@ def model_card(model, entries: dict[str, str], name: str, code_files: list[str],
               f"- criterion: {_criterion_text(criterion)}"]
     if masking is not None:
         word = getattr(masking, "word", masking)  # a config word or a headprune.models.masking mode
-        pruned.append(f"- masking while scoring: {MASKINGS.get(str(word), str(word))}")
+        from headprune.models.masking import MODES
+
+        mode = MODES.get(str(word))
+        pruned.append(f"- masking while scoring: {mode.summary if mode is not None else word}")
     compensation = getattr(model.config, "headprune_bias_compensation", None)
     if compensation:
         count = sum(len(heads) for layers in compensation.get("heads", {}).values() for heads in layers.values())

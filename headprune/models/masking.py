@@ -109,9 +109,11 @@ class Masking:
         """Put this mode's hooks on ``model``, their handles into ``handles`` (removed when ``gated`` closes)."""
         raise NotImplementedError
 
+    summary: ClassVar[str] = ""  # what a masked head becomes, without this object's data (model cards by word)
+
     def describe(self) -> str:
         """One line saying what a masked head becomes (model cards, logs)."""
-        raise NotImplementedError
+        return self.summary
 
 
 # --- Output modes: zero, mean, optimal, resample ----------------------------------------------------------
@@ -163,8 +165,7 @@ class Zero(_OutputMasking):
 
     word: ClassVar[str] = "zero"
 
-    def describe(self):
-        return "zero (a masked head's output multiplied by 0, as the paper masks, and as removing it does)"
+    summary: ClassVar[str] = "zero (a masked head's output multiplied by 0, as the paper masks, and as removing it does)"
 
 
 @dataclass(frozen=True, eq=False)
@@ -200,7 +201,7 @@ class Constant(_OutputMasking):
         return self.constants.for_site(site, per_head)
 
     def describe(self):
-        return f"{self.word} (a masked head's output replaced by a constant vector: {self.constants.kind})"
+        return self.summary or f"{self.word} (a masked head's output replaced by a constant vector: {self.constants.kind})"
 
 
 @dataclass(frozen=True, eq=False)
@@ -209,8 +210,7 @@ class Mean(Constant):
 
     word: ClassVar[str] = "mean"
 
-    def describe(self):
-        return "mean (a masked head's output replaced by its mean over the real tokens of training data)"
+    summary: ClassVar[str] = "mean (a masked head's output replaced by its mean over the real tokens of training data)"
 
 
 @dataclass(frozen=True, eq=False)
@@ -220,9 +220,8 @@ class Optimal(Constant):
 
     word: ClassVar[str] = "optimal"
 
-    def describe(self):
-        return ("optimal (a masked head's output replaced by the constant that minimises the expected loss, "
-                "learned on training data)")
+    summary: ClassVar[str] = ("optimal (a masked head's output replaced by the constant that minimises the expected loss, "
+                              "learned on training data)")
 
 
 @dataclass(frozen=True, eq=False)
@@ -286,9 +285,11 @@ class Resample(_OutputMasking):
             raise RuntimeError(f"positions for {positions.shape[0]} rows, a batch of {per_head.shape[rows_axis]}")
         return donors.transpose(0, 1) if site.time_major else donors
 
+    summary: ClassVar[str] = ("resample (a masked head's output replaced by its output at another training item's token "
+                              "of the same position)")
+
     def describe(self):
-        return (f"resample (a masked head's output replaced by its output at another training item's token of "
-                f"the same position: seed {self.seed}, draw {self.draw})")
+        return f"{self.summary.removesuffix(')')}: seed {self.seed}, draw {self.draw})"
 
 
 def _decoder_stack(model) -> nn.Module:
@@ -355,8 +356,7 @@ class Uniform(Masking):
             else:
                 handles.append(site.query.register_forward_hook(make_query_hook(site)))
 
-    def describe(self):
-        return "uniform (a masked head attends uniformly to the keys it may attend to)"
+    summary: ClassVar[str] = "uniform (a masked head attends uniformly to the keys it may attend to)"
 
 
 @dataclass(frozen=True)
@@ -397,6 +397,8 @@ class Streaming(Masking):
     def install(self, handles, model, sites, gates, capture):
         if gates is not None:
             _add_streaming_hooks(handles, model, sites, gates, self)
+
+    summary: ClassVar[str] = "streaming (a masked head sees only the first and the last tokens of its context)"
 
     def describe(self):
         return (f"streaming (a masked head sees only the first {self.sink} and the last {self.recent} tokens of its "
