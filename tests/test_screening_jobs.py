@@ -18,27 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 WORDS = [f"w{i}" for i in range(30)]
 HEADS = [("dec_self", layer, head) for layer in range(3) for head in range(4)]
 
-RUNNER = """
-import json, runpy, sys, types
-
-class Named(list):
-    def __init__(self, items):
-        super().__init__(items.values())
-        self.__dict__.update(items)
-        self._names = list(items)
-
-    def keys(self):
-        return self._names
-
-    def get(self, key, default=None):
-        return self.__dict__.get(key, default)
-
-for job in json.loads(open(sys.argv[1]).read()):
-    snakemake = types.SimpleNamespace(input=Named(job["input"]), output=Named(job["output"]), log=[job["log"]],
-                                      params=Named(job["params"]), wildcards=Named(job.get("wildcards", {})),
-                                      rule=job["rule"], config={}, threads=1)
-    runpy.run_path(job["script"], init_globals={"snakemake": snakemake}, run_name="__main__")
-"""
+# Each job run as Snakemake's script directive runs it (one runner for the script tests)
+from test_masking_scripts import RUNNER  # noqa: E402
 
 
 @pytest.fixture(scope="module")
