@@ -393,7 +393,7 @@ def worker(study: dict, heads: list[str], device: str, threads: int, batch_size:
     settings = EvalSettings(batch_size=batch_size, variant_batch_size=int(study.get("variant_batch_size",
                                                                                   variant_batch_size)),
                             **({"max_new_tokens": int(study["max_new_tokens"])} if "max_new_tokens" in study else {}),
-                            **{key: str(study[key]) for key in MASKING_KEYS if study.get(key)})
+                            masking=study.get("masking", "zero"))
     # one full-model evaluation, as a: the pipeline's own; for an lm-eval task, lm-eval's own HFLM
     full = functools.partial(hflm_evaluation, study, model, tokenizer) if study["kind"] == "lm_eval" else \
         functools.partial(run_variants, model, tokenizer, evalset, [None], settings)
@@ -458,8 +458,10 @@ def hflm_evaluation(study: dict, model, tokenizer) -> dict:
 
 
 def worker_study(study: dict) -> dict:
-    """The study as a worker process gets it (JSON, every value a string): without the modes' training data."""
-    return {key: str(value) for key, value in study.items() if key != "importance" and value is not None}
+    """The study as a worker process gets it (JSON, every value a string but the masking's fields): without the
+    modes' training data."""
+    return {key: value if key == "masking" else str(value) for key, value in study.items()
+            if key != "importance" and value is not None}
 
 
 def run_worker(study: dict, heads: list[str], args, warm: bool = False, forked: bool = False,
@@ -510,7 +512,6 @@ def load_model(study: dict, device: str):
 
 # --------------------------------------------------------------------------- masking modes (--masking, issue #32)
 
-MASKING_KEYS = ("masking", "constants", "pool")  # the study's entries that the worker's EvalSettings take
 
 
 class _TimedSteps(list):
@@ -530,16 +531,20 @@ def mode_data(study: dict, modes: list[str], folder: Path, device: str = "cpu", 
     Returns per mode {"path", "seconds", "cpu"} (optimal also "steps", "per_step": the seconds of one step, and
     "before_steps": its statistics pass), and "load" (seconds to load the model and build the batches),
     "batches" and "data" (what the batches are). Nothing for modes that need no data."""
+    import importlib
+    import inspect
+
     import torch
 
     from headprune.experiments.kinds import kind_of
-    from headprune.models.masking_words import DATA_FILE
-    from headprune.scoring.constants import DEFAULT_LR, DEFAULT_STEPS, mean_constants, optimal_constants, resample_pool
+    from headprune.models.masking import MODES
+    from headprune.scoring.constants import DEFAULT_LR, DEFAULT_STEPS
 
-    wanted = [mode for mode in modes if mode in DATA_FILE]
+    wanted = [mode for mode in modes if MODES[mode].data]
     if not wanted:
         return {}
     optimal = {"steps": DEFAULT_STEPS, "lr": DEFAULT_LR, "repeats": 1, "seed": 0, **(optimal or {})}
+    settings = {**optimal, "items": resample_items}  # each mode's data_options take theirs
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -555,21 +560,17 @@ def mode_data(study: dict, modes: list[str], folder: Path, device: str = "cpu", 
             history = _TimedSteps()
             sync()
             began, began_cpu = time.perf_counter(), time.process_time()
-            if mode == "mean":
-                data = mean_constants(model, batches, data=described, device=device, progress=False)
-            elif mode == "optimal":
-                data = optimal_constants(model, batches, steps=int(optimal["steps"]), lr=float(optimal["lr"]),
-                                         repeats=int(optimal["repeats"]), seed=int(optimal["seed"]), data=described,
-                                         device=device, progress=False, history=history)
-            else:
-                data = resample_pool(model, batches, max_items=resample_items, data=described, device=device,
-                                     progress=False)
+            module, function = MODES[mode].data_maker.split(":")  # as scripts/head_constants.py calls it
+            make = getattr(importlib.import_module(module), function)
+            steps_seen = {"history": history} if "history" in inspect.signature(make).parameters else {}
+            data = make(model, batches, data=described, device=device, progress=False,
+                        **MODES[mode].data_options(settings), **steps_seen)
             sync()
             ended = time.perf_counter()
             path = folder / f"{mode}.safetensors"
             data.save(path)
             entry = {"path": path, "seconds": ended - began, "cpu": time.process_time() - began_cpu}
-            if mode == "optimal":
+            if steps_seen:  # a mode whose data is learned step by step (optimal)
                 steps = len(history)
                 # a step's time from the steps after the first (the first follows the statistics pass): with one
                 # step, the whole less the mean's pass (the same statistics pass), where it was timed
@@ -593,12 +594,10 @@ def mode_data(study: dict, modes: list[str], folder: Path, device: str = "cpu", 
 
 def masked(study: dict, mode: str, data: dict) -> dict:
     """The study as a worker evaluates it under masking ``mode``, with its data file from ``mode_data``."""
-    from headprune.models.masking_words import DATA_FILE
+    from headprune.models.masking import MODES
 
-    entry = {"masking": mode}
-    if mode in DATA_FILE:
-        entry[DATA_FILE[mode]] = data[mode]["path"]
-    return {**study, **entry}
+    data_file = MODES[mode].data
+    return {**study, "masking": {"word": mode, **({data_file: str(data[mode]["path"])} if data_file else {})}}
 
 
 def sweep(study: dict, args, time_b: bool = True) -> dict:
@@ -659,7 +658,7 @@ def variant_batch_sizes(values: list[str]) -> tuple[int, dict]:
 
 
 def main():
-    from headprune.models.masking_words import MASKING_WORDS
+    from headprune.models.masking import MASKING_WORDS
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--demo", type=Path, help="a directory where the demo ran")
@@ -844,19 +843,16 @@ def print_modes(study: dict, results: dict, data: dict):
     a, a_cpu = results["zero"]["a"], results["zero"]["a_cpu"]
     print(f"  the modes' data, on {data['data']}, computed in one process (a = zero's a, {a:.2f} s "
           f"[CPU {a_cpu:.2f} s]); loading the model and the batches {data['load']:.2f} s")
-    for mode in ("mean", "optimal", "resample"):
-        if mode not in data:
+    for mode, entry in data.items():
+        if not isinstance(entry, dict):  # load, batches, data
             continue
-        entry = data[mode]
         line = f"    {mode:9}{entry['seconds']:8.2f} s = {entry['seconds'] / a:6.2f} a [{entry['cpu'] / a_cpu:.2f} a]"
-        if mode == "optimal":
+        if "steps" in entry:  # learned step by step (optimal)
             line += (f": {entry['steps']} steps of {entry['rows']} rows, {entry['per_step']:.3f} s a step "
                      f"= {entry['per_step'] / a:.2f} a [{entry['per_step_cpu'] / a_cpu:.2f} a], after a statistics "
                      f"pass of {entry['before_steps']:.2f} s")
             if entry["loss"]:
                 line += f"; loss {entry['loss'][0]:.4g} -> {entry['loss'][1]:.4g}"
-        elif mode == "mean":
-            line += ": one pass over the batches"
         print(line)
 
 

@@ -148,7 +148,7 @@ def demo_study(args) -> int:
           f"significant", flush=True)
     started = time.perf_counter()
     gradient = sc.gradient_screens(model, importance_batches(tokenizer, study.importance_spec, model),
-                                   constants=settings.mask.constants if masking in ("mean", "optimal") else None)
+                                   constants=getattr(settings.masking, "head_constants", None))
     t_gradient = time.perf_counter() - started
     started = time.perf_counter()
     exact = sc.exact_screen(model, tokenizer, screen_set, settings)

@@ -12,7 +12,7 @@ from headprune.data.glue import GLUE_TASKS, glue_task_spec
 from headprune.data.glue import _check_task as check_glue_task
 from headprune.experiments.kinds import kind_of
 from headprune.experiments.kinds.base import ConfigError
-from headprune.models.masking_words import BINARY_WORDS
+from headprune.models.masking import MODES
 
 
 def check_local_files(pipeline):
@@ -92,18 +92,19 @@ def check_config(pipeline):
         pipeline.study(study).retrieval_heads_source  # noqa: B018 (a task's retrieval study is there)
     for study in config["experiments"].get("concrete", []):
         word = pipeline.study(study).masking(config["concrete"].get("masking", "zero"))
-        if word in BINARY_WORDS:
+        if not MODES[word].real_gates:
             key = f"models.{study}.masking" if "masking" in models.get(study, {}) else "concrete.masking"
             raise ConfigError(f"config: {key} is {word}, which takes gates 0 or 1 only, and experiments.concrete "
-                              f"names '{study}': Voita's Hard Concrete gates are real numbers in [0, 1] (zero, "
-                              "mean, optimal or resample masking)")
+                              f"names '{study}': Voita's Hard Concrete gates are real numbers in [0, 1] "
+                              f"({', '.join(word for word, mode in MODES.items() if mode.real_gates)} masking)")
     for study in config["experiments"].get("masking_modes", []):
-        if "streaming" in config["masking_modes"]["modes"] and not pipeline.study(study).scoring.language_model:
-            raise ConfigError(f"config: masking_modes.modes has streaming, which only decoder-only language models "
-                              f"take, and experiments.masking_modes names '{study}'")
+        for word in config["masking_modes"]["modes"]:
+            if MODES[word].language_models_only and not pipeline.study(study).scoring.language_model:
+                raise ConfigError(f"config: masking_modes.modes has {word}, which only decoder-only language models "
+                                  f"take, and experiments.masking_modes names '{study}'")
     for study, entry in models.items():
-        if entry.get("masking") == "streaming" and not kind_of(entry["kind"]).language_model:
-            raise ConfigError(f"config: models.{study}.masking is streaming, which only decoder-only language "
+        if "masking" in entry and MODES[entry["masking"]].language_models_only and not kind_of(entry["kind"]).language_model:
+            raise ConfigError(f"config: models.{study}.masking is {entry['masking']}, which only decoder-only language "
                               "models take (kind language_modeling or retrieval)")
     _check_screen(pipeline, config)
     if pipeline.translation_name in config["experiments"].get("glue_pruning", []):
@@ -146,5 +147,5 @@ def _check_screen(pipeline, config):
         if screen["method"] != "exact" and masking not in GRADIENT_MASKINGS:
             key = f"models.{study_name}.masking" if "masking" in study.entry else "ablation.masking"
             raise ConfigError(f"config: ablation.screen.method is {screen['method']}, a gradient screen, which needs "
-                              f"zero, mean or optimal masking; {key} is {masking} (use the exact screen)")
+                              f"{', '.join(GRADIENT_MASKINGS[:-1])} or {GRADIENT_MASKINGS[-1]} masking; {key} is {masking} (use the exact screen)")
         study.screen_params()  # a kind without a screen set refuses the exact screen here, naming the key

@@ -24,7 +24,7 @@ from headprune.data.glue import glue_task_spec
 from headprune.experiments.kinds import KINDS, kind_of  # noqa: F401 (KINDS: the config's kinds)
 from headprune.experiments.kinds.base import ConfigError
 from headprune.experiments.kinds.language_modeling import LM_SPLITS
-from headprune.models.masking_words import DATA_FILE
+from headprune.models.masking import MODES
 
 # The test sets a study is evaluated on, by role: "eval" (Table 1, pruning), "ood" (cross-domain,
 # Figure 2), "selection" and "test" (one head per layer, Tables 2-3).
@@ -239,22 +239,17 @@ class Study:
         """How the model is evaluated (headprune.experiments.runs.EvalSettings); ``masking`` is how a switched-off
         head is replaced (a config word of headprune.models.masking: zero, the paper's, uniform, streaming, mean,
         optimal, resample) with what its mode reads: the streaming window, the file of constants or donors."""
-        config = self.config
-        rows = config["ablation"].get("variant_batch_size", {}).get(self.kind, 256)
-        extra = {key: config["streaming"][key] for key in ("sink", "recent")} if masking == "streaming" else {}
-        if masking in DATA_FILE:
-            extra[DATA_FILE[masking]] = self.masking_data(masking)[0]
-            if masking == "resample":
-                resample = config["constants"]["resample"]
-                extra["resample_seed"] = resample["seed"]
-                if resample.get("draws", 1) > 1:  # averaged by headprune.experiments.runs.scored_variants
-                    extra["draws"] = resample["draws"]
-        return self.scoring.eval_settings(self, bleu, masking, rows, extra)
+        rows = self.config["ablation"].get("variant_batch_size", {}).get(self.kind, 256)
+        mode = MODES[masking]
+        settings = {**mode.settings_from_config(self.pipeline.mode_config(masking)),
+                    **({mode.data: self.masking_data(masking)[0]} if mode.data else {})}
+        # the word alone where the mode has nothing more (the paper's zero: its jobs' params as they were)
+        return self.scoring.eval_settings(self, bleu, {"word": masking, **settings} if settings else masking, rows)
 
     def masking_data(self, masking) -> list[str]:
         """The file a masking mode reads (mean, optimal: the heads' constants; resample: their donors), made by the
         head_constants job of the study whose importance data this study's I_h is estimated on; [] for others."""
-        if masking not in DATA_FILE:
+        if MODES[masking].data is None:
             return []
         owner = self.scoring.importance_study(self)
         return [f"{self.pipeline.results_dir}/{owner.name}/head_constants/{masking}.safetensors"]
@@ -276,7 +271,8 @@ class Study:
         """config.importance, and under mean or optimal pruning masking the constants I_h measures a head's change
         to (|(o_h - c_h) . dL/do_h|, the first-order change of the loss when the head becomes its constant)."""
         masking = self.masking(self.config["pruning"]["masking"])
-        constants = self.masking_data(masking)[0] if masking in ("mean", "optimal") else None
+        mode = MODES[masking]
+        constants = self.masking_data(masking)[0] if mode.constant_output and mode.data else None
         return {**self.config["importance"], **({"constants": constants} if constants else {})}
 
     @property
@@ -305,8 +301,7 @@ class Study:
 
     def head_constants_params(self, mode):
         """The settings of a mode's data; resample's draws are its users' (the donors recorded do not change)."""
-        return {"mode": mode, **{key: value for key, value in self.config["constants"].get(mode, {}).items()
-                                 if key != "draws"}}
+        return {"mode": mode, **MODES[mode].data_settings(self.pipeline.mode_config(mode))}
 
     @property
     def importance_table(self):
@@ -723,11 +718,19 @@ class Pipeline:
         """Read a config file, validate it against the schema (defaults filled in, as Snakemake does) and
         resolve it."""
         import yaml
-        from snakemake.utils import validate
+
+        from headprune.config_schema import SCHEMA_FILE, validate
 
         config = yaml.safe_load(Path(path).read_text())
-        validate(config, str(schema or Path(__file__).resolve().parents[1] / "rules/schemas/config.schema.yaml"))
+        validate(config, schema or SCHEMA_FILE)
         return cls(config)
+
+    def mode_config(self, word) -> dict:
+        """The config section of a masking mode's settings (``MODES[word].config_key``; {}: none)."""
+        section = self.config
+        for key in MODES[word].config_key:
+            section = section.get(key, {})
+        return section
 
     @functools.cache
     def study(self, name) -> Study:

@@ -5,8 +5,8 @@ Python, by headprune.studies.Pipeline; the input functions here only ask it.
 """
 import functools
 
-from snakemake.utils import validate
-
+from headprune.config_schema import validate
+from headprune.models.masking import MODES
 from headprune.studies import ROLES, Pipeline, penalty_name
 
 
@@ -18,7 +18,7 @@ if not config:
 
 
 
-validate(config, "schemas/config.schema.yaml")
+validate(config)  # rules/schemas/config.schema.yaml and what the masking modes declare
 PIPELINE = Pipeline(config)  # a config that cannot run stops here, before any job, naming its key
 
 DATA = PIPELINE.data_dir
@@ -28,6 +28,8 @@ ENV = "../envs/headprune.yaml"
 TRANSLATION = PIPELINE.translation_name
 STUDIES = PIPELINE.study_names
 DYNAMICS = PIPELINE.dynamics  # Figure 5's IWSLT model, or None
+MASKING_MODES = "|".join(MODES)  # the masking modes' words (headprune.models.masking, one class each)
+DATA_MODES = "|".join(word for word, mode in MODES.items() if mode.data)  # those with a head_constants file
 
 
 def study(wildcards):

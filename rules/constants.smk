@@ -12,7 +12,7 @@ rule head_constants:
         data=f"{RESULTS}/{{study}}/head_constants/{{mode}}.safetensors",
         summary=f"{RESULTS}/{{study}}/head_constants/{{mode}}.csv",
     wildcard_constraints:
-        mode="mean|optimal|resample",
+        mode=DATA_MODES,
     params:
         study=study_of,
         data=importance_params,

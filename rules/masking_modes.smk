@@ -10,7 +10,7 @@ rule masking_mode:
     output:
         f"{RESULTS}/{{study}}/masking_modes/{{mode}}.csv",
     wildcard_constraints:
-        mode="zero|uniform|streaming|mean|optimal|resample",
+        mode=MASKING_MODES,
     params:
         study=study_of,
         sweep=asks("masking_mode_params", wildcard="mode"),

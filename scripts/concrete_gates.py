@@ -36,7 +36,7 @@ with logged(snakemake) as log:
     settings = EvalSettings(**p["settings"])
     gates, training = train_gates(model, batches, penalty=p["penalty"], steps=p["steps"], lr=p["lr"],
                                   train_model=p["train_model"], model_lr=p["model_lr"], seed=p["seed"],
-                                  temperature=p["temperature"], device=device, masking=settings.mask)
+                                  temperature=p["temperature"], device=device, masking=settings.masking)
     log.info("train time %.2f s: %d steps on %d batches, penalty %g, %s", time.perf_counter() - started, p["steps"],
              len(batches), p["penalty"], "gates and model" if p["train_model"] else "gates only")
     heads = kept_heads_table(gates)
@@ -72,7 +72,7 @@ with logged(snakemake) as log:
     test = p["significance"]
     row = {"study": study["name"], "penalty": p["penalty"], "train_model": p["train_model"], "steps": p["steps"],
            "heads_total": len(every_head), "heads_kept": kept, "metric": evalset.metric,
-           "testset": p["eval"].get("name"), "masking": settings.masking, "score_full": full["score"],
+           "testset": p["eval"].get("name"), "masking": settings.masking.word, "score_full": full["score"],
            "score_concrete": gated["score"]}
     for attn_type, group in heads.groupby("attn_type", sort=False):
         row[f"kept_{attn_type}"] = int(group.kept.sum())

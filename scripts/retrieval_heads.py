@@ -41,7 +41,7 @@ with logged(snakemake) as log:
         started = time.perf_counter()
         scored = scored_variants(model, tokenizer, evalset, gates, eval_settings)
         log.info("%s: %d settings on %d items in %.2f s under %s masking", name, len(gates), len(evalset),
-                 time.perf_counter() - started, eval_settings.masking)
+                 time.perf_counter() - started, eval_settings.masking.word)
         test = {key: p["significance"][key] for key in ("resamples", "seed", "alpha")}
         results[name] = ([compare_to_full(evalset, scored[0], result, **test) for result in scored], evalset.metric)
     rows = []

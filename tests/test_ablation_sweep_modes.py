@@ -78,8 +78,7 @@ def test_worker_under_each_mode_scores_as_the_pipeline_and_the_data_are_not_the_
         job = bench.worker_study(bench.masked(study, mode, data))  # what run_worker hands the worker process
         report = bench.worker(job, heads, "cpu", 1, 100, 256, paired=True, scores=True)
         assert report["variants"] == len(heads) and report["a_here"] > 0
-        settings = EvalSettings(batch_size=100, **{key: job[key] for key in ("masking", "constants", "pool")
-                                                    if key in job})
+        settings = EvalSettings(batch_size=100, masking=job["masking"])
         direct = [score(evalset, run(model, tokenizer, evalset, gates_without(model, [parse_head_name(head)]),
                                      settings)) for head in heads]
         assert report["scores"] == pytest.approx(direct, rel=1e-5), mode

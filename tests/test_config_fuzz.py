@@ -61,10 +61,11 @@ import yaml
 import snakemake.utils
 from snakemake.exceptions import WorkflowError
 
+from headprune.config_schema import schema as full_schema
+from headprune.config_schema import validate
 from headprune.studies import ConfigError, Pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
-SCHEMA = str(ROOT / "rules" / "schemas" / "config.schema.yaml")
 EMPTY_FOLDER = tempfile.mkdtemp(prefix="headprune-fuzz-")
 CONFIGS = ["config.yaml", "demo/config.yaml", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "configs").glob("*.yaml"))]
 SEED = int(os.environ.get("HEADPRUNE_FUZZ_SEED", "34"))
@@ -114,7 +115,7 @@ class Verdict:
 def check(config) -> Verdict:
     config = plain(config)
     try:
-        snakemake.utils.validate(config, SCHEMA)
+        validate(config)
         with contextlib.chdir(EMPTY_FOLDER):  # local downloads are looked for here: a demo run in the checkout aside
             Pipeline(config)
     except (WorkflowError, ConfigError) as error:
@@ -633,7 +634,7 @@ def test_the_schemas_passkey_defaults_are_the_codes():
     tree = ast.parse((ROOT / "headprune" / "demo" / "models.py").read_text())
     code = next(ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
                 and any(getattr(target, "id", "") == "PASSKEY_DEFAULTS" for target in node.targets))
-    schema = yaml.safe_load(Path(SCHEMA).read_text())
+    schema = full_schema()
     passkey = schema["properties"]["demo"]["properties"]["language_model"]["properties"]["passkey"]["properties"]
     assert {key: spec["default"] for key, spec in passkey.items()} == code
 
@@ -641,7 +642,7 @@ def test_the_schemas_passkey_defaults_are_the_codes():
 def test_every_checksum_is_64_lowercase_hex_or_null(schema_parsed_once):
     """Every sha256 the schema takes is the one definition; every sha256 of the shipped configs (and one
     added where a config leaves it out) rejects what is not 64 lowercase hex characters, naming the key."""
-    schema = yaml.safe_load(Path(SCHEMA).read_text())
+    schema = full_schema()
     places = [path for path, value in walk(schema) if path and path[-1] == "sha256" and path[-2] == "properties"]
     assert len(places) >= 6
     for path in places:

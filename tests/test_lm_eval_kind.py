@@ -114,23 +114,23 @@ def test_a_metric_the_task_does_not_compute_stops_the_job_naming_the_task(task_y
 
 def demo_config():
     import yaml
-    from snakemake.utils import validate
+    from headprune.config_schema import validate
 
     config = yaml.safe_load((ROOT / "demo/config.yaml").read_text())
-    validate(config, str(ROOT / "rules/schemas/config.schema.yaml"))
+    validate(config)
     return config
 
 
 def with_entry(**entry):
     import yaml
-    from snakemake.utils import validate
+    from headprune.config_schema import validate
 
     config = yaml.safe_load((ROOT / "demo/config.yaml").read_text())
     config["models"]["judged"] = {"kind": "lm_eval", "model": "tiny_llama", "task": "hellaswag", "metric": "acc_norm",
                                   **entry}
     config["models"]["judged"] = {key: value for key, value in config["models"]["judged"].items() if value is not None}
     config["experiments"]["ablation"].append("judged")
-    validate(config, str(ROOT / "rules/schemas/config.schema.yaml"))
+    validate(config)
     return Pipeline(config)
 
 

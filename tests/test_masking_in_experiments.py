@@ -54,10 +54,10 @@ def data(llama, tmp_path_factory):
 @pytest.mark.parametrize("word", ["mean", "resample", "uniform"])
 def test_a_modes_batched_variants_equal_each_setting_alone(llama, data, word):
     files = {"mean": {"constants": str(data / "mean.safetensors")}, "resample": {"pool": str(data / "resample.safetensors"),
-                                                                               "resample_seed": 3, "draw": 1}}
-    settings = EvalSettings(masking=word, **files.get(word, {}))
-    masking = settings.mask
-    assert isinstance(masking, {"mean": Mean, "resample": Resample, "uniform": str}[word])
+                                                                               "seed": 3, "draw": 1}}
+    settings = EvalSettings(masking={"word": word, **files.get(word, {})})
+    masking = settings.masking
+    assert isinstance(masking, {"mean": Mean, "resample": Resample, "uniform": Uniform}[word])
     assert replays_head_outputs(masking) == (word == "mean")  # resample reads positions: its layer runs
     batches = window_batches(windows(2), 3)
     gates_list = [None] + [gates_without(llama, [("dec_self", layer, head)]) for layer, head in
@@ -74,13 +74,16 @@ def test_a_mode_that_needs_data_says_which_file(llama, data):
     with pytest.raises(ValueError, match="optimal masking needs its constants file"):
         EvalSettings(masking="optimal")
     with pytest.raises(ValueError, match="resample masking needs its pool file"):
-        EvalSettings(masking="resample", constants=str(data / "mean.safetensors"))
+        EvalSettings(masking={"word": "resample", "seed": 0})
+    with pytest.raises(ValueError, match=r"resample masking takes \['pool', 'seed', 'draw', 'draws'\], not \['constants'\]"):
+        EvalSettings(masking={"word": "resample", "pool": str(data / "resample.safetensors"),
+                              "constants": str(data / "mean.safetensors")})
     # the file is read once per process, whichever job's settings name it
-    a = EvalSettings(masking="mean", constants=str(data / "mean.safetensors")).mask
-    b = EvalSettings(masking="mean", constants=str(data / "mean.safetensors"), batch_size=3).mask
-    assert isinstance(a, Mean) and a is b
+    a = EvalSettings(masking={"word": "mean", "constants": str(data / "mean.safetensors")}).masking
+    b = EvalSettings(masking={"word": "mean", "constants": str(data / "mean.safetensors")}, batch_size=3).masking
+    assert isinstance(a, Mean) and a.head_constants is b.head_constants
     with pytest.raises(ValueError, match="Optimal masking takes optimal constants; these are 'mean'"):
-        EvalSettings(masking="optimal", constants=str(data / "mean.safetensors")).mask  # noqa: B018
+        EvalSettings(masking={"word": "optimal", "constants": str(data / "mean.safetensors")}).masking.head_constants
     assert not replays_head_outputs(Uniform())
 
 
@@ -102,8 +105,9 @@ def test_resample_draws_average_every_experiments_score_and_test_the_first_draw(
     chunks = windows(4)
     evalset = EvalSet("language_modeling", chunks, chunks, "perplexity")
     pool_file = str(data / "resample.safetensors")
-    settings = EvalSettings(masking="resample", pool=pool_file, resample_seed=3, draws=2, batch_size=4, progress=False)
-    assert [(s.draw, s.draws) for s in draw_settings(settings)] == [(0, 1), (1, 1)]
+    settings = EvalSettings(masking={"word": "resample", "pool": pool_file, "seed": 3, "draws": 2}, batch_size=4,
+                            progress=False)
+    assert [(s.masking.draw, s.masking.draws) for s in draw_settings(settings)] == [(0, 1), (1, 1)]
     pool = ResamplePool.load(pool_file)
     batches = window_batches(chunks, 4)
     off = [("dec_self", 1, 4), ("dec_self", 2, 0)]
@@ -118,8 +122,8 @@ def test_resample_draws_average_every_experiments_score_and_test_the_first_draw(
         assert [s for s, _ in result["outputs"]] == pytest.approx(
             [s for s, _ in nll_alone(llama, batches, gates, Resample(pool, 3, 0))], rel=1e-5)
     # one draw: the first draw's score, as before
-    single = scored_variants(llama, None, evalset, gates_list, EvalSettings(masking="resample", pool=pool_file,
-                                                                          resample_seed=3, batch_size=4, progress=False))
+    single = scored_variants(llama, None, evalset, gates_list, EvalSettings(masking=Resample(pool_file, 3),
+                                                                          batch_size=4, progress=False))
     assert [r["score"] for r in single] == pytest.approx([first for first, _ in by_hand], rel=1e-5)
     # the experiments reach it: single-head ablation (delta from the mean) and a pruning curve
     table = single_head_sweep(llama, None, evalset, settings, heads=off[:1], resamples=50)
@@ -127,8 +131,8 @@ def test_resample_draws_average_every_experiments_score_and_test_the_first_draw(
     assert table["delta"].iloc[0] == pytest.approx(sum(by_hand[1]) / 2 - sum(by_hand[0]) / 2, rel=1e-4)
     curve, _ = pruning_tables(llama, None, evalset, {"order": off}, step_percent=50, settings=settings)
     assert curve["score"].tolist() == pytest.approx([sum(pair) / 2 for pair in by_hand], rel=1e-5)
-    with pytest.raises(ValueError, match="draws must be an int >= 1"):
-        EvalSettings(draws=0)
+    with pytest.raises(ValueError, match="Resample.draws must be an int >= 1"):
+        Resample(pool_file, draws=0)
 
 
 def test_a_configs_resample_draws_reach_the_experiments_settings_not_the_donors_job():
@@ -136,7 +140,7 @@ def test_a_configs_resample_draws_reach_the_experiments_settings_not_the_donors_
 
     pipeline = demo_pipeline(tiny_llama="resample")
     lm = pipeline.study("tiny_llama")
-    assert "draws" not in lm.ablation_eval_params(lm.ablation_jobs[0])["settings"]  # one draw: settings as they were
+    assert "draws" not in lm.ablation_eval_params(lm.ablation_jobs[0])["settings"]["masking"]  # one draw: settings as they were
     root = __import__("pathlib").Path(__file__).resolve().parents[1]
     config = yaml.safe_load((root / "demo/config.yaml").read_text())
     config["models"]["tiny_llama"]["masking"] = "resample"
@@ -145,7 +149,7 @@ def test_a_configs_resample_draws_reach_the_experiments_settings_not_the_donors_
     lm = pipeline.study("tiny_llama")
     for settings in (lm.ablation_eval_params(lm.ablation_jobs[0])["settings"], lm.pruning_params("importance")["settings"],
                      lm.one_head_params(lm.one_head_jobs[0])["settings"], lm.masking_mode_params("resample")["settings"]):
-        assert settings["draws"] == 3 and EvalSettings(**settings).draws == 3
+        assert settings["masking"]["draws"] == 3 and EvalSettings(**settings).masking.draws == 3
     assert lm.head_constants_params("resample") == {"mode": "resample", "items": 64, "seed": 0}
 
 
@@ -157,7 +161,7 @@ def test_the_mode_sweep_reduces_each_layer_to_its_best_head_under_the_mode(llama
     from headprune.models.head_constants import HeadConstants
 
     selection, test = (EvalSet("language_modeling", chunks, chunks, "perplexity") for chunks in (windows(5), windows(6)))
-    settings = EvalSettings(masking="mean", constants=str(data / "mean.safetensors"), batch_size=3, progress=False)
+    settings = EvalSettings(masking=Mean(str(data / "mean.safetensors")), batch_size=3, progress=False)
     mean = Mean(HeadConstants.load(data / "mean.safetensors"))
     table = mode_sweep(llama, None, test, settings, all_heads(llama), mode="mean", study="lm", step_percent=50,
                        resamples=50, seed=0, alpha=0.01, one_head=(selection, test))
@@ -195,12 +199,12 @@ def demo_pipeline(**maskings):
 
 
 def validated_pipeline(config):
-    from snakemake.utils import validate
+    from headprune.config_schema import validate
 
     from headprune.studies import Pipeline
 
     root = __import__("pathlib").Path(__file__).resolve().parents[1]
-    validate(config, str(root / "rules/schemas/config.schema.yaml"))
+    validate(config)
     return Pipeline(config)
 
 
@@ -209,15 +213,15 @@ def test_a_study_masked_by_a_constant_reads_its_importance_datas_file():
     results = pipeline.results_dir
     lm, roberta, niah = (pipeline.study(name) for name in ("tiny_llama", "roberta_mnli", "tiny_llama_niah"))
     settings = lm.ablation_eval_params(lm.ablation_jobs[0])["settings"]
-    assert settings["masking"] == "mean"
-    assert settings["constants"] == f"{results}/tiny_llama/head_constants/mean.safetensors"
-    assert EvalSettings(**settings).masking == "mean"  # what the job builds its settings from
-    assert roberta.pruning_params("importance")["settings"]["constants"] == \
+    assert settings["masking"] == {"word": "mean", "constants": f"{results}/tiny_llama/head_constants/mean.safetensors"}
+    built = EvalSettings(**settings).masking  # what the job builds its settings from (the file read when used)
+    assert isinstance(built, Mean) and built.constants == settings["masking"]["constants"]
+    assert roberta.pruning_params("importance")["settings"]["masking"]["constants"] == \
         f"{results}/roberta_mnli/head_constants/optimal.safetensors"
     # a retrieval study's I_h is its language model's: so are its donors (from the model's importance windows)
     niah_settings = niah.one_head_params(niah.one_head_jobs[0])["settings"]
-    assert niah_settings["pool"] == f"{results}/tiny_llama/head_constants/resample.safetensors"
-    assert niah_settings["resample_seed"] == 0
+    assert niah_settings["masking"] == {"word": "resample", "pool": f"{results}/tiny_llama/head_constants/resample.safetensors",
+                                        "seed": 0}
     assert lm.head_constants_params("optimal") == {"mode": "optimal", "steps": 50, "lr": 0.05, "repeats": 1, "seed": 0}
     assert pipeline.study("mnli").masking_data("zero") == []
 
@@ -269,9 +273,9 @@ def test_voitas_gates_take_the_studys_masking_and_refuse_the_0_1_modes():
     config["concrete"]["masking"] = "mean"
     pipeline = validated_pipeline(config)
     settings = pipeline.study("demo_en_fr").concrete_params(0.05)["settings"]
-    assert settings["masking"] == "mean"
-    assert settings["constants"] == f"{results}/demo_en_fr/head_constants/mean.safetensors"
-    assert pipeline.study("demo_en_fr").experiment_masking_data("concrete") == [settings["constants"]]
+    assert settings["masking"]["word"] == "mean"
+    assert settings["masking"]["constants"] == f"{results}/demo_en_fr/head_constants/mean.safetensors"
+    assert pipeline.study("demo_en_fr").experiment_masking_data("concrete") == [settings["masking"]["constants"]]
     for key, change in (("concrete.masking", lambda c: c["concrete"].update(masking="uniform")),
                         ("models.tiny_llama.masking", lambda c: (c["experiments"]["concrete"].append("tiny_llama"),
                                                                  c["models"]["tiny_llama"].update(masking="streaming")))):
@@ -294,7 +298,7 @@ def test_wu_et_als_experiment_masks_as_the_config_says():
     for name in ("tiny_llama_niah", "tiny_llama_passkey"):
         study = pipeline.study(name)
         for score in study.retrieval_heads_params()["scores"]:
-            assert score["settings"]["masking"] == "resample" and score["settings"]["draws"] == 2
+            assert score["settings"]["masking"]["word"] == "resample" and score["settings"]["masking"]["draws"] == 2
             assert score["settings"]["pool"] in study.retrieval_heads_inputs()["masking"]
     pool = f"{pipeline.results_dir}/tiny_llama/head_constants/resample.safetensors"
     assert pipeline.study("tiny_llama_niah").retrieval_heads_inputs()["masking"] == [pool]
@@ -364,7 +368,7 @@ def test_the_demo_compares_its_language_model_under_four_modes():
     study = pipeline.study("tiny_llama")
     assert study.masking_modes == ["zero", "mean", "optimal", "resample"]
     params = study.masking_mode_params("optimal")
-    assert params["settings"]["constants"].endswith("tiny_llama/head_constants/optimal.safetensors")
+    assert params["settings"]["masking"]["constants"].endswith("tiny_llama/head_constants/optimal.safetensors")
     assert study.masking_mode_inputs("zero")["masking"] == []
     assert f"{pipeline.figures_dir}/tiny_llama/masking_modes_summary.csv" in pipeline.targets()
     assert len(pipeline.scorecard_inputs()["masking_modes"]) == 4

@@ -41,6 +41,62 @@ def logits(model, batch, gates=None, masking="zero"):
 
 # --- The modes and their words ---------------------------------------------------------------------------------
 
+def test_a_new_mode_is_one_class(monkeypatch):
+    """Adding a mode is its class: registered by its word, it is a config word (the schema takes it and its
+    settings, defaults filled in), a study's jobs carry it with its settings, EvalSettings builds it, and gated
+    runs it; here a mode whose masked head puts out ``factor`` times its output, checked against zero masking with
+    the gate ``factor`` (the same algebra: g o_h + (1 - g) factor o_h at gate 0 is factor o_h)."""
+    from dataclasses import dataclass
+    from typing import ClassVar
+
+    import yaml
+
+    from headprune import config_schema
+    from headprune.experiments.runs import EvalSettings
+    from headprune.models.masking import _OutputMasking
+    from headprune.studies import Pipeline
+    from test_masking_in_experiments import demo_config
+
+    @dataclass(frozen=True)
+    class Scaled(_OutputMasking):
+        factor: float
+        word: ClassVar[str] = "scaled"
+        config_key: ClassVar[tuple] = ("scaled",)
+        config_schema: ClassVar[dict] = {"properties": {"factor": {"type": "number", "minimum": 0, "default": 0.5}}}
+
+        @classmethod
+        def settings_from_config(cls, section):
+            return {"factor": section["factor"]}
+
+        def replacement(self, site, per_head, state):
+            return per_head * self.factor
+
+    monkeypatch.setitem(MODES, "scaled", Scaled)
+    monkeypatch.setattr(config_schema, "_schema", config_schema._schema.__wrapped__)  # not the cached schema
+    schema = config_schema.schema()
+    assert "scaled" in schema["definitions"]["masking"]["enum"]
+    config = demo_config()
+    config["models"]["tiny_llama"]["masking"] = "scaled"
+    config_schema.validate(config)
+    assert config["scaled"] == {"factor": 0.5}  # its default, from its class
+    config["scaled"] = {"factor": -1}
+    with pytest.raises(Exception, match="-1 is less than the minimum of 0"):
+        config_schema.validate(yaml.safe_load(yaml.safe_dump(config)))
+    config["scaled"] = {"factor": 0.25}
+    lm = Pipeline(config).study("tiny_llama")
+    settings = lm.ablation_eval_params(lm.ablation_jobs[0])["settings"]
+    assert settings["masking"] == {"word": "scaled", "factor": 0.25}
+    assert EvalSettings(**settings).masking == Scaled(0.25)
+    model, batch = build("llama")
+    gates = full_gates(model)
+    gates["dec_self"][1, 2] = 0.0
+    quarter = full_gates(model)
+    quarter["dec_self"][1, 2] = 0.25
+    assert torch.allclose(logits(model, batch, gates, Scaled(0.25)), logits(model, batch, quarter), atol=1e-6)
+    assert not torch.allclose(logits(model, batch, gates, Scaled(0.25)), logits(model, batch, gates), atol=1e-4)
+
+
+
 def test_six_modes_by_word():
     assert MASKING_WORDS == ("zero", "uniform", "streaming", "mean", "optimal", "resample")
     assert [MODES[w] for w in MASKING_WORDS] == [Zero, Uniform, Streaming, Mean, Optimal, Resample]

@@ -212,11 +212,11 @@ def demo_config(**ablation):
 
 
 def pipeline_of(config):
-    from snakemake.utils import validate
+    from headprune.config_schema import validate
 
     from headprune.studies import Pipeline
 
-    validate(config, str(ROOT / "rules/schemas/config.schema.yaml"))
+    validate(config)
     return Pipeline(config)
 
 

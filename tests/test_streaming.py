@@ -375,7 +375,7 @@ def test_run_variants_passes_the_streaming_window():
     chunks = torch.randint(3, 40, (3, LENGTH), generator=g).tolist()
     evalset = EvalSet(kind="language_modeling", references=chunks, sources=chunks, metric="perplexity")
     gates_list = [gates_without(model, [(T, 0, 1), (T, 1, 3)]), full_gates(model, 0.0)]
-    settings = EvalSettings(batch_size=2, masking="streaming", sink=1, recent=4)
+    settings = EvalSettings(batch_size=2, masking={"word": "streaming", "sink": 1, "recent": 4})
     streamed = run_variants(model, None, evalset, gates_list, settings)
     zeroed = run_variants(model, None, evalset, gates_list, EvalSettings(batch_size=2))
     ids = on_test_device(torch.tensor(chunks))
@@ -390,14 +390,19 @@ def test_run_variants_passes_the_streaming_window():
 
 
 def test_eval_settings_streaming():
-    assert EvalSettings().mask == "zero"
-    assert EvalSettings(masking="uniform").mask == "uniform"
-    assert EvalSettings(masking="streaming").mask == Streaming(4, 64)
-    assert EvalSettings(masking="streaming", sink=0, recent=8).mask == Streaming(0, 8)
-    assert EvalSettings(masking="zero", sink=-3).mask == "zero"  # sink and recent serve streaming only
+    from headprune.models.masking import Uniform, Zero
+
+    assert EvalSettings().masking == Zero()
+    assert EvalSettings(masking="uniform").masking == Uniform()
+    assert EvalSettings(masking=Streaming(4, 64)).masking == Streaming(4, 64)
+    assert EvalSettings(masking={"word": "streaming", "sink": 0, "recent": 8}).masking == Streaming(0, 8)
+    with pytest.raises(ValueError, match="streaming masking needs its sink and recent"):
+        EvalSettings(masking="streaming")  # the window has no default outside the config
+    with pytest.raises(ValueError, match="zero masking takes no settings, not \\['sink'\\]"):
+        EvalSettings(masking={"word": "zero", "sink": 3})
     with pytest.raises(ValueError, match="masking must be one of"):
         EvalSettings(masking="sliding")
-    with pytest.raises(ValueError, match="recent must be an int >= 1"):
-        EvalSettings(masking="streaming", recent=0)
-    with pytest.raises(ValueError, match="sink must be an int >= 0"):
-        EvalSettings(masking="streaming", sink=-1)
+    with pytest.raises(ValueError, match="recent must be >= 1"):
+        EvalSettings(masking={"word": "streaming", "sink": 4, "recent": 0})
+    with pytest.raises(ValueError, match="sink must be >= 0"):
+        EvalSettings(masking={"word": "streaming", "sink": -1, "recent": 4})

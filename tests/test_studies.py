@@ -6,17 +6,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-from snakemake.utils import validate
+from headprune.config_schema import validate
 
 from headprune.studies import ConfigError, Pipeline, chunk_items, chunks, penalty_name
 
 ROOT = Path(__file__).resolve().parents[1]
-SCHEMA = str(ROOT / "rules" / "schemas" / "config.schema.yaml")
 
 
 def validated(path):
     config = yaml.safe_load((ROOT / path).read_text())
-    validate(config, SCHEMA)
+    validate(config)
     return config
 
 
@@ -121,7 +120,7 @@ def test_a_glue_tasks_own_finetune_settings():
     config = copy.deepcopy(validated("demo/config.yaml"))
     config["glue"]["mnli"]["finetune"] = {"epochs": 2, "lr": 5.0e-4}
     config["models"]["roberta_mnli"]["finetune"] = {"epochs": 3}
-    validate(config, SCHEMA)
+    validate(config)
     pipeline = Pipeline(config)
     base = config["bert"]["finetune"]
     mnli, roberta, sst2 = (pipeline.study(name).finetune_params() for name in ("mnli", "roberta_mnli", "sst2"))
@@ -131,7 +130,7 @@ def test_a_glue_tasks_own_finetune_settings():
     assert "finetune" not in pipeline.glue_task_spec("mnli")
     config["glue"]["mnli"]["finetune"] = {"epochs": 2, "optimizer": "sgd"}
     with pytest.raises(Exception, match="optimizer"):
-        validate(config, SCHEMA)
+        validate(config)
 
 
 def test_the_demos_bundled_jobs(demo):
@@ -177,7 +176,7 @@ def test_a_retrieval_study_scores_its_language_model(demo):
 def test_streaming_masking_of_one_study(demo):
     streaming = demo.study("tiny_llama_streaming")
     settings = streaming.ablation_eval_params(streaming.ablation_jobs[0])["settings"]
-    assert (settings["masking"], settings["sink"], settings["recent"]) == ("streaming", 4, 16)
+    assert settings["masking"] == {"word": "streaming", "sink": 4, "recent": 16}
     # the other studies keep the experiment's masking, and no streaming keys
     assert "sink" not in demo.study("tiny_llama").ablation_eval_params(demo.study("tiny_llama").ablation_jobs[0])["settings"]
 

@@ -12,10 +12,9 @@ them for several gate settings in one pass.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import random
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -24,7 +23,7 @@ from headprune.experiments import metrics
 # Below the kinds of score, which build evaluation sets; still importable from here.
 from headprune.experiments.evalset import EvalSet  # noqa: F401
 from headprune.experiments.kinds import kind_of
-from headprune.models.masking_words import DATA_FILE, MASKING_WORDS
+from headprune.models.masking import as_mode
 
 if TYPE_CHECKING:  # tables are read by the scripts; an evaluation job need not import pandas (0.4 s)
     import pandas as pd
@@ -85,7 +84,7 @@ class EvalSettings:
     """How a set is evaluated: batch sizes, beam and BLEU variant, how a switched-off head is masked.
 
     >>> EvalSettings(batch_size=8, masking="uniform").masking
-    'uniform'
+    Uniform()
     """
 
     batch_size: int = 64
@@ -99,62 +98,14 @@ class EvalSettings:
     # Several gate settings share one forward or generate() up to this many (setting, item) rows;
     # batch_size alone decides which items share a batch, so the outputs do not depend on it.
     variant_batch_size: int = 256
-    # How a gate of 0 masks a head (headprune.models.masking, one class a mode): "zero" zeroes its output (the
-    # paper's xi_h = 0), "uniform" makes its attention uniform over the keys it may attend to, "streaming" lets
-    # it attend only to the first `sink` and the last `recent` tokens (DuoAttention's streaming heads), "mean"
-    # and "optimal" put a constant in its output's place (`constants`: the study's file of them), "resample"
-    # its output at a token of another item (`pool`: the study's donors; `resample_seed`, `draw`; `draws`: how many
-    # draws, draw .. draw + draws - 1, each a masking of its own, whose scores ``scored_variants`` averages).
-    masking: str = "zero"
-    sink: int = 4  # streaming only
-    recent: int = 64  # streaming only
-    constants: str | None = None  # mean and optimal only: a HeadConstants file (safetensors)
-    pool: str | None = None  # resample only: a ResamplePool file (safetensors)
-    resample_seed: int = 0  # resample only
-    draw: int = 0  # resample only: the (first) draw of donors
-    draws: int = 1  # resample only: draws averaged (scored_variants)
+    # How a gate of 0 masks a head: a mode of headprune.models.masking (Zero(), the paper's, Uniform(),
+    # Streaming(sink, recent), Mean(constants), Optimal(constants), Resample(pool, seed, draw, draws)), given as
+    # the object, a word that needs nothing more ("zero", "uniform") or a job's params {"word": ..., its fields}.
+    masking: object = "zero"
     max_new_tokens: int = 32  # retrieval: the longest answer generated (greedy)
 
     def __post_init__(self):
-        # headprune.models.masking.NEEDS, without importing torch
-        if self.masking not in MASKING_WORDS:
-            raise ValueError(f"masking must be one of {MASKING_WORDS}, got {self.masking!r}")
-        if self.masking == "streaming":
-            for name, least in (("sink", 0), ("recent", 1)):
-                value = getattr(self, name)
-                if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                    raise ValueError(f"{name} must be an int >= {least} for streaming masking, got {value!r}")
-        if isinstance(self.draws, bool) or not isinstance(self.draws, int) or self.draws < 1:
-            raise ValueError(f"draws must be an int >= 1 (resample draws averaged), got {self.draws!r}")
-        needed = DATA_FILE.get(self.masking)
-        if needed and not getattr(self, needed):
-            raise ValueError(f"{self.masking} masking needs its {needed} file ({needed}=...)")
-
-    @property
-    def mask(self):
-        """What ``headprune.models.heads.gated`` takes as ``masking``: "zero" or "uniform", or the mode object
-        (``headprune.models.masking.masking_for``) with its window, constants or donors, read once."""
-        if self.masking in ("zero", "uniform"):
-            return self.masking
-        return _masking(self.masking, self.sink, self.recent, self.constants, self.pool, self.resample_seed, self.draw)
-
-
-@functools.lru_cache(maxsize=8)
-def _masking(word, sink, recent, constants, pool, seed, draw):
-    from headprune.models.masking import masking_for
-
-    needed = DATA_FILE.get(word)  # only the file the mode reads
-    constants = _read(needed, constants) if needed == "constants" else None
-    pool = _read(needed, pool) if needed == "pool" else None
-    return masking_for(word, sink=sink, recent=recent, constants=constants, pool=pool, seed=seed, draw=draw)
-
-
-@functools.lru_cache(maxsize=4)
-def _read(kind, path):
-    """A file of constants or donors, read once per process (each resample draw is a masking of its own)."""
-    from headprune.models.head_constants import HeadConstants, ResamplePool
-
-    return (HeadConstants if kind == "constants" else ResamplePool).load(path)
+        self.masking = as_mode(self.masking)
 
 
 def run_variants(model, tokenizer, evalset: EvalSet, gates_list: list,
@@ -164,15 +115,12 @@ def run_variants(model, tokenizer, evalset: EvalSet, gates_list: list,
 
 
 def draw_settings(settings: EvalSettings) -> list[EvalSettings]:
-    """The settings of each resample draw whose scores are averaged: ``settings`` itself, and under resample
-    masking with ``draws`` K > 1 the same with ``draw`` = d, d + 1, ..., d + K - 1 (d = settings.draw).
-
-    >>> [s.draw for s in draw_settings(EvalSettings(masking="resample", pool="p.safetensors", draws=3))]
-    [0, 1, 2]
-    """
-    if settings.masking != "resample" or settings.draws == 1:
+    """The settings of each draw whose scores are averaged: ``settings`` itself, or one per masking of the mode's
+    ``each_draw`` (resample masking with ``draws`` K > 1: draws d, d + 1, ..., d + K - 1)."""
+    draws = settings.masking.each_draw()
+    if len(draws) == 1:
         return [settings]
-    return [dataclasses.replace(settings, draw=settings.draw + k, draws=1) for k in range(settings.draws)]
+    return [dataclasses.replace(settings, masking=masking) for masking in draws]
 
 
 def switches_nothing_off(gates) -> bool:

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from headprune.experiments.runs import EvalSet, EvalSettings, HeadId, all_heads, gates_without, scored_variants
+from headprune.models.masking import MODES
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -48,7 +49,7 @@ STRATEGIES = ("exhaustive", "screened")
 SCREENS = ("first_order", "fisher", "importance", "exact")
 GRADIENT_SCREENS = ("first_order", "fisher", "importance")  # one forward + backward pass per batch, all three
 # masking modes whose switched-off head is g o_h + (1 - g) c_h: the gradient screens are their first-order terms
-GRADIENT_MASKINGS = ("zero", "mean", "optimal")
+GRADIENT_MASKINGS = tuple(word for word, mode in MODES.items() if mode.constant_output)
 VERIFIED, SAMPLED, SCREENED, EXHAUSTIVE = "verified", "sampled", "screened", "exhaustive"
 KEY = ["attn_type", "layer", "head"]
 # ablation.screen's defaults (rules/schemas/config.schema.yaml says the same)
@@ -136,10 +137,10 @@ def screen_study(model, tokenizer, params: dict, batches=None, screen_set: EvalS
     if method == "exact":
         scores = exact_screen(model, tokenizer, screen_set, settings)
     else:
-        if settings.masking not in GRADIENT_MASKINGS:
-            raise ValueError(f"ablation.screen.method {method} needs zero, mean or optimal masking, not "
-                             f"{settings.masking}")
-        constants = settings.mask.constants if settings.masking in ("mean", "optimal") else None
+        if not settings.masking.constant_output:
+            raise ValueError(f"ablation.screen.method {method} needs a masking that puts a constant in a head's "
+                             f"place ({', '.join(GRADIENT_MASKINGS)}), not {settings.masking.word}")
+        constants = getattr(settings.masking, "head_constants", None)
         scores = gradient_screens(model, batches(), constants=constants)
     n = len(scores)
     top_k = head_count(params["top_k"], n)

@@ -161,9 +161,9 @@ def replays_head_outputs(masking) -> bool:
     """Whether a variant may replay its first masked layer's head outputs from the full model's pass: the masking
     changes the output projection's input alone and by the gates alone (zero, mean, optimal: a constant); a
     masking inside the attention (uniform, streaming) or one that reads positions (resample) runs that layer."""
-    from headprune.models.masking import Constant, Zero
+    from headprune.models.masking import as_masking
 
-    return masking == "zero" or isinstance(masking, (Zero, Constant))
+    return as_masking(masking).constant_output
 
 
 def what_to_record(stack: nn.ModuleList, heads: list | None, masked: list[int]):

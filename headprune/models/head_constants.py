@@ -265,6 +265,13 @@ class ResamplePool:
                                                         "meta": json.dumps(self.meta, sort_keys=True)})
         return Path(path)
 
+    def summary(self):
+        """One row per stream: stream, tokens recorded, longest (the longest item's length)."""
+        import pandas as pd
+
+        return pd.DataFrame([{"stream": stream, "tokens": len(positions), "longest": int(positions.max()) + 1}
+                             for stream, positions in self.positions.items()])
+
     @classmethod
     def load(cls, path) -> ResamplePool:
         from safetensors import safe_open

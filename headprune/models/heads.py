@@ -27,14 +27,6 @@ from headprune.models.attention_types import ATTENTION_TYPES, DEC_SELF, ENC_DEC,
 from headprune.models.sites import (AttentionSite, HeadAdapter, HeadCapture, _batch_major, _causal,  # noqa: F401
                                     _gate_per_row, _site_gate)
 
-# How a gate of 0 masks a head (headprune.models.masking, one class per mode): "zero" multiplies its output
-# by the gate (the paper's xi_h, any real gate), "uniform" gives it uniform attention over its allowed keys;
-# the other modes are objects that carry their data: Streaming(sink, recent), Mean(constants),
-# Optimal(constants), Resample(pool, seed, draw).
-ZERO, UNIFORM, STREAMING = "zero", "uniform", "streaming"
-MASKINGS = (ZERO, UNIFORM)  # the plain-string maskings gated takes
-
-
 def adapter_for(model) -> HeadAdapter:
     """The head adapter of the model's family (``headprune.models.families``: one file per family)."""
     from headprune.models.families import adapter_for_model  # imported when first asked: the families load transformers code

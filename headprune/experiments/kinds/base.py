@@ -79,10 +79,10 @@ class Kind:
         """The files a job reads to evaluate on ``roles``."""
         raise NotImplementedError
 
-    def eval_settings(self, study, bleu: str, masking: str, rows: int, masking_data: dict) -> dict:
-        """How the model is evaluated (``headprune.experiments.runs.EvalSettings``'s fields); ``masking_data``: what
-        the masking mode reads (the streaming window, a file of constants or donors)."""
-        return {"batch_size": study.entry["batch_size"], "masking": masking, "variant_batch_size": rows, **masking_data}
+    def eval_settings(self, study, bleu: str, masking: dict, rows: int) -> dict:
+        """How the model is evaluated (``headprune.experiments.runs.EvalSettings``'s fields); ``masking``: the
+        mode's word, or with its fields {"word": ..., the streaming window, the file of constants or donors}."""
+        return {"batch_size": study.entry["batch_size"], "masking": masking, "variant_batch_size": rows}
 
     def importance_study(self, study):
         """The study whose importance.csv ranks this study's heads: its own, or its language model's."""

@@ -29,7 +29,7 @@ class Kind(base.Kind):
 
         return window_nll_variants(model, window_batches(evalset.sources, settings.batch_size), gates_list,
                                    variant_batch_size=settings.variant_batch_size, progress=settings.progress,
-                                   masking=settings.mask)
+                                   masking=settings.masking)
 
     def score(self, evalset, outputs, bleu="detokenized"):
         from headprune.experiments.perplexity import perplexity

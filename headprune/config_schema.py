@@ -1,0 +1,64 @@
+"""The config's JSON schema: rules/schemas/config.schema.yaml plus what the masking modes own.
+
+A masking mode (``headprune.models.masking``, one class each) declares its config word and its settings' schema
+(``config_key``, ``config_schema``); the schema file says neither, so adding a mode is its class alone. ``schema()``
+merges them in; ``validate(config)`` checks a config against it and fills in the defaults, as Snakemake's
+``validate`` does (rules/common.smk and ``Pipeline.from_file`` call it).
+"""
+from __future__ import annotations
+
+import copy
+import functools
+from pathlib import Path
+
+from headprune.models.masking import MODES
+
+SCHEMA_FILE = Path(__file__).resolve().parents[1] / "rules" / "schemas" / "config.schema.yaml"
+
+
+@functools.cache
+def _schema(path: str) -> dict:
+    import yaml
+
+    schema = yaml.safe_load(Path(path).read_text())
+    schema["definitions"]["masking"]["enum"] = list(MODES)
+    for word, mode in MODES.items():
+        if not mode.config_key:
+            continue
+        where = schema
+        for key in mode.config_key:  # a missing section is an object with defaults, as the file writes them
+            where = where.setdefault("properties", {}).setdefault(
+                key, {"type": "object", "additionalProperties": False, "default": {}})
+        if "properties" in where:
+            raise ValueError(f"{path} describes {'.'.join(mode.config_key)}, which masking mode '{word}' owns "
+                             f"(headprune.models.masking.{mode.__name__}.config_schema)")
+        where.update(copy.deepcopy(mode.config_schema))
+    return schema
+
+
+def schema(path: str | Path = SCHEMA_FILE) -> dict:
+    """The config's schema (a fresh copy: validation writes defaults into the config, not into it)."""
+    return copy.deepcopy(_schema(str(path)))
+
+
+def validate(config: dict, path: str | Path = SCHEMA_FILE) -> dict:
+    """Check ``config`` against the schema and fill in its defaults (in place); a WorkflowError names the key."""
+    from jsonschema import Draft202012Validator, ValidationError, validators
+
+    full = schema(path)
+    check_properties = Draft202012Validator.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, subschema):
+        for name, property_schema in properties.items():
+            if "default" in property_schema and isinstance(instance, dict):
+                instance.setdefault(name, copy.deepcopy(property_schema["default"]))
+        yield from check_properties(validator, properties, instance, subschema)
+
+    with_defaults = validators.extend(Draft202012Validator, {"properties": set_defaults})
+    try:
+        with_defaults(full).validate(config)
+    except ValidationError as error:
+        from snakemake.exceptions import WorkflowError
+
+        raise WorkflowError(f"Error validating config file ({path}).", error) from None
+    return config

@@ -1,0 +1,323 @@
+"""The hook machinery the masking modes (``headprune.models.masking``, one class each) put on a model.
+
+Kept apart from the mode classes so that those, their config words and their registry import without torch:
+the output projection's pre-hook that gates (and captures) head outputs, the query gate of uniform masking, the
+decoder positions resample masking reads, and the per-head attention mask of streaming masking (its window).
+"""
+from __future__ import annotations
+
+import inspect
+
+import torch
+from torch import nn
+
+from headprune.models.remote.headprune_decoder import backend_of
+from headprune.models.sites import AttentionSite, HeadCapture, _batch_major, _gate_per_row, _site_gate
+
+# Attention backends that take a per-head (batch, heads, queries, keys) mask as it is.
+STREAMING_BACKENDS = ("eager", "sdpa")
+
+
+# --- Output modes: the output projection's pre-hook ---------------------------------------------------------
+
+def install_output_hooks(handles: list, sites: list[AttentionSite], gates, capture: HeadCapture | None, state: dict,
+                         replacement) -> None:
+    """A pre-hook on each site's output projection: a head with gate g puts out g * o_h + (1 - g) * r_h,
+    ``replacement(site, per_head, state)`` giving r_h (None: zeros); with ``capture``, o_h and its gradient."""
+    for site in sites:
+        handles.append(site.output.register_forward_pre_hook(_output_hook(site, gates, capture, state, replacement)))
+
+
+def _output_hook(site: AttentionSite, gates, capture: HeadCapture | None, state: dict, replacement):
+    def hook(module, args):
+        (x, *rest) = args
+        per_head = x.unflatten(-1, (site.num_heads, site.head_dim))
+        gated_heads = per_head
+        if gates is not None:
+            gate = _site_gate(gates, site, x)[..., None]
+            replaced = replacement(site, per_head, state)
+            gated_heads = per_head * gate
+            if replaced is not None:
+                gated_heads = gated_heads + replaced * (1 - gate)
+        if capture is not None:
+            key = (site.attn_type, site.layer)
+            capture.head_outputs[key] = _batch_major(per_head.detach(), site.time_major)
+            if gated_heads.requires_grad:
+                # dL/dg_h = sum over tokens of (o_h - r_h) . dL/d(gated output)
+                def save_grad(grad, key=key, time_major=site.time_major):
+                    capture.gradients[key] = _batch_major(grad.detach(), time_major)
+                gated_heads.register_hook(save_grad)
+        return (gated_heads.flatten(-2), *rest)
+    return hook
+
+
+# --- Resample: each query's position ------------------------------------------------------------------------
+
+def watch_target_positions(handles: list, model, sites: list[AttentionSite], state: dict) -> None:
+    """Hooks that keep ``state["target"]``: the positions of the decoder forward under way (the target side)."""
+    from headprune.models.attention_types import DEC_SELF, ENC_SELF
+
+    attention_types = {site.attn_type for site in sites}
+    if DEC_SELF in attention_types:  # the target side: its positions, per decoder forward
+        decoder = _decoder_stack(model)
+        decoder_only = ENC_SELF not in attention_types and decoder is model.base_model
+        signature = inspect.signature(decoder.forward)
+
+        def see_positions(module, args, kwargs):
+            arguments = signature.bind_partial(*args, **kwargs).arguments
+            state["target"] = _decoder_positions(arguments, decoder_only)
+
+        def forget_positions(module, args, kwargs, output):
+            state.pop("target", None)
+
+        handles.append(decoder.register_forward_pre_hook(see_positions, with_kwargs=True))
+        handles.append(decoder.register_forward_hook(forget_positions, with_kwargs=True))
+
+
+def query_positions(site: AttentionSite, per_head: torch.Tensor, state: dict, stream: str) -> torch.Tensor:
+    """(rows or 1, queries) long: the position of each query of ``per_head`` in its stream ("source": its index;
+    "target": what ``watch_target_positions`` saw)."""
+    rows_axis, time_axis = (1, 0) if site.time_major else (0, 1)
+    queries = per_head.shape[time_axis]
+    if stream == "source":
+        return torch.arange(queries, device=per_head.device)[None]
+    positions = state.get("target")
+    if positions is None:
+        raise RuntimeError(f"resample masking saw {site.attn_type} layer {site.layer} run outside its "
+                           "decoder's forward: it has no positions for it")
+    if positions.shape[-1] != queries:
+        raise RuntimeError(f"{site.attn_type} layer {site.layer} has {queries} queries where its decoder "
+                           f"had {positions.shape[-1]} positions")
+    if positions.shape[0] not in (1, per_head.shape[rows_axis]):
+        raise RuntimeError(f"positions for {positions.shape[0]} rows, a batch of {per_head.shape[rows_axis]}")
+    return positions
+
+
+def _decoder_stack(model) -> nn.Module:
+    """The module whose forward runs the target side: a decoder-only LM's base model, a seq2seq's decoder."""
+    get_decoder = getattr(model, "get_decoder", None)
+    if hasattr(model, "get_encoder") and get_decoder is not None:
+        decoder = get_decoder()
+        if decoder is not None and decoder is not model:
+            return decoder
+    return model.base_model
+
+
+def _decoder_positions(arguments: dict, decoder_only: bool) -> torch.Tensor:
+    """(rows or 1, queries) long: each query's position in a decoder forward, from its arguments."""
+    position_ids = arguments.get("position_ids") if decoder_only else None
+    if isinstance(position_ids, torch.Tensor):
+        return position_ids.long().reshape(-1, position_ids.shape[-1])
+    tokens = arguments.get("input_ids")
+    if tokens is None:
+        tokens = arguments.get("inputs_embeds")
+        if tokens is None:
+            raise ValueError("resample masking needs the decoder's input_ids or inputs_embeds to count positions")
+    queries = tokens.shape[1]
+    past = arguments.get("past_key_values")
+    offset = int(past.get_seq_length()) if past is not None else 0
+    return (torch.arange(queries, device=tokens.device) + offset)[None]
+
+
+# --- Uniform: a masked head's query times 0 -----------------------------------------------------------------
+
+def install_query_gates(handles: list, model, sites: list[AttentionSite], gates) -> None:
+    """Each head's query times its 0/1 gate: inside ``headprune_attention`` where the site runs through it, else a
+    forward hook on the query projection."""
+    def make_query_hook(site: AttentionSite):
+        def hook(module, args, query):
+            # Before any scaling (FSMT scales the projection's output, BERT and M2M100 the scores):
+            # a zero query stays zero either way.
+            per_head = query.unflatten(-1, (site.num_heads, site.head_dim))
+            return (per_head * _site_gate(gates, site, query)[..., None]).flatten(-2)
+        return hook
+
+    for site in sites:
+        if site.through_attention_function:
+            _gate_queries_in_attention(handles, model, site, gates)
+        else:
+            handles.append(site.query.register_forward_hook(make_query_hook(site)))
+
+
+class _Restore:
+    """A handle that puts an attribute back as it was (``gated`` removes handles when it closes)."""
+
+    def __init__(self, owner, name: str, value):
+        self.owner, self.name, self.missing = owner, name, not hasattr(owner, name)
+        self.old = getattr(owner, name, None)
+        setattr(owner, name, value)
+
+    def remove(self):
+        if self.missing:
+            delattr(self.owner, self.name)
+        else:
+            setattr(self.owner, self.name, self.old)
+
+
+def _gate_queries_in_attention(handles: list, model, site: AttentionSite, gates):
+    """Uniform masking inside ``headprune_attention``: each head's query (rows, heads, queries, head_dim), after
+    rotary and any q/k norm, times its 0/1 gate, so that a normalisation over all heads (OLMo 2) sees them all."""
+    def modify(query):
+        gate = _site_gate(gates, site, query)  # (heads,) or (rows, 1, heads): rows first, as query
+        gate = gate.reshape(-1, query.shape[1], 1, 1) if gate.dim() > 1 else gate[None, :, None, None]
+        return query * gate
+
+    _run_through_headprune_attention(handles, model)
+    handles.append(_Restore(site.attention, "headprune_modify_query", modify))
+
+
+def _run_through_headprune_attention(handles: list, model):
+    """The model runs ``headprune_attention`` over its backend while ``gated`` is open (once per context)."""
+    from headprune.models.remote import headprune_decoder
+
+    config = model.config
+    if not (config._attn_implementation or "").startswith(headprune_decoder.PREFIX):
+        handles.append(_Restore(config, "_attn_implementation_internal",
+                                headprune_decoder.register(config._attn_implementation or "eager")))
+
+
+def check_binary_gates(name: str, gates):
+    for attn_type, gate in (gates or {}).items():
+        gate = torch.as_tensor(gate).detach()
+        odd = gate[(gate != 0) & (gate != 1)]  # NaN included
+        if odd.numel():
+            raise ValueError(f"{name} masking takes gates 0 (masked) or 1 (kept) only; {attn_type} has "
+                             f"{odd.flatten()[0].item()!r}")
+
+
+# --- Streaming: a masked head's per-head attention mask -----------------------------------------------------
+
+def streaming_backend_problem(model) -> str | None:
+    """Why streaming masking cannot run on this model's attention backend, or None."""
+    backend = backend_of(model.config)  # under headprune_attention too (a pruned decoder)
+    if backend in STREAMING_BACKENDS:
+        return None
+    return (f"streaming masking gives a masked head a per-head attention mask, which the "
+            f"{' and '.join(STREAMING_BACKENDS)} attention backends take; this model runs "
+            f"{backend!r}: load it with attn_implementation='sdpa' (or model.set_attn_implementation)")
+
+
+def _signature(module: nn.Module) -> inspect.Signature:
+    return inspect.signature(module.forward)
+
+
+def _cache_geometry(past, layer_idx: int, queries: int) -> tuple:
+    """(first query's position, keys the attention will see, first key's position) for one attention call,
+    as transformers' masks take them: before this step's keys enter the cache."""
+    if past is None:
+        return 0, queries, 0
+    if hasattr(past, "self_attention_cache"):  # an encoder-decoder cache: the self-attention half
+        past = past.self_attention_cache
+    keys, key_offset = past.get_mask_sizes(queries, layer_idx)
+    return past.get_query_offset(layer_idx), keys, key_offset
+
+
+def streaming_window(window, padding: torch.Tensor | None, queries: int, query_offset, keys: int,
+                     key_offset, device) -> torch.Tensor:
+    """(rows or 1, 1, queries, keys) bool: which keys the window lets each query see.
+
+    Query i sits at position ``query_offset + i``, key j at ``key_offset + j``; ``padding`` (rows,
+    positions so far) marks real tokens. Positions count the real tokens of a row (a row's first real
+    token is 0), so a row sees the same window whichever side it is padded on. A padding query keeps
+    every key (its output means nothing; the original mask still applies).
+    """
+    query_slots = torch.arange(queries, device=device) + query_offset
+    key_slots = torch.arange(keys, device=device) + key_offset
+    if padding is None:
+        query_rank, key_rank, real = query_slots[None], key_slots[None], None
+    else:
+        valid = padding.to(device=device, dtype=torch.bool)
+        total = max(valid.shape[-1], int(key_offset) + keys, int(query_offset) + queries)
+        valid = nn.functional.pad(valid, (0, total - valid.shape[-1]))  # a static cache's unfilled slots
+        rank = valid.long().cumsum(-1) - 1
+        query_rank, key_rank, real = rank[:, query_slots], rank[:, key_slots], valid[:, query_slots]
+    allowed = (key_rank[:, None, None, :] < window.sink) | (
+        query_rank[:, None, :, None] - key_rank[:, None, None, :] < window.recent)
+    if real is not None:
+        allowed = allowed | ~real[:, None, :, None]
+    return allowed
+
+
+def add_streaming_hooks(handles: list, model, sites: list[AttentionSite], gates: dict, window):
+    """The hooks of ``gated(..., masking=window)``, into ``handles``: one on the base model to see the 2-D
+    padding mask, one per attention module with a head gated 0 to give it its per-head mask."""
+    backend = backend_of(model.config)
+    state: dict = {}
+
+    base = model.base_model
+    base_signature = _signature(base)
+
+    def see_padding(module, args, kwargs):
+        padding = base_signature.bind_partial(*args, **kwargs).arguments.get("attention_mask")
+        if padding is not None and (not isinstance(padding, torch.Tensor) or padding.dim() != 2):
+            raise ValueError("streaming masking counts positions over the real tokens of a 2-D attention_mask "
+                             f"(batch, tokens); the model got {type(padding).__name__} of shape "
+                             f"{tuple(getattr(padding, 'shape', ()))} (generate() makes a 4-D one for a static "
+                             "cache: use the default dynamic cache)")
+        state.clear()
+        state["padding"] = padding
+
+    def forget_padding(module, args, kwargs, output):
+        state.clear()
+
+    def make_mask_hook(site: AttentionSite, masked: dict):  # device -> (heads,) or (variants, heads) bool
+        signature = _signature(site.attention)
+
+        def hook(module, args, kwargs):
+            bound = signature.bind(*args, **kwargs)
+            arguments = bound.arguments
+            hidden = arguments["hidden_states"]
+            original = arguments.get("attention_mask")
+            rows, queries = hidden.shape[:2]
+            device = hidden.device
+            query_offset, keys, key_offset = _cache_geometry(arguments.get("past_key_values"), module.layer_idx,
+                                                             queries)
+            if original is not None and (not isinstance(original, torch.Tensor) or original.dim() != 4):
+                raise ValueError(f"streaming masking needs a 4-D attention mask in {site.attn_type} layer "
+                                 f"{site.layer}, got {type(original).__name__}")
+            if original is not None and original.shape[-1] != keys:
+                raise ValueError(f"{site.attn_type} layer {site.layer}'s attention mask has {original.shape[-1]} "
+                                 f"keys where its cache gives {keys}")
+            padding = state.get("padding")
+            if padding is not None and padding.shape[0] not in (1, rows):
+                raise ValueError(f"a 2-D attention_mask of {padding.shape[0]} rows for a batch of {rows}")
+            key = (queries, keys, int(query_offset), int(key_offset))
+            if state.get("window", (None,))[0] != key:  # the same in every layer of one forward
+                state["window"] = (key, streaming_window(window, padding, queries, query_offset, keys, key_offset,
+                                                         device))
+            allowed = state["window"][1]
+            head_masked = masked.get(device)
+            if head_masked is None:
+                head_masked = masked[device] = masked["source"].to(device)
+            if head_masked.dim() == 2:  # (variants, heads): one row per example, variant-major
+                head_masked = _gate_per_row(head_masked, hidden, False)[:, 0]
+            allowed = allowed | ~head_masked[..., None, None]  # (rows or 1, heads, queries, keys)
+            if original is None:  # sdpa's is_causal (no padding): the causal mask it stands for
+                query_slots = torch.arange(queries, device=device) + query_offset
+                causal = torch.arange(keys, device=device)[None] + key_offset <= query_slots[:, None]
+                mask = allowed & causal
+                if backend == "eager":  # additive, as transformers makes it for eager
+                    mask = torch.where(mask, 0.0, torch.finfo(hidden.dtype).min).to(hidden.dtype)
+            elif original.dtype == torch.bool:
+                mask = original & allowed
+            else:  # additive: 0 where allowed, the dtype's minimum elsewhere
+                mask = torch.where(allowed, original, torch.finfo(original.dtype).min)
+            if site.through_attention_function:  # headprune_attention applies it, whatever the forward does
+                module.headprune_attention_mask = mask
+                return None
+            arguments["attention_mask"] = mask
+            return bound.args, bound.kwargs
+        return hook
+
+    handles.append(base.register_forward_pre_hook(see_padding, with_kwargs=True))
+    handles.append(base.register_forward_hook(forget_padding, with_kwargs=True))
+    for site in sites:
+        gate = torch.as_tensor(gates[site.attn_type]).detach()[..., site.layer, :]
+        gate = gate[..., site.kept_heads] if site.num_heads != gate.shape[-1] else gate
+        masked = gate == 0
+        if site.num_heads and bool(masked.any()):
+            hook = make_mask_hook(site, {"source": masked})
+            handles.append(site.attention.register_forward_pre_hook(hook, with_kwargs=True))
+            if site.through_attention_function:
+                _run_through_headprune_attention(handles, model)
+                handles.append(_Restore(site.attention, "headprune_attention_mask", None))
