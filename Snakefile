@@ -23,5 +23,5 @@ include: "rules/report.smk"
 
 rule all:
     input:
-        all_figures,
+        PIPELINE.targets(),
     default_target: True

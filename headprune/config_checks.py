@@ -13,6 +13,8 @@ from headprune.data.glue import _check_task as check_glue_task
 from headprune.experiments.kinds import kind_of
 from headprune.experiments.kinds.base import ConfigError
 from headprune.models.masking import MODES
+from headprune.stages import ablation as ablation_stage
+from headprune.stages import retrieval
 
 
 def check_local_files(pipeline):
@@ -89,7 +91,7 @@ def check_config(pipeline):
         if kind is None or kind_of(kind).wu_score is None:
             raise ConfigError(f"config: experiments.retrieval_heads names '{study}', which is neither a retrieval "
                               "study nor a task (a models entry of kind retrieval or lm_eval)")
-        pipeline.study(study).retrieval_heads_source  # noqa: B018 (a task's retrieval study is there)
+        retrieval.heads_source(pipeline.study(study))  # a task's retrieval study is there
     for study in config["experiments"].get("concrete", []):
         word = pipeline.study(study).masking(config["concrete"].get("masking", "zero"))
         if not MODES[word].real_gates:
@@ -135,7 +137,7 @@ def _check_screen(pipeline, config):
                                 for name in experiments.get(key, []))
     for study_name in with_table1:
         study = pipeline.study(study_name)
-        if not study.screened:
+        if not ablation_stage.screened(study):
             continue
         heads = len(study.heads)
         try:
@@ -148,4 +150,4 @@ def _check_screen(pipeline, config):
             key = f"models.{study_name}.masking" if "masking" in study.entry else "ablation.masking"
             raise ConfigError(f"config: ablation.screen.method is {screen['method']}, a gradient screen, which needs "
                               f"{', '.join(GRADIENT_MASKINGS[:-1])} or {GRADIENT_MASKINGS[-1]} masking; {key} is {masking} (use the exact screen)")
-        study.screen_params()  # a kind without a screen set refuses the exact screen here, naming the key
+        ablation_stage.screen_params(study)  # a kind without a screen set refuses the exact screen here, naming the key

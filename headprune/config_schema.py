@@ -1,7 +1,8 @@
-"""The config's JSON schema: rules/schemas/config.schema.yaml plus what the masking modes own.
+"""The config's JSON schema: rules/schemas/config.schema.yaml plus what the masking modes and the criteria own.
 
 A masking mode (``headprune.models.masking``, one class each) declares its config word and its settings' schema
-(``config_key``, ``config_schema``); the schema file says neither, so adding a mode is its class alone. ``schema()``
+(``config_key``, ``config_schema``), and the criteria's words are ``headprune.experiments.criteria.CRITERIA``; the
+schema file says none of them, so adding a mode is its class alone and a criterion its function. ``schema()``
 merges them in; ``validate(config)`` checks a config against it and fills in the defaults, as Snakemake's
 ``validate`` does (rules/common.smk and ``Pipeline.from_file`` call it).
 """
@@ -11,6 +12,7 @@ import copy
 import functools
 from pathlib import Path
 
+from headprune.experiments.criteria import CRITERIA
 from headprune.models.masking import MODES
 
 SCHEMA_FILE = Path(__file__).resolve().parents[1] / "rules" / "schemas" / "config.schema.yaml"
@@ -22,6 +24,7 @@ def _schema(path: str) -> dict:
 
     schema = yaml.safe_load(Path(path).read_text())
     schema["definitions"]["masking"]["enum"] = list(MODES)
+    schema["definitions"]["criterion"]["enum"] = list(CRITERIA)
     for word, mode in MODES.items():
         if not mode.config_key:
             continue

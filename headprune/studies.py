@@ -1,5 +1,4 @@
-"""The config resolved into studies: what each study is, where its model and data live, what every job
-of it is asked to do.
+"""The config resolved into studies: what each study is, where its model and data live, how it is evaluated.
 
 A study is one model scored one way: the translation model (BLEU), a glue task's fine-tuned BERT
 (accuracy, F1 or MCC), or a ``models`` entry (any family, by config; a language model is scored by
@@ -7,10 +6,11 @@ perplexity, and a ``retrieval`` entry scores a language-modelling study's model 
 haystack). What differs between the ways is the study's kind (``headprune.experiments.kinds``: one class
 each, its test sets by role, its evaluation settings, its checks); a study asks its kind and never
 branches on it. ``Pipeline(config)`` checks what the JSON schema cannot (``headprune.config_checks``:
-cross-references between sections; the message names the key) and answers every question the rules ask: a study's kind and
-heads, its model folder, its test sets by role, its jobs, their parameters and resources, and the
-targets of the whole run. ``rules/common.smk`` asks it and nothing else, so a new kind of scoring is
-one file in ``headprune/experiments/kinds`` and every experiment's rule reaches it.
+cross-references between sections; the message names the key) and answers what every stage asks of a study:
+its kind and heads, its model folder, its test sets by role, its evaluation settings and resources, and the
+targets of the whole run. What each stage's jobs read, are asked and write is the stage's own
+(``headprune.stages``, one module per rules file), so a new kind of scoring is one file in
+``headprune/experiments/kinds`` and every experiment's rule reaches it.
 
 Torch-free: Snakemake imports it to plan the run.
 """
@@ -39,27 +39,8 @@ RETRIEVAL_DEFAULTS = {"needles_per_setting": 1, "needle": "The special magic num
                       "value_digits": 5, "chat_template": True, "max_new_tokens": 32, "seed": 0}
 
 
-def chunk_name(items):
-    """A job's name for a run of consecutive items: the item itself, or 'first..last' (a file name
-    listing them all would pass the file system's 255 characters)."""
-    return items[0] if len(items) == 1 else f"{items[0]}..{items[-1]}"
 
 
-def chunk_items(items, name):
-    """The items a chunk_name stands for."""
-    first, _, last = name.partition("..")
-    if first not in items or (last and last not in items):
-        raise ValueError(f"'{name}' does not name a run of {items[:2]}...")
-    return items[items.index(first):items.index(last or first) + 1]
-
-
-def chunks(items, size):
-    return [chunk_name(items[i:i + size]) for i in range(0, len(items), size)]
-
-
-def penalty_name(penalty):
-    """A penalty as its job's wildcard: 0.05 -> '0.05', 1e-3 -> '0.001' (read back with float())."""
-    return f"{penalty:g}"
 
 
 def local_source(download):
@@ -145,13 +126,6 @@ class Study:
         return self.fetched_model_folder
 
     @property
-    def finetune_pretrained(self):
-        """What a classification study is fine-tuned from: bert.pretrained, or a models entry's source."""
-        if self.name in self.pipeline.models:
-            return self.fetched_model_folder
-        return f"{self.pipeline.data_dir}/checkpoints/bert-pretrained"
-
-    @property
     def params(self):
         """Everything about the study that should rerun its jobs when it changes (what load_study_model reads)."""
         config = self.config
@@ -204,10 +178,6 @@ class Study:
         ({split}.jsonl, token ids of the model), once, so that every job scores the same items."""
         return f"{self.pipeline.data_dir}/retrieval/{self.name}"
 
-    def retrieval_items_params(self):
-        splits = sorted({self.evalset_name(role) for role in ("eval", "selection", "test")})
-        return {"splits": splits, **self.retrieval}
-
     @property
     def lm_needed_splits(self):
         """The splits of a language model's corpus that some role of it uses (each tokenized once)."""
@@ -254,55 +224,6 @@ class Study:
         owner = self.scoring.importance_study(self)
         return [f"{self.pipeline.results_dir}/{owner.name}/head_constants/{masking}.safetensors"]
 
-    def experiment_masking_data(self, experiment) -> list[str]:
-        """The file the masking of this study's ``experiment`` (ablation, pruning, concrete) reads, else nothing."""
-        return self.masking_data(self.masking(self.config[experiment]["masking"]))
-
-    def importance_constants(self) -> list[str]:
-        """Under mean or optimal pruning masking, I_h is the first-order change to the constant: its file."""
-        constants = self.importance_settings().get("constants")
-        return [constants] if constants else []
-
-    def masking_mode_tables(self) -> list[str]:
-        """Each mode's sweep of the study, in the config's order."""
-        return [f"{self.pipeline.results_dir}/{self.name}/masking_modes/{mode}.csv" for mode in self.masking_modes]
-
-    def importance_settings(self) -> dict:
-        """config.importance, and under mean or optimal pruning masking the constants I_h measures a head's change
-        to (|(o_h - c_h) . dL/do_h|, the first-order change of the loss when the head becomes its constant)."""
-        masking = self.masking(self.config["pruning"]["masking"])
-        mode = MODES[masking]
-        constants = self.masking_data(masking)[0] if mode.constant_output and mode.data else None
-        return {**self.config["importance"], **({"constants": constants} if constants else {})}
-
-    @property
-    def masking_modes(self) -> list[str]:
-        """The modes experiments.masking_modes compares this study under (config.masking_modes.modes)."""
-        return list(self.config["masking_modes"]["modes"])
-
-    @property
-    def masking_mode_roles(self):
-        """The sets a mode's sweep reads: eval, and for a study of experiments.one_head_per_layer its selection and
-        test sets (each layer reduced to one head under the mode: C2 per mode)."""
-        return ["eval"] + (["selection", "test"] if self.takes_part_in("one_head_per_layer") else [])
-
-    def masking_mode_params(self, mode):
-        """One mode's sweep: every head off alone, the importance-order pruning curve and (masking_mode_roles) one
-        head per layer under that masking."""
-        config = self.config
-        one_head = {role: self.evalset_spec(role) for role in self.masking_mode_roles[1:]}
-        return {"mode": mode, "eval": self.evalset_spec(), "settings": self.eval_settings(config["pruning"]["bleu"], mode),
-                "step_percent": config["pruning"]["step_percent"], "importance": config["importance"],
-                "significance": config["significance"], **({"one_head": one_head} if one_head else {})}
-
-    def masking_mode_inputs(self, mode):
-        return {"model": self.model_path, "data": self.eval_data(self.masking_mode_roles),
-                "importance": self.importance_table, "masking": self.masking_data(mode)}
-
-    def head_constants_params(self, mode):
-        """The settings of a mode's data; resample's draws are its users' (the donors recorded do not change)."""
-        return {"mode": mode, **MODES[mode].data_settings(self.pipeline.mode_config(mode))}
-
     @property
     def importance_table(self):
         """importance.csv: a retrieval study prunes by its language model's (I_h estimated on perplexity), a task
@@ -329,261 +250,6 @@ class Study:
     def train_spec(self, batch_size):
         """The training data as headprune.workflow.importance_batches reads it (config.concrete's items)."""
         return self.scoring.train_spec(self, batch_size)
-
-    # --- experiments ------------------------------------------------------------------------
-
-    @property
-    def ablation_roles(self):
-        """Test sets every single-head ablation job evaluates on: in domain, and out of domain for Figure 2."""
-        return ["eval"] + (["ood"] if self.takes_part_in("cross_domain") else [])
-
-    @property
-    def full_model_roles(self):
-        """Test sets the full model is evaluated on: those of the ablation, and the test set of Tables 2-3."""
-        return self.ablation_roles + (["test"] if self.takes_part_in("one_head_per_layer") else [])
-
-    @property
-    def ablation_jobs(self):
-        """The single-head ablation jobs: one per head ('enc_self-0-3'), or with ablation.heads_per_job > 1
-        a run of heads per job ('enc_self-0-0..enc_self-1-3'), each still evaluated with only that head off.
-        A screened study (ablation.strategy: screened) has one job, 'screened': the heads its screen picks."""
-        if self.screened:
-            return ["screened"]
-        return chunks(self.heads, self.config["ablation"].get("heads_per_job", 1))
-
-    @property
-    def screened(self) -> bool:
-        """Whether this study's Table 1 is screened (ablation.per_study.<study>, else ablation.strategy: screened;
-        headprune.experiments.screening)."""
-        ablation = self.config["ablation"]
-        return ablation.get("per_study", {}).get(self.name, ablation.get("strategy", "exhaustive")) == "screened"
-
-    @property
-    def screen_table(self) -> list[str]:
-        """The screen of a screened study (every head's screen score and whether it is verified, sampled or
-        screened only), else nothing."""
-        return [f"{self.pipeline.results_dir}/{self.name}/screen.csv"] if self.screened else []
-
-    def screen_params(self):
-        """What the screen job needs: the method and its counts, the data it screens on (never the test set), the
-        ablation's evaluation settings (masking and the file it reads)."""
-        from headprune.experiments.screening import DEFAULT_SCREEN
-
-        ablation = self.config["ablation"]
-        screen = {**DEFAULT_SCREEN, **ablation.get("screen", {})}
-        settings = self.eval_settings(ablation["bleu"], self.masking(ablation["masking"]))
-        params = {**screen, "settings": settings, "data": self.importance_spec}
-        if screen["method"] == "exact":
-            params["screen_set"] = self.scoring.screen_evalset_spec(self, screen["items"])
-        return params
-
-    def ablation_eval_data(self):
-        """The files an ablation job reads: its test sets, by role."""
-        return self.eval_data(self.ablation_roles)
-
-    def screened_eval_params(self):
-        """The screened ablation job's: as an ablation job's, its heads read from the screen."""
-        ablation = self.config["ablation"]
-        return {"heads": [], "roles": {role: self.evalset_spec(role) for role in self.ablation_roles},
-                "settings": self.eval_settings(ablation["bleu"], self.masking(ablation["masking"]))}
-
-    def ablation_job_heads(self, job):
-        return chunk_items(self.heads, job)
-
-    @property
-    def one_head_jobs(self):
-        """One head per layer jobs: one per layer ('enc_dec-1'), or ablation.layers_per_job layers each
-        ('enc_self-0..enc_dec-1'), each layer still handled alone."""
-        return chunks(self.layers, self.config["ablation"].get("layers_per_job", 1))
-
-    def one_head_job_layers(self, job):
-        return chunk_items(self.layers, job)
-
-    @property
-    def criteria(self):
-        """The head criteria compared (experiments.criteria): criteria.per_study.<study>, else criteria.compare."""
-        if not self.takes_part_in("criteria"):
-            return []
-        criteria = self.config["criteria"]
-        return list(criteria.get("per_study", {}).get(self.name, criteria["compare"]))
-
-    @property
-    def pruning_orders(self):
-        """Figure 3 prunes in every order of pruning.orders; Figure 6 (the paper's Appendix B) in the
-        importance order only, so a glue_pruning task needs no single-head ablation."""
-        orders = list(self.config["pruning"]["orders"]) if self.takes_part_in("pruning") else []
-        if self.takes_part_in("glue_pruning") and "importance" not in orders:
-            orders.insert(0, "importance")
-        return orders
-
-    @property
-    def pruning_scopes(self):
-        """'all' (global pruning: Figures 3 and 6, and the criteria compared) and, with
-        experiments.attention_types, each type (Figure 4)."""
-        orders = self.pruning_orders
-        orders += [criterion for criterion in self.criteria if criterion not in orders]
-        scopes = {"all": orders} if orders else {}
-        if self.takes_part_in("attention_types"):
-            scopes.update({t: ["importance"] for t in self.attention_types})
-        return scopes
-
-    @property
-    def pruning_jobs(self):
-        """(scope, orders) of every prune job: pruning.orders_per_job orders each, joined by '+'. The oracle
-        order waits for the whole single-head ablation, so it has a job of its own and the other orders
-        need not wait with it."""
-        size = self.config["pruning"].get("orders_per_job", 1)
-        jobs = []
-        for scope, orders in self.pruning_scopes.items():
-            waiting = [order for order in orders if order == "oracle"]
-            ready = [order for order in orders if order != "oracle"]
-            jobs += [(scope, "+".join(ready[i:i + size])) for i in range(0, len(ready), size)]
-            jobs += [(scope, order) for order in waiting]
-        return jobs
-
-    def pruning_table(self, scope, orders):
-        return f"{self.pipeline.results_dir}/{self.name}/pruning/{scope}/{orders}.csv"
-
-    @property
-    def criteria_jobs(self):
-        """The global prune jobs that hold a criterion compared on this study."""
-        return [orders for scope, orders in self.pruning_jobs
-                if scope == "all" and set(orders.split("+")) & set(self.criteria)]
-
-    # --- what each job is asked (its params) -------------------------------------------------
-
-    def full_eval_params(self):
-        return {"roles": {role: self.evalset_spec(role) for role in self.full_model_roles},
-                "settings": self.eval_settings(self.config["ablation"]["bleu"])}
-
-    def ablation_eval_params(self, job):
-        ablation = self.config["ablation"]
-        return {"heads": self.ablation_job_heads(job),
-                "roles": {role: self.evalset_spec(role) for role in self.ablation_roles},
-                "settings": self.eval_settings(ablation["bleu"], self.masking(ablation["masking"]))}
-
-    def significance_params(self, role):
-        return {"eval": self.evalset_spec(role), **self.config["significance"]}
-
-    def one_head_params(self, job):
-        ablation = self.config["ablation"]
-        return {"layers": self.one_head_job_layers(job), "selection": self.evalset_spec("selection"),
-                "test": self.evalset_spec("test"),
-                "settings": self.eval_settings(ablation["bleu"], self.masking(ablation["masking"]))}
-
-    def pruning_params(self, orders):
-        config = self.config
-        pruning = config["pruning"]
-        return {"eval": self.evalset_spec(), "settings": self.eval_settings(pruning["bleu"], self.masking(pruning["masking"])),
-                "step_percent": pruning["step_percent"], "random_seed": pruning["random_seed"],
-                "importance": config["importance"], "criteria": config["criteria"]["combined"],
-                **({"importance_data": self.importance_spec} if "iterative" in orders.split("+") else {})}
-
-    def criteria_params(self):
-        config = self.config
-        return {"criteria": self.criteria, "eval": self.evalset_spec(), "bleu": config["pruning"]["bleu"],
-                "within": config["criteria"]["within"], "test_at": config["criteria"]["test_at"],
-                "significance": config["significance"]}
-
-    def finetune_params(self):
-        config, entry = self.config, self.pipeline.glue[self.task]
-        own = self.entry.get("finetune")  # the study's, over its task's, over bert.finetune
-        return {**config["bert"]["finetune"], **entry.get("finetune", {}), **(own if isinstance(own, dict) else {}),
-                "num_labels": len(self.pipeline.glue_task_spec(self.task)["labels"]),
-                "train_split": entry.get("train_split", "train"), "eval_split": entry.get("eval_split", "dev"),
-                "metric": entry.get("metric", "accuracy"), "device": config["device"]}
-
-    def tokenize_params(self):
-        return {"window": self.entry["window"], "splits": self.lm_needed_splits}
-
-    def concrete_params(self, penalty):
-        config, concrete = self.config, self.config["concrete"]
-        return {"penalty": float(penalty), "train": self.train_spec(concrete["batch_size"]),
-                **{key: concrete[key] for key in ("train_model", "steps", "lr", "model_lr", "temperature", "seed", "compare")},
-                "eval": self.evalset_spec(),
-                "settings": self.eval_settings(config["pruning"]["bleu"], self.masking(concrete.get("masking", "zero"))),
-                "random_seed": config["pruning"]["random_seed"], "significance": config["significance"]}
-
-    @property
-    def speed_eval_data(self):
-        """Only the eval set: newstest2013 (translation), the GLUE task's folder (its eval split), the LM's windows."""
-        return self.scoring.speed_data(self)
-
-    def speed_params(self):
-        """The eval set (the first/seeded speed.max_items items of it) and how to time it."""
-        speed = self.config["speed"]
-        evalset = self.evalset_spec()
-        if speed.get("max_items") is not None:
-            evalset["max_items"] = speed["max_items"]
-        settings = {"batch_sizes": speed.get("batch_sizes", [1, 4, 16, 64]), "repeats": speed.get("repeats", 3),
-                    "prune_percent": speed.get("prune_percent", 50), "warmup_batches": speed.get("warmup_batches", 2)}
-        settings.update(self.scoring.speed_settings(self, speed))
-        return {"eval": evalset, "settings": settings}
-
-    @property
-    def parse_text(self):
-        """The eval set's source text, which the roles' parser reads."""
-        return self.scoring.parse_text(self)
-
-    def parse_params(self):
-        """Which sentences are parsed (the eval set's source side, or its first text field), and by what."""
-        roles = self.config["roles"]
-        evalset = self.evalset_spec()
-        evalset["max_items"] = roles["max_sentences"]
-        return {"eval": evalset, "parser": roles["parser"], "stanza": roles["stanza"]}
-
-    def roles_params(self):
-        return self.scoring.roles_params(self, self.config["roles"])
-
-    def head_roles_inputs(self):
-        """What the head_roles job reads: an encoder's parsed source sentences and training data (Voita's roles),
-        a language model's text windows and, for a retrieval study, its needle-in-a-haystack items."""
-        return self.scoring.head_roles_inputs(self, {"model": self.model_path, "importance": self.importance_table})
-
-    @property
-    def retrieval_heads_source(self) -> Study:
-        """The retrieval study whose heads' retrieval scores (head_roles.csv) rank the heads Wu et al.'s
-        experiment masks: the study itself, or for a task the retrieval study of the same language model that
-        experiments.retrieval_heads names (``retrieval_study`` chooses among several)."""
-        if self.kind == "retrieval":
-            return self
-        listed = [self.pipeline.study(name) for name in self.config["experiments"].get("retrieval_heads", [])]
-        found = [other for other in listed if other.kind == "retrieval" and other.lm.name == self.lm.name]
-        chosen = self.entry.get("retrieval_study")
-        if chosen is not None:
-            found = [other for other in found if other.name == chosen]
-        if len(found) != 1:
-            which = (f"models.{self.name}.retrieval_study is '{chosen}', which is not" if chosen is not None else
-                     f"{len(found)} are" if found else "none is")
-            raise ConfigError(f"config: experiments.retrieval_heads names '{self.name}', scored on the heads a "
-                              f"retrieval study of its language model '{self.lm.name}' finds; {which} one of "
-                              "experiments.retrieval_heads (name one with retrieval_study)")
-        return found[0]
-
-    def retrieval_heads_params(self):
-        """Wu et al.'s experiment: the top-K heads by retrieval score masked, against K random heads, scored by
-        the study's own score (retrieval accuracy; a task's metric) and by its language model's perplexity."""
-        settings, bleu = self.config["retrieval_heads"], self.config["pruning"]["bleu"]
-        heads, masking = len(self.heads), self.retrieval_heads_masking
-        scores = [{"name": self.scoring.wu_score, "eval": self.evalset_spec("eval"),
-                   "settings": self.eval_settings(bleu, masking)},
-                  {"name": "perplexity", "eval": self.lm.evalset_spec("eval"),
-                   "settings": self.lm.eval_settings(bleu, masking)}]
-        return {"k": [k for k in settings["k"] if k <= heads], "random_sets": settings["random_sets"],
-                "heads_from": self.retrieval_heads_source.name, "scores": scores,
-                "significance": self.config["significance"]}
-
-    @property
-    def retrieval_heads_masking(self):
-        """How Wu et al.'s experiment masks the K heads (both scores): models.<study>.masking over
-        retrieval_heads.masking (zero by default, as Wu et al. mask them)."""
-        return self.masking(self.config["retrieval_heads"].get("masking", "zero"))
-
-    def retrieval_heads_inputs(self):
-        source, masking = self.retrieval_heads_source, self.retrieval_heads_masking
-        return {"model": self.model_path, "eval": self.eval_data(["eval"]), "windows": self.lm.windows_dir,
-                "roles": f"{self.pipeline.results_dir}/{source.name}/head_roles.csv",
-                "masking": list(dict.fromkeys(self.masking_data(masking) + self.lm.masking_data(masking)))}
 
 
 class Dynamics:
@@ -830,45 +496,6 @@ class Pipeline:
                 "bert": local_source(pretrained) if "url" in pretrained else []}
 
     # --- the run's outputs ------------------------------------------------------------------
-
-    def importance_pruning_tables(self, studies, scopes):
-        """The prune jobs' tables that hold the importance order within ``scopes``, for each study once."""
-        return [self.study(name).pruning_table(scope, orders) for name in dict.fromkeys(studies)
-                for scope, orders in self.study(name).pruning_jobs
-                if scope in scopes and "importance" in orders.split("+")]
-
-    def glue_pruning_tables(self):
-        """Figure 6: the global pruning tables of each glue_pruning task (the figure draws the importance order)."""
-        return [study.pruning_table(scope, orders) for study in self.experiment_studies("glue_pruning")
-                for scope, orders in study.pruning_jobs if scope == "all"]
-
-    def scorecard_inputs(self):
-        """The CSVs each claim is tested on, only those of the experiments the config runs (named lists)."""
-        experiments, results = self.config["experiments"], self.results_dir
-        return {
-            "ablation": [f"{results}/{study}/eval/ablation.csv" for study in experiments.get("ablation", [])],
-            "one_head": [f"{results}/{study}/one_head_per_layer.csv" for study in experiments.get("one_head_per_layer", [])],
-            "pruning": self.importance_pruning_tables(experiments.get("pruning", []) + experiments.get("glue_pruning", []),
-                                                      ["all"]),
-            "attention_types": self.importance_pruning_tables(experiments.get("attention_types", []),
-                                                              kind_of("translation").attention_types),
-            "dynamics": self.dynamics.pruning_tables if self.dynamics else [],  # in the order of scorecard_epochs
-            "speed": [f"{self.figures_dir}/{study.name}/table4.csv" for study in self.speed_studies],
-            "roles": [f"{results}/{study}/head_roles.csv" for study in experiments.get("retrieval_heads", [])
-                      if self.study(study).retrieval_heads_source.name == study],
-            "retrieval_heads": [f"{results}/{study}/retrieval_heads.csv" for study in experiments.get("retrieval_heads", [])],
-            "masking_modes": [f"{results}/{study}/masking_modes/{mode}.csv" for study in experiments.get("masking_modes", [])
-                              for mode in self.study(study).masking_modes],
-        }
-
-    def scorecard_paper_models(self):
-        """The paper's model each study stands for (its numbers in headprune.experiments.scorecard.PAPER): WMT for
-        the translation study, a glue study's GLUE task (None for a task of its own), IWSLT for Figure 5's."""
-        models = {self.translation_name: "WMT", **{task: self.glue[task].get("task") for task in self.glue},
-                  **{study: None for study in self.models}}
-        if self.dynamics:
-            models[self.dynamics.name] = "IWSLT"
-        return models
 
     def scored_side_by_side(self) -> list[Study]:
         """Retrieval studies whose language model is ablated and pruned with them: one figure shows both scores."""

@@ -21,12 +21,12 @@ wildcard_constraints:
 rule evaluate_full:
     input:
         model=study_model,
-        data=study_eval_data,
+        data=of_study(stages.ablation.full_eval_data),
     output:
         f"{RESULTS}/{{study}}/full.json",
     params:
         study=study_of,
-        evaluation=full_eval_params,
+        evaluation=of_study(stages.ablation.full_eval_params),
     log:
         f"{RESULTS}/logs/evaluate_full/{{study}}.log",
     resources:
@@ -42,13 +42,13 @@ rule evaluate_full:
 rule ablate_head:
     input:
         model=study_model,
-        data=study_eval_data,
-        masking=asks("experiment_masking_data", "ablation"),
+        data=of_study(stages.ablation.eval_data),
+        masking=of_study(stages.ablation.masking_data),
     output:
         f"{RESULTS}/{{study}}/ablation/{{head}}.json",
     params:
         study=study_of,
-        evaluation=ablation_eval_params,
+        evaluation=of_study(stages.ablation.job_params, wildcard="head"),
     log:
         f"{RESULTS}/logs/ablate_head/{{study}}/{{head}}.log",
     group:
@@ -68,13 +68,13 @@ rule screen_heads:
     (never the test set), the top K and a seeded sample of the rest picked for exact ablation."""
     input:
         model=study_model,
-        data=study_importance_data,
-        masking=asks("experiment_masking_data", "ablation"),
+        data=from_study("importance_data"),
+        masking=of_study(stages.ablation.masking_data),
     output:
         f"{RESULTS}/{{study}}/screen.csv",
     params:
         study=study_of,
-        screen=asks("screen_params"),
+        screen=of_study(stages.ablation.screen_params),
     log:
         f"{RESULTS}/logs/screen_heads/{{study}}.log",
     resources:
@@ -91,14 +91,14 @@ rule ablate_screened:
     """The heads a screen picked (verified and sampled), each ablated alone, in one job (batched gate variants)."""
     input:
         model=study_model,
-        data=asks("ablation_eval_data"),
-        masking=asks("experiment_masking_data", "ablation"),
+        data=of_study(stages.ablation.eval_data),
+        masking=of_study(stages.ablation.masking_data),
         screen=f"{RESULTS}/{{study}}/screen.csv",
     output:
         f"{RESULTS}/{{study}}/ablation/screened.json",
     params:
         study=study_of,
-        evaluation=asks("screened_eval_params"),
+        evaluation=of_study(stages.ablation.screened_params),
     log:
         f"{RESULTS}/logs/ablate_head/{{study}}/screened.log",
     resources:
@@ -114,13 +114,13 @@ rule ablate_screened:
 rule significance:
     input:
         full=f"{RESULTS}/{{study}}/full.json",
-        heads=ablation_outputs,
-        screen=screen_table,
+        heads=of_study(stages.ablation.outputs),
+        screen=of_study(stages.ablation.screen_table),
     output:
         f"{RESULTS}/{{study}}/{{role}}/ablation.csv",
     params:
         study=study_of,
-        significance=significance_params,
+        significance=of_study(stages.ablation.significance_params, wildcard="role"),
     log:
         f"{RESULTS}/logs/significance/{{study}}/{{role}}.log",
     resources:
@@ -136,13 +136,13 @@ rule significance:
 rule one_head_layer:
     input:
         model=study_model,
-        data=study_eval_data,
-        masking=asks("experiment_masking_data", "ablation"),
+        data=of_study(stages.ablation.one_head_eval_data),
+        masking=of_study(stages.ablation.masking_data),
     output:
         f"{RESULTS}/{{study}}/one_head/{{layer}}.json",
     params:
         study=study_of,
-        evaluation=one_head_params,
+        evaluation=of_study(stages.ablation.one_head_params, wildcard="layer"),
     log:
         f"{RESULTS}/logs/one_head_layer/{{study}}/{{layer}}.log",
     group:
@@ -159,12 +159,12 @@ rule one_head_layer:
 
 rule one_head_significance:
     input:
-        unpack(one_head_outputs),
+        unpack(of_study(stages.ablation.one_head_outputs)),
     output:
         f"{RESULTS}/{{study}}/one_head_per_layer.csv",
     params:
         study=study_of,
-        significance=one_head_significance_params,
+        significance=of_study(stages.ablation.significance_params, "test"),
     log:
         f"{RESULTS}/logs/one_head_significance/{{study}}.log",
     resources:

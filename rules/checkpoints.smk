@@ -4,7 +4,7 @@ bert-base-uncased."""
 
 rule fetch_translation_checkpoint:
     input:
-        pretrained_translation_local_sources,
+        PIPELINE.pretrained_local_sources()["translation"],
     output:
         f"{DATA}/checkpoints/{TRANSLATION}.tar.bz2",
     params:
@@ -25,7 +25,7 @@ rule convert_translation_checkpoint:
     input:
         f"{DATA}/checkpoints/{TRANSLATION}.tar.bz2",
     output:
-        directory(translation_model_folder()),
+        directory(PIPELINE.translation_model_folder),
     params:
         languages=[config["translation"]["src_lang"], config["translation"]["tgt_lang"]],
     log:
@@ -42,7 +42,7 @@ rule convert_translation_checkpoint:
 
 rule fetch_pretrained_bert:
     input:
-        pretrained_local_sources,
+        PIPELINE.pretrained_local_sources()["bert"],
     output:
         directory(f"{DATA}/checkpoints/bert-pretrained"),
     params:
@@ -62,11 +62,11 @@ rule fetch_pretrained_bert:
 # A models entry's source: a hub snapshot (safetensors and tokenizer files only) or a model-folder tarball.
 rule fetch_model:
     input:
-        model_local_sources,
+        of_pipeline(PIPELINE.model_local_sources, wildcard="study"),
     output:
-        directory(fetched_model_folder("{study}")),
+        directory(PIPELINE.fetched_model_folder("{study}")),
     params:
-        pretrained=fetch_model_params,
+        pretrained=of_study(stages.checkpoints.fetch_params),
     log:
         f"{RESULTS}/logs/fetch_model/{{study}}.log",
     resources:

@@ -13,17 +13,17 @@ wildcard_constraints:
 rule concrete_gates:
     input:
         model=study_model,
-        train=concrete_train_data,
-        data=study_eval_data,
-        importance=importance_table,
-        masking=asks("experiment_masking_data", "concrete"),
+        train=from_study("train_data"),
+        data=of_study(stages.concrete.eval_data),
+        importance=from_study("importance_table"),
+        masking=of_study(stages.concrete.masking_data),
     output:
         row=f"{RESULTS}/{{study}}/concrete/{{penalty}}.csv",
         heads=f"{RESULTS}/{{study}}/concrete/{{penalty}}.heads.csv",
         training=f"{RESULTS}/{{study}}/concrete/{{penalty}}.training.csv",
     params:
         study=study_of,
-        concrete=concrete_params,
+        concrete=of_study(stages.concrete.params, wildcard="penalty"),
     log:
         f"{RESULTS}/logs/concrete_gates/{{study}}/{{penalty}}.log",
     threads: rule_threads("concrete_gates", 2)
@@ -39,7 +39,7 @@ rule concrete_gates:
 
 rule collect_concrete:
     input:
-        concrete_rows,
+        of_study(stages.concrete.rows),
     output:
         f"{RESULTS}/{{study}}/concrete.csv",
     log:
@@ -62,7 +62,7 @@ rule plot_concrete:
                    category="Learned gates and head roles", subcategory="{study}"),
         pdf=f"{FIGURES}/{{study}}/concrete.pdf",
     params:
-        style=figure_style,
+        style=config["figures"]["style"],
     log:
         f"{RESULTS}/logs/plot_concrete/{{study}}.log",
     resources:

@@ -7,7 +7,7 @@ pruning; models.<study>.masking, ablation.masking, pruning.masking)."""
 rule head_constants:
     input:
         model=study_model,
-        data=study_importance_data,
+        data=from_study("importance_data"),
     output:
         data=f"{RESULTS}/{{study}}/head_constants/{{mode}}.safetensors",
         summary=f"{RESULTS}/{{study}}/head_constants/{{mode}}.csv",
@@ -15,8 +15,8 @@ rule head_constants:
         mode=DATA_MODES,
     params:
         study=study_of,
-        data=importance_params,
-        settings=asks("head_constants_params", wildcard="mode"),
+        data=from_study("importance_spec"),
+        settings=of_study(stages.constants.params, wildcard="mode"),
     log:
         f"{RESULTS}/logs/head_constants/{{study}}/{{mode}}.log",
     threads: rule_threads("importance", 2)

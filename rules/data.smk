@@ -8,12 +8,12 @@ wildcard_constraints:
 
 rule fetch_testset:
     input:
-        testset_local_sources,
+        of_pipeline(PIPELINE.testset_local_sources, wildcard="testset"),
     output:
         source=f"{DATA}/testsets/{{testset}}.{config['translation']['src_lang']}",
         reference=f"{DATA}/testsets/{{testset}}.{config['translation']['tgt_lang']}",
     params:
-        spec=testset_params,
+        spec=of_pipeline(stages.data.testset_params, PIPELINE, wildcard="testset"),
         langpair=f"{config['translation']['src_lang']}-{config['translation']['tgt_lang']}",
         cache=f"{DATA}/sacrebleu",
     log:
@@ -30,11 +30,11 @@ rule fetch_testset:
 
 rule prepare_glue:
     input:
-        glue_local_sources,
+        of_pipeline(PIPELINE.glue_local_sources, wildcard="task"),
     output:
         directory(f"{DATA}/glue/{{task}}"),
     params:
-        spec=glue_params,
+        spec=of_pipeline(PIPELINE.glue_task_spec, wildcard="task"),
         raw=f"{DATA}/raw/glue/{{task}}",
     log:
         f"{RESULTS}/logs/prepare_glue/{{task}}.log",
@@ -52,11 +52,11 @@ rule prepare_glue:
 # per split, as the usual protocol reads it.
 rule fetch_corpus:
     input:
-        corpus_local_sources,
+        of_pipeline(PIPELINE.corpus_local_sources, wildcard="corpus"),
     output:
         directory(f"{DATA}/corpora/{{corpus}}"),
     params:
-        spec=corpus_params,
+        spec=of_pipeline(stages.data.corpus_params, PIPELINE, wildcard="corpus"),
         raw=f"{DATA}/raw/corpora/{{corpus}}",
     log:
         f"{RESULTS}/logs/fetch_corpus/{{corpus}}.log",
@@ -74,11 +74,11 @@ rule fetch_corpus:
 rule tokenize_corpus:
     input:
         model=study_model,
-        corpus=study_corpus_dir,
+        corpus=from_study("corpus_dir"),
     output:
-        directory(windows_dir("{study}")),
+        directory(PIPELINE.windows_dir("{study}")),
     params:
-        tokenize=tokenize_params,
+        tokenize=of_study(stages.data.tokenize_params),
     log:
         f"{RESULTS}/logs/tokenize_corpus/{{study}}.log",
     resources:

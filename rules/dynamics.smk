@@ -32,7 +32,7 @@ if DYNAMICS:
 
     rule prepare_iwslt:
         input:
-            dynamics_local_sources,
+            DYNAMICS.local_sources,
         output:
             **DYNAMICS.prepared_files,
         params:
@@ -77,13 +77,13 @@ if DYNAMICS:
 
     rule dynamics_importance:
         input:
-            model=dynamics_model,
-            data=dynamics_importance_data,
+            model=of_pipeline(DYNAMICS.checkpoint, wildcard="epoch"),
+            data=DYNAMICS.importance_data,
         output:
             f"{RESULTS}/{DYNAMICS.name}/epoch{{epoch}}/head_importance.csv",
         params:
-            study=dynamics_study,
-            data=dynamics_importance_params,
+            study=of_pipeline(DYNAMICS.study_params, wildcard="epoch"),
+            data=DYNAMICS.importance_params(),
             settings=config["importance"],
         log:
             f"{RESULTS}/logs/dynamics_importance/{DYNAMICS.name}/epoch{{epoch}}.log",
@@ -102,13 +102,13 @@ if DYNAMICS:
     rule dynamics_prune:
         input:
             importance=f"{RESULTS}/{DYNAMICS.name}/epoch{{epoch}}/head_importance.csv",
-            model=dynamics_model,
-            data=dynamics_eval_data,
+            model=of_pipeline(DYNAMICS.checkpoint, wildcard="epoch"),
+            data=DYNAMICS.eval_data,
         output:
             scores=f"{RESULTS}/{DYNAMICS.name}/epoch{{epoch}}/pruning_{{order}}.csv",
         params:
-            study=dynamics_study,
-            pruning=dynamics_pruning_params,
+            study=of_pipeline(DYNAMICS.study_params, wildcard="epoch"),
+            pruning=DYNAMICS.pruning_params(),
         log:
             f"{RESULTS}/logs/dynamics_prune/{DYNAMICS.name}/epoch{{epoch}}_{{order}}.log",
         wildcard_constraints:
@@ -134,7 +134,7 @@ if DYNAMICS:
             pdf=f"{FIGURES}/{DYNAMICS.name}/figure5.pdf",
         params:
             epochs=DYNAMICS.epochs,
-            style=figure_style,
+            style=config["figures"]["style"],
         log:
             f"{RESULTS}/logs/plot_dynamics/{DYNAMICS.name}.log",
         resources:

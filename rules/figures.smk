@@ -15,8 +15,8 @@ rule plot_ablation:
         fig_pdf=f"{FIGURES}/{{study}}/figure1.pdf",
         bound_csv=f"{FIGURES}/{{study}}/table1_bound.csv",
     params:
-        style=figure_style,
-        attn_type=table1_attention_type,
+        style=config["figures"]["style"],
+        attn_type=of_study(stages.figures.table1_attention_type),
         confidence=config["ablation"]["screen"]["confidence"],
     log:
         f"{RESULTS}/logs/plot_ablation/{{study}}.log",
@@ -32,14 +32,14 @@ rule plot_ablation:
 
 rule plot_cross_domain:
     input:
-        unpack(cross_domain_inputs),
+        unpack(of_study(stages.figures.cross_domain_inputs)),
     output:
         csv=f"{FIGURES}/{{study}}/figure2.csv",
         png=report(f"{FIGURES}/{{study}}/figure2.png", caption="../report/figure2.rst", category="Figure 2",
                    subcategory="{study}"),
         pdf=f"{FIGURES}/{{study}}/figure2.pdf",
     params:
-        style=figure_style,
+        style=config["figures"]["style"],
     log:
         f"{RESULTS}/logs/plot_cross_domain/{{study}}.log",
     resources:
@@ -81,7 +81,7 @@ rule plot_pruning:
                    subcategory="{study}"),
         pdf=f"{FIGURES}/{{study}}/figure3.pdf",
     params:
-        style=figure_style,
+        style=config["figures"]["style"],
         figure="figure3",
     log:
         f"{RESULTS}/logs/plot_pruning/{{study}}.log",
@@ -104,7 +104,7 @@ rule plot_attention_types:
                    subcategory="{study}"),
         pdf=f"{FIGURES}/{{study}}/figure4.pdf",
     params:
-        style=figure_style,
+        style=config["figures"]["style"],
         figure="figure4",
     log:
         f"{RESULTS}/logs/plot_attention_types/{{study}}.log",
@@ -120,13 +120,13 @@ rule plot_attention_types:
 
 rule plot_glue_pruning:
     input:
-        pruning=glue_pruning_tables,
-        full=glue_pruning_full,
+        pruning=stages.figures.glue_pruning_tables(PIPELINE),
+        full=stages.figures.glue_pruning_full(PIPELINE),
     output:
         png=report(f"{FIGURES}/figure6.png", caption="../report/figure6.rst", category="Figure 6"),
         pdf=f"{FIGURES}/figure6.pdf",
     params:
-        style=figure_style,
+        style=config["figures"]["style"],
         figure="figure3",  # the same drawing: one panel per study, one line per order
     log:
         f"{RESULTS}/logs/plot_glue_pruning.log",
@@ -151,7 +151,7 @@ rule plot_criteria:
         md=report(f"{FIGURES}/{{study}}/criteria_summary.md", caption="../report/criteria.rst",
                   category="Head criteria", subcategory="{study}"),
     params:
-        style=figure_style,
+        style=config["figures"]["style"],
         test_at=config["criteria"]["test_at"],
     log:
         f"{RESULTS}/logs/plot_criteria/{{study}}.log",
@@ -167,7 +167,7 @@ rule plot_criteria:
 
 rule plot_head_maps:
     input:
-        unpack(head_maps_inputs),
+        unpack(of_pipeline(stages.figures.head_maps_inputs, PIPELINE, wildcard="study")),
     output:
         csv=f"{FIGURES}/{{study}}/head_maps.csv",
         correlations=f"{FIGURES}/{{study}}/head_maps_correlations.csv",
@@ -175,7 +175,7 @@ rule plot_head_maps:
                    subcategory="{study}"),
         pdf=f"{FIGURES}/{{study}}/head_maps.pdf",
     params:
-        style=figure_style,
+        style=config["figures"]["style"],
     log:
         f"{RESULTS}/logs/plot_head_maps/{{study}}.log",
     resources:

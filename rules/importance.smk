@@ -4,14 +4,14 @@
 rule importance:
     input:
         model=study_model,
-        data=study_importance_data,
-        constants=asks("importance_constants"),
+        data=from_study("importance_data"),
+        constants=of_study(stages.importance.constants),
     output:
         f"{RESULTS}/{{study}}/importance.csv",
     params:
         study=study_of,
-        data=importance_params,
-        settings=asks("importance_settings"),
+        data=from_study("importance_spec"),
+        settings=of_study(stages.importance.settings),
     log:
         f"{RESULTS}/logs/importance/{{study}}.log",
     threads: rule_threads("importance", 2)

@@ -6,14 +6,14 @@ rank correlation of the heads' changes between modes."""
 
 rule masking_mode:
     input:
-        unpack(asks("masking_mode_inputs", wildcard="mode")),
+        unpack(of_study(stages.masking_modes.inputs, wildcard="mode")),
     output:
         f"{RESULTS}/{{study}}/masking_modes/{{mode}}.csv",
     wildcard_constraints:
         mode=MASKING_MODES,
     params:
         study=study_of,
-        sweep=asks("masking_mode_params", wildcard="mode"),
+        sweep=of_study(stages.masking_modes.params, wildcard="mode"),
     log:
         f"{RESULTS}/logs/masking_mode/{{study}}/{{mode}}.log",
     resources:
@@ -28,7 +28,7 @@ rule masking_mode:
 
 rule plot_masking_modes:
     input:
-        asks("masking_mode_tables"),
+        of_study(stages.masking_modes.tables),
     output:
         csv=f"{FIGURES}/{{study}}/masking_modes.csv",
         summary=f"{FIGURES}/{{study}}/masking_modes_summary.csv",
@@ -37,7 +37,7 @@ rule plot_masking_modes:
                    category="Masking modes", subcategory="{study}"),
         pdf=f"{FIGURES}/{{study}}/masking_modes.pdf",
     params:
-        style=figure_style,
+        style=config["figures"]["style"],
         within=config["masking_modes"]["within"],
     log:
         f"{RESULTS}/logs/plot_masking_modes/{{study}}.log",

@@ -7,9 +7,6 @@ across the whole model; an attention type prunes only within it (Figure 4). A pr
 pruning.orders_per_job orders ('importance+fisher'), all their steps in one pass over the test set.
 """
 
-CRITERION = "importance(_token|_example|_batch)?|oracle|random|fisher|attention_gradient|confidence|entropy_low|entropy_high|combined|iterative|retrieval"
-
-
 wildcard_constraints:
     order=f"({CRITERION})([+]({CRITERION}))*",
     scope="all|enc_self|enc_dec|dec_self",
@@ -17,16 +14,16 @@ wildcard_constraints:
 
 rule prune:
     input:
-        unpack(pruning_inputs),
+        unpack(of_study(stages.pruning.inputs, wildcard="order")),
         model=study_model,
-        data=study_eval_data,
-        masking=asks("experiment_masking_data", "pruning"),
+        data=of_study(stages.pruning.eval_data),
+        masking=of_study(stages.pruning.masking_data),
     output:
         scores=f"{RESULTS}/{{study}}/pruning/{{scope}}/{{order}}.csv",
         outputs=f"{RESULTS}/{{study}}/pruning/{{scope}}/{{order}}.outputs.json",
     params:
         study=study_of,
-        pruning=pruning_params,
+        pruning=of_study(stages.pruning.params, wildcard="order"),
     log:
         f"{RESULTS}/logs/prune/{{study}}/{{scope}}/{{order}}.log",
     resources:
@@ -41,7 +38,7 @@ rule prune:
 
 rule collect_pruning:
     input:
-        pruning_order_tables,
+        of_study(stages.pruning.tables),
     output:
         f"{RESULTS}/{{study}}/pruning.csv",
     log:
@@ -58,14 +55,14 @@ rule collect_pruning:
 
 rule compare_criteria:
     input:
-        unpack(criteria_inputs),
-        data=study_eval_data,
+        unpack(of_study(stages.pruning.criteria_inputs)),
+        data=of_study(stages.pruning.criteria_eval_data),
     output:
         curves=f"{RESULTS}/{{study}}/pruning/criteria.csv",
         summary=f"{RESULTS}/{{study}}/pruning/criteria_summary.csv",
     params:
         study=study_of,
-        comparison=criteria_params,
+        comparison=of_study(stages.pruning.criteria_params),
     log:
         f"{RESULTS}/logs/compare_criteria/{{study}}.log",
     resources:

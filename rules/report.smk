@@ -5,12 +5,11 @@ Its inputs are the CSVs of the experiments this config runs; a claim whose exper
 not run gets a row saying "not run". Snakemake's report lists the result categories in lexicographic
 order (its menu sorts them with JavaScript's localeCompare; snakemake PR #2449), so the category
 "Claims scorecard" comes before "Figure ..." and "Table ..." (tests/test_scorecard.py keeps it first).
-The workflow description (report/workflow.rst), the report's front page, points to it. The input
-functions are in report_inputs.smk (snakemake --lint wants rules and functions in separate files).
+The workflow description (report/workflow.rst), the report's front page, points to it. Its inputs and params
+are headprune.stages.report's.
 """
 
 
-include: "report_inputs.smk"
 
 
 report: "../report/workflow.rst"
@@ -18,13 +17,13 @@ report: "../report/workflow.rst"
 
 rule scorecard:
     input:
-        unpack(scorecard_inputs),
+        unpack(of_pipeline(stages.report.scorecard_inputs, PIPELINE)),
     output:
         csv=f"{FIGURES}/scorecard.csv",
         md=report(f"{FIGURES}/scorecard.md", caption="../report/scorecard.rst", category="Claims scorecard"),
     params:
-        paper_models=scorecard_paper_models,
-        epochs=scorecard_epochs,
+        paper_models=stages.report.paper_models(PIPELINE),
+        epochs=DYNAMICS.epochs if DYNAMICS else [],
         confidence=config["ablation"]["screen"]["confidence"],
     log:
         f"{RESULTS}/logs/scorecard.log",

@@ -11,11 +11,11 @@ by retrieval score (head_roles.csv) masked against K random heads, retrieval and
 rule make_retrieval_items:
     input:
         model=study_model,
-        corpus=retrieval_corpus_dir,
+        corpus=of_study(stages.retrieval.corpus_dir),
     output:
         directory(f"{DATA}/retrieval/{{study}}"),
     params:
-        settings=retrieval_items_params,
+        settings=of_study(stages.retrieval.items_params),
     log:
         f"{RESULTS}/logs/make_retrieval_items/{{study}}.log",
     resources:
@@ -30,12 +30,12 @@ rule make_retrieval_items:
 
 rule retrieval_heads:
     input:
-        unpack(asks("retrieval_heads_inputs")),
+        unpack(of_study(stages.retrieval.heads_inputs)),
     output:
         f"{RESULTS}/{{study}}/retrieval_heads.csv",
     params:
         study=study_of,
-        experiment=retrieval_heads_params,
+        experiment=of_study(stages.retrieval.heads_params),
     log:
         f"{RESULTS}/logs/retrieval_heads/{{study}}.log",
     resources:
@@ -57,7 +57,7 @@ rule plot_retrieval_heads:
                    category="Retrieval heads", subcategory="{study}"),
         pdf=f"{FIGURES}/{{study}}/retrieval_heads.pdf",
     params:
-        style=figure_style,
+        style=config["figures"]["style"],
     log:
         f"{RESULTS}/logs/plot_retrieval_heads/{{study}}.log",
     resources:
@@ -72,14 +72,14 @@ rule plot_retrieval_heads:
 
 rule plot_perplexity_and_retrieval:
     input:
-        unpack(side_by_side_inputs),
+        unpack(of_study(stages.retrieval.side_by_side_inputs)),
     output:
         csv=f"{FIGURES}/{{study}}/perplexity_and_retrieval.csv",
         png=report(f"{FIGURES}/{{study}}/perplexity_and_retrieval.png", caption="../report/perplexity_and_retrieval.rst",
                    category="Retrieval heads", subcategory="{study}"),
         pdf=f"{FIGURES}/{{study}}/perplexity_and_retrieval.pdf",
     params:
-        style=figure_style,
+        style=config["figures"]["style"],
     log:
         f"{RESULTS}/logs/plot_perplexity_and_retrieval/{{study}}.log",
     resources:

@@ -29,11 +29,11 @@ rule fetch_parser:
 
 rule parse_source:
     input:
-        unpack(parse_inputs),
+        unpack(of_study(stages.roles.parse_inputs)),
     output:
         f"{RESULTS}/{{study}}/roles/source.conllu",
     params:
-        parse=parse_params,
+        parse=of_study(stages.roles.parse_params),
     log:
         f"{RESULTS}/logs/parse_source/{{study}}.log",
     threads: rule_threads("parse_source", 1)
@@ -49,13 +49,13 @@ rule parse_source:
 
 rule head_roles:
     input:
-        unpack(head_roles_inputs),
+        unpack(of_study(stages.roles.inputs)),
     output:
         heads=f"{RESULTS}/{{study}}/head_roles.csv",
         kv_heads=f"{RESULTS}/{{study}}/head_roles_kv.csv",
     params:
         study=study_of,
-        roles=roles_params,
+        roles=of_study(stages.roles.params),
     log:
         f"{RESULTS}/logs/head_roles/{{study}}.log",
     threads: rule_threads("head_roles", 1)
@@ -80,7 +80,7 @@ rule plot_head_roles:
         md=report(f"{FIGURES}/{{study}}/roles_by_step.md", caption="../report/head_roles.rst",
                   category="Learned gates and head roles", subcategory="{study}"),
     params:
-        style=figure_style,
+        style=config["figures"]["style"],
         step_percent=config["pruning"]["step_percent"],
     log:
         f"{RESULTS}/logs/plot_head_roles/{{study}}.log",

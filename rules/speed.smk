@@ -4,8 +4,8 @@
 rule speed:
     input:
         model=study_model,
-        data=speed_eval_data,
-        importance=importance_table,
+        data=of_study(stages.speed.eval_data),
+        importance=from_study("importance_table"),
     output:
         runs=f"{RESULTS}/{{study}}/speed.csv",
         table_csv=f"{FIGURES}/{{study}}/table4.csv",
@@ -13,7 +13,7 @@ rule speed:
                         subcategory="{study}"),
     params:
         study=study_of,
-        speed=speed_params,
+        speed=of_study(stages.speed.params),
     log:
         f"{RESULTS}/logs/speed/{{study}}.log",
     # torch threads (capped by --cores). Timings are only comparable on a quiet machine: threads as

@@ -26,7 +26,8 @@ ALLOWED = {
     "experiments": {"scoring", "models", "data", "io"},  # runs, evaluation, criteria as orders, figures
     "training": {"experiments", "scoring", "models", "data", "io"},  # training and fine-tuning
     "demo": {"training", "experiments", "scoring", "models", "data", "io"},  # the demo's synthetic world
-    WORKFLOW: {"training", "experiments", "scoring", "models", "data", "io"},  # the workflow's glue: not demo
+    "stages": {"experiments", "scoring", "models", "data", "io"},  # each stage's jobs: params, inputs, paths
+    WORKFLOW: {"stages", "training", "experiments", "scoring", "models", "data", "io"},  # the workflow's glue: not demo
     ROOT: {"experiments", "scoring", "models"},  # the public API (headprune.__all__), imported lazily: not demo
 }
 

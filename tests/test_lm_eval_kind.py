@@ -16,6 +16,7 @@ from headprune.experiments.kinds import kind_of
 from headprune.experiments.runs import EvalSettings, gates_without, run_variants, score
 from headprune.models.heads import gated
 from headprune.studies import ConfigError, Pipeline
+from headprune import stages
 
 lm_eval = pytest.importorskip("lm_eval")
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
@@ -175,15 +176,15 @@ def test_a_task_study_has_no_out_of_domain_set():
 def test_wus_experiment_on_a_task_masks_the_heads_its_models_retrieval_study_finds():
     pipeline = Pipeline(demo_config())
     task = pipeline.study("tiny_llama_passkey")
-    assert task.retrieval_heads_source.name == "tiny_llama_niah"
-    params = task.retrieval_heads_params()
+    assert stages.retrieval.heads_source(task).name == "tiny_llama_niah"
+    params = stages.retrieval.heads_params(task)
     assert [score["name"] for score in params["scores"]] == ["task", "perplexity"]
     assert params["scores"][0]["eval"] == task.evalset_spec() and params["heads_from"] == "tiny_llama_niah"
-    assert task.retrieval_heads_inputs()["roles"].endswith("/tiny_llama_niah/head_roles.csv")
-    retrieval = pipeline.study("tiny_llama_niah").retrieval_heads_params()
+    assert stages.retrieval.heads_inputs(task)["roles"].endswith("/tiny_llama_niah/head_roles.csv")
+    retrieval = stages.retrieval.heads_params(pipeline.study("tiny_llama_niah"))
     assert [score["name"] for score in retrieval["scores"]] == ["retrieval", "perplexity"]
     # the scorecard's W1 reads the heads' retrieval scores once, from the retrieval study
-    assert pipeline.scorecard_inputs()["roles"] == [f"{pipeline.results_dir}/tiny_llama_niah/head_roles.csv"]
+    assert stages.report.scorecard_inputs(pipeline)["roles"] == [f"{pipeline.results_dir}/tiny_llama_niah/head_roles.csv"]
     # one map per language model, its own perplexity first, then each study that scores it
     assert pipeline.head_map_studies() == {"tiny_llama": ["tiny_llama", "tiny_llama_niah", "tiny_llama_streaming",
                                                           "tiny_llama_passkey"]}
@@ -198,7 +199,7 @@ def test_wus_experiment_on_a_task_needs_a_retrieval_study_of_its_model():
     with pytest.raises(ConfigError, match="2 are"):
         Pipeline(config)
     config["models"]["tiny_llama_passkey"]["retrieval_study"] = "tiny_llama_streaming"
-    assert Pipeline(config).study("tiny_llama_passkey").retrieval_heads_source.name == "tiny_llama_streaming"
+    assert stages.retrieval.heads_source(Pipeline(config).study("tiny_llama_passkey")).name == "tiny_llama_streaming"
     config["experiments"]["retrieval_heads"] = ["tiny_llama"]
     with pytest.raises(ConfigError, match="neither a retrieval study nor a task"):
         Pipeline(config)

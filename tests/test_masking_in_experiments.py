@@ -12,6 +12,7 @@ from headprune.experiments.shared_layers import replays_head_outputs
 from headprune.models.heads import gated
 from headprune.models.masking import Mean, Resample, Uniform
 from headprune.scoring.constants import mean_constants, resample_pool
+from headprune import stages
 
 
 @pytest.fixture(scope="module")
@@ -140,17 +141,17 @@ def test_a_configs_resample_draws_reach_the_experiments_settings_not_the_donors_
 
     pipeline = demo_pipeline(tiny_llama="resample")
     lm = pipeline.study("tiny_llama")
-    assert "draws" not in lm.ablation_eval_params(lm.ablation_jobs[0])["settings"]["masking"]  # one draw: settings as they were
+    assert "draws" not in stages.ablation.job_params(lm, stages.ablation.jobs(lm)[0])["settings"]["masking"]  # one draw: settings as they were
     root = __import__("pathlib").Path(__file__).resolve().parents[1]
     config = yaml.safe_load((root / "demo/config.yaml").read_text())
     config["models"]["tiny_llama"]["masking"] = "resample"
     config["constants"]["resample"] = {"draws": 3}
     pipeline = validated_pipeline(config)
     lm = pipeline.study("tiny_llama")
-    for settings in (lm.ablation_eval_params(lm.ablation_jobs[0])["settings"], lm.pruning_params("importance")["settings"],
-                     lm.one_head_params(lm.one_head_jobs[0])["settings"], lm.masking_mode_params("resample")["settings"]):
+    for settings in (stages.ablation.job_params(lm, stages.ablation.jobs(lm)[0])["settings"], stages.pruning.params(lm, "importance")["settings"],
+                     stages.ablation.one_head_params(lm, stages.ablation.one_head_jobs(lm)[0])["settings"], stages.masking_modes.params(lm, "resample")["settings"]):
         assert settings["masking"]["draws"] == 3 and EvalSettings(**settings).masking.draws == 3
-    assert lm.head_constants_params("resample") == {"mode": "resample", "items": 64, "seed": 0}
+    assert stages.constants.params(lm, "resample") == {"mode": "resample", "items": 64, "seed": 0}
 
 
 def test_the_mode_sweep_reduces_each_layer_to_its_best_head_under_the_mode(llama, data):
@@ -212,17 +213,17 @@ def test_a_study_masked_by_a_constant_reads_its_importance_datas_file():
     pipeline = demo_pipeline(tiny_llama="mean", roberta_mnli="optimal", tiny_llama_niah="resample")
     results = pipeline.results_dir
     lm, roberta, niah = (pipeline.study(name) for name in ("tiny_llama", "roberta_mnli", "tiny_llama_niah"))
-    settings = lm.ablation_eval_params(lm.ablation_jobs[0])["settings"]
+    settings = stages.ablation.job_params(lm, stages.ablation.jobs(lm)[0])["settings"]
     assert settings["masking"] == {"word": "mean", "constants": f"{results}/tiny_llama/head_constants/mean.safetensors"}
     built = EvalSettings(**settings).masking  # what the job builds its settings from (the file read when used)
     assert isinstance(built, Mean) and built.constants == settings["masking"]["constants"]
-    assert roberta.pruning_params("importance")["settings"]["masking"]["constants"] == \
+    assert stages.pruning.params(roberta, "importance")["settings"]["masking"]["constants"] == \
         f"{results}/roberta_mnli/head_constants/optimal.safetensors"
     # a retrieval study's I_h is its language model's: so are its donors (from the model's importance windows)
-    niah_settings = niah.one_head_params(niah.one_head_jobs[0])["settings"]
+    niah_settings = stages.ablation.one_head_params(niah, stages.ablation.one_head_jobs(niah)[0])["settings"]
     assert niah_settings["masking"] == {"word": "resample", "pool": f"{results}/tiny_llama/head_constants/resample.safetensors",
                                         "seed": 0}
-    assert lm.head_constants_params("optimal") == {"mode": "optimal", "steps": 50, "lr": 0.05, "repeats": 1, "seed": 0}
+    assert stages.constants.params(lm, "optimal") == {"mode": "optimal", "steps": 50, "lr": 0.05, "repeats": 1, "seed": 0}
     assert pipeline.study("mnli").masking_data("zero") == []
 
 
@@ -251,10 +252,10 @@ def test_pruning_by_a_constant_ranks_heads_by_the_change_to_it():
     """Under mean or optimal pruning masking the importance job measures |(o_h - c_h) . dL/do_h| with the study's
     constants; under the others it is the paper's I_h (and its settings are as they were: no rerun)."""
     pipeline = demo_pipeline(tiny_llama="optimal", tiny_llama_niah="resample")
-    assert pipeline.study("tiny_llama").importance_settings() == {
+    assert stages.importance.settings(pipeline.study("tiny_llama")) == {
         "estimator": "token", "normalize": True,
         "constants": f"{pipeline.results_dir}/tiny_llama/head_constants/optimal.safetensors"}
-    assert pipeline.study("mnli").importance_settings() == {"estimator": "token", "normalize": True}
+    assert stages.importance.settings(pipeline.study("mnli")) == {"estimator": "token", "normalize": True}
 
 
 def demo_config():
@@ -269,13 +270,13 @@ def test_voitas_gates_take_the_studys_masking_and_refuse_the_0_1_modes():
 
     results = demo_pipeline().results_dir
     config = demo_config()
-    assert validated_pipeline(config).study("mnli").concrete_params(0.05)["settings"]["masking"] == "zero"  # as before
+    assert stages.concrete.params(validated_pipeline(config).study("mnli"), 0.05)["settings"]["masking"] == "zero"  # as before
     config["concrete"]["masking"] = "mean"
     pipeline = validated_pipeline(config)
-    settings = pipeline.study("demo_en_fr").concrete_params(0.05)["settings"]
+    settings = stages.concrete.params(pipeline.study("demo_en_fr"), 0.05)["settings"]
     assert settings["masking"]["word"] == "mean"
     assert settings["masking"]["constants"] == f"{results}/demo_en_fr/head_constants/mean.safetensors"
-    assert pipeline.study("demo_en_fr").experiment_masking_data("concrete") == [settings["masking"]["constants"]]
+    assert stages.concrete.masking_data(pipeline.study("demo_en_fr")) == [settings["masking"]["constants"]]
     for key, change in (("concrete.masking", lambda c: c["concrete"].update(masking="uniform")),
                         ("models.tiny_llama.masking", lambda c: (c["experiments"]["concrete"].append("tiny_llama"),
                                                                  c["models"]["tiny_llama"].update(masking="streaming")))):
@@ -289,36 +290,36 @@ def test_voitas_gates_take_the_studys_masking_and_refuse_the_0_1_modes():
 def test_wu_et_als_experiment_masks_as_the_config_says():
     config = demo_config()
     niah = validated_pipeline(config).study("tiny_llama_niah")
-    params = niah.retrieval_heads_params()
+    params = stages.retrieval.heads_params(niah)
     assert [score["settings"]["masking"] for score in params["scores"]] == ["zero", "zero"]  # Wu et al.'s, as before
-    assert niah.retrieval_heads_inputs()["masking"] == []
+    assert stages.retrieval.heads_inputs(niah)["masking"] == []
     config["retrieval_heads"]["masking"] = "resample"
     config["constants"]["resample"] = {"draws": 2}
     pipeline = validated_pipeline(config)
     for name in ("tiny_llama_niah", "tiny_llama_passkey"):
         study = pipeline.study(name)
-        for score in study.retrieval_heads_params()["scores"]:
+        for score in stages.retrieval.heads_params(study)["scores"]:
             assert score["settings"]["masking"]["word"] == "resample" and score["settings"]["masking"]["draws"] == 2
-            assert score["settings"]["pool"] in study.retrieval_heads_inputs()["masking"]
+            assert score["settings"]["masking"]["pool"] in stages.retrieval.heads_inputs(study)["masking"]
     pool = f"{pipeline.results_dir}/tiny_llama/head_constants/resample.safetensors"
-    assert pipeline.study("tiny_llama_niah").retrieval_heads_inputs()["masking"] == [pool]
+    assert stages.retrieval.heads_inputs(pipeline.study("tiny_llama_niah"))["masking"] == [pool]
     # a study's own masking comes first, as in its ablation and pruning
     config["models"]["tiny_llama_niah"]["masking"] = "mean"
     niah = validated_pipeline(config).study("tiny_llama_niah")
-    assert [score["settings"]["masking"] for score in niah.retrieval_heads_params()["scores"]] == ["mean", "mean"]
-    assert niah.retrieval_heads_inputs()["masking"] == [f"{pipeline.results_dir}/tiny_llama/head_constants/mean.safetensors"]
+    assert [score["settings"]["masking"] for score in stages.retrieval.heads_params(niah)["scores"]] == ["mean", "mean"]
+    assert stages.retrieval.heads_inputs(niah)["masking"] == [f"{pipeline.results_dir}/tiny_llama/head_constants/mean.safetensors"]
 
 
 def test_a_mode_sweep_of_a_study_in_one_head_per_layer_reads_its_selection_and_test_sets():
     pipeline = demo_pipeline()
     lm = pipeline.study("tiny_llama")
-    params = lm.masking_mode_params("mean")
+    params = stages.masking_modes.params(lm, "mean")
     assert params["one_head"] == {"selection": lm.evalset_spec("selection"), "test": lm.evalset_spec("test")}
-    assert set(lm.eval_data(["eval", "selection", "test"])) <= set(lm.masking_mode_inputs("mean")["data"])
+    assert set(lm.eval_data(["eval", "selection", "test"])) <= set(stages.masking_modes.inputs(lm, "mean")["data"])
     config = demo_config()
     config["experiments"]["one_head_per_layer"].remove("tiny_llama")
     lm = validated_pipeline(config).study("tiny_llama")
-    assert "one_head" not in lm.masking_mode_params("mean") and lm.masking_mode_roles == ["eval"]
+    assert "one_head" not in stages.masking_modes.params(lm, "mean") and stages.masking_modes.roles(lm) == ["eval"]
 
 
 # --- the comparison of modes ------------------------------------------------------------------------------------
@@ -366,9 +367,9 @@ def test_the_modes_side_by_side_count_heads_prunable_share_and_rank_agreement():
 def test_the_demo_compares_its_language_model_under_four_modes():
     pipeline = demo_pipeline()
     study = pipeline.study("tiny_llama")
-    assert study.masking_modes == ["zero", "mean", "optimal", "resample"]
-    params = study.masking_mode_params("optimal")
+    assert stages.masking_modes.modes(study) == ["zero", "mean", "optimal", "resample"]
+    params = stages.masking_modes.params(study, "optimal")
     assert params["settings"]["masking"]["constants"].endswith("tiny_llama/head_constants/optimal.safetensors")
-    assert study.masking_mode_inputs("zero")["masking"] == []
+    assert stages.masking_modes.inputs(study, "zero")["masking"] == []
     assert f"{pipeline.figures_dir}/tiny_llama/masking_modes_summary.csv" in pipeline.targets()
-    assert len(pipeline.scorecard_inputs()["masking_modes"]) == 4
+    assert len(stages.report.scorecard_inputs(pipeline)["masking_modes"]) == 4

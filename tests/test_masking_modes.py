@@ -26,6 +26,7 @@ from headprune.models.masking import (MASKING_WORDS, MODES, Constant, Mean, Opti
                                       as_masking, masking_for)
 from headprune.models.prune import prune_heads
 from headprune.scoring.constants import mean_constants, resample_pool
+from headprune import stages
 
 
 def random_constants(model, seed=0, scale=0.5, kind="mean") -> HeadConstants:
@@ -84,7 +85,7 @@ def test_a_new_mode_is_one_class(monkeypatch):
         config_schema.validate(yaml.safe_load(yaml.safe_dump(config)))
     config["scaled"] = {"factor": 0.25}
     lm = Pipeline(config).study("tiny_llama")
-    settings = lm.ablation_eval_params(lm.ablation_jobs[0])["settings"]
+    settings = stages.ablation.job_params(lm, stages.ablation.jobs(lm)[0])["settings"]
     assert settings["masking"] == {"word": "scaled", "factor": 0.25}
     assert EvalSettings(**settings).masking == Scaled(0.25)
     model, batch = build("llama")

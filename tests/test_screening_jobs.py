@@ -20,6 +20,7 @@ HEADS = [("dec_self", layer, head) for layer in range(3) for head in range(4)]
 
 # Each job run as Snakemake's script directive runs it (one runner for the script tests)
 from test_masking_scripts import RUNNER  # noqa: E402
+from headprune import stages
 
 
 @pytest.fixture(scope="module")
@@ -223,14 +224,14 @@ def pipeline_of(config):
 def test_a_screened_study_has_one_ablation_job_and_its_screen_reads_the_importance_data_not_the_test_set():
     pipeline = pipeline_of(demo_config(per_study={"tiny_llama": "screened"}, screen={"method": "exact", "items": 4}))
     lm, bert = pipeline.study("tiny_llama"), pipeline.study("mnli")
-    assert lm.screened and not bert.screened and lm.ablation_jobs == ["screened"] and len(bert.ablation_jobs) > 0
-    params = lm.screen_params()
+    assert stages.ablation.screened(lm) and not stages.ablation.screened(bert) and stages.ablation.jobs(lm) == ["screened"] and len(stages.ablation.jobs(bert)) > 0
+    params = stages.ablation.screen_params(lm)
     assert params["method"] == "exact" and params["top_k"] == "20%" and params["sample"] == "5%"  # the defaults
     assert params["screen_set"]["windows"].endswith("/train.npy") and params["screen_set"]["max_items"] == 4
     assert lm.evalset_spec("eval")["windows"] != params["screen_set"]["windows"]  # never the test set
-    assert lm.screen_table == [f"{pipeline.results_dir}/tiny_llama/screen.csv"] and bert.screen_table == []
+    assert stages.ablation.screen_table(lm) == [f"{pipeline.results_dir}/tiny_llama/screen.csv"] and stages.ablation.screen_table(bert) == []
     default = pipeline_of(demo_config())
-    assert not any(default.study(name).screened for name in default.study_names)  # exhaustive, the paper's
+    assert not any(stages.ablation.screened(default.study(name)) for name in default.study_names)  # exhaustive, the paper's
 
 
 @pytest.mark.parametrize("ablation, message", [
@@ -245,7 +246,7 @@ def test_a_screened_study_has_one_ablation_job_and_its_screen_reads_the_importan
 def test_a_screened_config_that_cannot_run_names_its_key(ablation, message):
     config = demo_config(**ablation)
     if message is None:
-        assert pipeline_of(config).study("tiny_llama").screened
+        assert stages.ablation.screened(pipeline_of(config).study("tiny_llama"))
         return
     with pytest.raises(Exception, match=message):
         pipeline_of(config)

@@ -8,7 +8,10 @@ import pytest
 import yaml
 from headprune.config_schema import validate
 
-from headprune.studies import ConfigError, Pipeline, chunk_items, chunks, penalty_name
+from headprune.stages.ablation import chunk_items, chunks
+from headprune.stages.concrete import penalty_name
+from headprune.studies import ConfigError, Pipeline
+from headprune import stages
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,7 +61,7 @@ def test_the_papers_test_sets_by_role(paper):
     # Tables 2-3 choose the head on 5000 seeded training examples, as the paper does
     selection = mnli.evalset_spec("selection")
     assert (selection["tsv"], selection["max_items"]) == ("data/glue/mnli/train.tsv", 5000)
-    assert wmt.ablation_roles == ["eval", "ood"] and wmt.full_model_roles == ["eval", "ood", "test"]
+    assert stages.ablation.roles(wmt) == ["eval", "ood"] and stages.ablation.full_model_roles(wmt) == ["eval", "ood", "test"]
     # the files a job reads: the test sets of every role it evaluates, each once
     assert wmt.eval_data(["eval", "selection"]) == ["data/testsets/newstest2013.en", "data/testsets/newstest2013.fr"]
     assert wmt.importance_data == [f"data/testsets/newstest20{y}.{lang}" for y in ("09", "10", "11", "12")
@@ -69,15 +72,15 @@ def test_the_papers_test_sets_by_role(paper):
 def test_the_papers_models_and_jobs(paper):
     wmt, mnli, sst2 = paper.study("wmt14_en_fr"), paper.study("mnli"), paper.study("sst2")
     assert wmt.model_path == "data/checkpoints/wmt14_en_fr.model"
-    assert mnli.model_path == "results/models/mnli" and mnli.finetune_pretrained == "data/checkpoints/bert-pretrained"
+    assert mnli.model_path == "results/models/mnli" and stages.finetune.pretrained(mnli) == "data/checkpoints/bert-pretrained"
     # one job per head and per layer in the paper's config
-    assert len(wmt.ablation_jobs) == 288 and len(mnli.one_head_jobs) == 12
-    assert wmt.pruning_scopes == {"all": ["importance", "oracle", "random"], "enc_self": ["importance"],
+    assert len(stages.ablation.jobs(wmt)) == 288 and len(stages.ablation.one_head_jobs(mnli)) == 12
+    assert stages.pruning.scopes(wmt) == {"all": ["importance", "oracle", "random"], "enc_self": ["importance"],
                                   "enc_dec": ["importance"], "dec_self": ["importance"]}
     # the oracle waits for the whole ablation: a job of its own
-    assert ("all", "oracle") in wmt.pruning_jobs and ("all", "importance") in wmt.pruning_jobs
+    assert ("all", "oracle") in stages.pruning.jobs(wmt) and ("all", "importance") in stages.pruning.jobs(wmt)
     # Figure 6 prunes a glue task in the importance order only: no single-head ablation needed
-    assert sst2.pruning_jobs == [("all", "importance")] and sst2.criteria == []
+    assert stages.pruning.jobs(sst2) == [("all", "importance")] and stages.pruning.criteria(sst2) == []
     assert mnli.eval_settings(bleu="detokenized")["batch_size"] == 64
     assert wmt.resource("ablate", "gpu") == 1
 
@@ -90,7 +93,7 @@ def test_the_papers_targets_are_every_table_and_figure(paper):
         assert f"results/figures/{name}" in targets, name
     assert not [t for t in targets if "criteria" in t or "concrete" in t or "head_roles" in t]  # off in the paper's
     assert paper.dynamics.epochs == paper.config["dynamics"]["train"]["checkpoint_epochs"]
-    assert paper.scorecard_paper_models()["iwslt14_de_en"] == "IWSLT"
+    assert stages.report.paper_models(paper)["iwslt14_de_en"] == "IWSLT"
 
 
 def test_the_demos_any_model_studies(demo):
@@ -108,8 +111,8 @@ def test_the_demos_any_model_studies(demo):
     # a classification models entry is fine-tuned by the pipeline from its own source, on its glue task's data
     assert roberta.task == "mnli" and roberta.glue_dir == "data/demo/glue/mnli"
     assert roberta.model_path == "results/demo/models/roberta_mnli"
-    assert roberta.finetune_pretrained == "data/demo/models/roberta_mnli"
-    assert roberta.finetune_params()["epochs"] == 5 and demo.study("mnli").finetune_params()["epochs"] != 5
+    assert stages.finetune.pretrained(roberta) == "data/demo/models/roberta_mnli"
+    assert stages.finetune.params(roberta)["epochs"] == 5 and stages.finetune.params(demo.study("mnli"))["epochs"] != 5
     assert llama.model_path == "data/demo/models/tiny_llama"  # an LM is used as fetched
 
 
@@ -123,7 +126,7 @@ def test_a_glue_tasks_own_finetune_settings():
     validate(config)
     pipeline = Pipeline(config)
     base = config["bert"]["finetune"]
-    mnli, roberta, sst2 = (pipeline.study(name).finetune_params() for name in ("mnli", "roberta_mnli", "sst2"))
+    mnli, roberta, sst2 = (stages.finetune.params(pipeline.study(name)) for name in ("mnli", "roberta_mnli", "sst2"))
     assert (mnli["epochs"], mnli["lr"], mnli["batch_size"]) == (2, 5.0e-4, base["batch_size"])
     assert (roberta["epochs"], roberta["lr"]) == (3, 5.0e-4)
     assert (sst2["epochs"], sst2["lr"]) == (5, base["lr"]) != (base["epochs"], base["lr"])  # the demo's own
@@ -136,17 +139,17 @@ def test_a_glue_tasks_own_finetune_settings():
 def test_the_demos_bundled_jobs(demo):
     translation = demo.study(demo.translation_name)
     per_job = demo.config["ablation"]["heads_per_job"]
-    jobs = translation.ablation_jobs
+    jobs = stages.ablation.jobs(translation)
     assert len(jobs) == -(-len(translation.heads) // per_job)
     # every head is in exactly one job, in order
-    assert [h for job in jobs for h in translation.ablation_job_heads(job)] == translation.heads
+    assert [h for job in jobs for h in stages.ablation.job_heads(translation, job)] == translation.heads
     orders = demo.config["pruning"]["orders"]
-    all_scope = [o for scope, o in translation.pruning_jobs if scope == "all"]
+    all_scope = [o for scope, o in stages.pruning.jobs(translation) if scope == "all"]
     assert all_scope[-1] == "oracle" and "oracle" not in all_scope[0].split("+")
-    assert set("+".join(all_scope).split("+")) == set(orders) | set(translation.criteria)
-    assert set(translation.criteria) == set(demo.config["criteria"]["compare"])
-    assert translation.criteria_jobs and all(set(o.split("+")) & set(translation.criteria)
-                                             for o in translation.criteria_jobs)
+    assert set("+".join(all_scope).split("+")) == set(orders) | set(stages.pruning.criteria(translation))
+    assert set(stages.pruning.criteria(translation)) == set(demo.config["criteria"]["compare"])
+    assert stages.pruning.criteria_jobs(translation) and all(set(o.split("+")) & set(stages.pruning.criteria(translation))
+                                             for o in stages.pruning.criteria_jobs(translation))
 
 
 def test_a_retrieval_study_scores_its_language_model(demo):
@@ -158,27 +161,27 @@ def test_a_retrieval_study_scores_its_language_model(demo):
     assert niah.evalset_spec() == {"kind": "retrieval", "items": "data/demo/retrieval/tiny_llama_niah/test.jsonl",
                                    "name": "needle in a haystack, test split (96/192-token contexts)", "max_items": None}
     assert niah.evalset_name("selection") == "validation"
-    assert niah.retrieval_items_params()["splits"] == ["test", "validation"]
+    assert stages.retrieval.items_params(niah)["splits"] == ["test", "validation"]
     assert niah.retrieval["context_lengths"] == [96, 192] and niah.retrieval["needle"] == "The special magic number is {value}."
     # pruned by I_h estimated on perplexity: the language model's importance table, no job of its own
     assert niah.importance_table == "results/demo/tiny_llama/importance.csv" == lm.importance_table
     assert niah.eval_settings("tokenized", "zero") == {"batch_size": 10, "masking": "zero", "variant_batch_size": 64,
                                                        "max_new_tokens": 8}
-    assert set(niah.head_roles_inputs()) == {"model", "importance", "windows", "needles"}
-    assert [scope_orders[1] for scope_orders in niah.pruning_jobs][-1] == "oracle"
-    assert "retrieval" in niah.criteria and niah.experiments == ["ablation", "pruning", "criteria",
+    assert set(stages.roles.inputs(niah)) == {"model", "importance", "windows", "needles"}
+    assert [scope_orders[1] for scope_orders in stages.pruning.jobs(niah)][-1] == "oracle"
+    assert "retrieval" in stages.pruning.criteria(niah) and niah.experiments == ["ablation", "pruning", "criteria",
                                                                  "one_head_per_layer", "head_roles", "retrieval_heads"]
     # Wu's experiment: K beyond the model's 8 heads is left out
-    assert niah.retrieval_heads_params()["k"] == [1, 2]
+    assert stages.retrieval.heads_params(niah)["k"] == [1, 2]
     assert [s.name for s in demo.scored_side_by_side()] == ["tiny_llama_niah"]
 
 
 def test_streaming_masking_of_one_study(demo):
     streaming = demo.study("tiny_llama_streaming")
-    settings = streaming.ablation_eval_params(streaming.ablation_jobs[0])["settings"]
+    settings = stages.ablation.job_params(streaming, stages.ablation.jobs(streaming)[0])["settings"]
     assert settings["masking"] == {"word": "streaming", "sink": 4, "recent": 16}
     # the other studies keep the experiment's masking, and no streaming keys
-    assert "sink" not in demo.study("tiny_llama").ablation_eval_params(demo.study("tiny_llama").ablation_jobs[0])["settings"]
+    assert "sink" not in stages.ablation.job_params(demo.study("tiny_llama"), stages.ablation.jobs(demo.study("tiny_llama"))[0])["settings"]
 
 
 def test_llama_config(llama):
@@ -197,10 +200,10 @@ def test_llama_config(llama):
         == (1, 64000, 360)
     assert len(study.heads) == 32 * 32
     # 32 heads per ablation job: one layer each; 3 layers per one-head-per-layer job: 11 jobs
-    assert len(study.ablation_jobs) == 32 and study.ablation_jobs[1] == "dec_self-1-0..dec_self-1-31"
-    assert len(study.one_head_jobs) == 11 and study.one_head_job_layers("dec_self-30..dec_self-31") == \
+    assert len(stages.ablation.jobs(study)) == 32 and stages.ablation.jobs(study)[1] == "dec_self-1-0..dec_self-1-31"
+    assert len(stages.ablation.one_head_jobs(study)) == 11 and stages.ablation.one_head_job_layers(study, "dec_self-30..dec_self-31") == \
         ["dec_self-30", "dec_self-31"]
-    assert study.pruning_jobs == [("all", "importance"), ("all", "random"), ("all", "oracle")]
+    assert stages.pruning.jobs(study) == [("all", "importance"), ("all", "random"), ("all", "oracle")]
     assert study.params["dtype"] == "bfloat16"
     # a study's own resources override config.resources for its jobs only
     assert study.resource("ablate", "gpu") == 1 and study.resource("ablate", "mem_mb") == 64000
@@ -252,7 +255,53 @@ def test_a_study_the_config_does_not_have_is_named():
 
 
 def test_common_smk_asks_the_pipeline():
-    """The rules resolve no study themselves: no branching on a study's kind in rules/."""
+    """The rules resolve no study themselves: no branching on a study's kind in rules/, and common.smk holds the
+    validation and the generic helpers only (no one-line wrapper per rule)."""
+    import re
+
     text = "".join(p.read_text() for p in (ROOT / "rules").glob("*.smk"))
     assert "kind ==" not in text and "study_kind" not in text
-    assert len((ROOT / "rules" / "common.smk").read_text().splitlines()) <= 400
+    common = (ROOT / "rules" / "common.smk").read_text()
+    assert re.findall(r"^def (\w+)", common, re.M) == ["study", "of_study", "_of_study", "from_study", "_from_study",
+                                                        "of_pipeline", "_of_pipeline", "resource", "study_resource",
+                                                        "resource_of_study", "rule_threads"]
+
+
+def test_each_stage_owns_its_jobs():
+    """A rules file's study-specific inputs and params are its stage's functions (headprune/stages/<stage>.py beside
+    rules/<stage>.smk), and every stage function a rules file names exists; a stage module imports no study and
+    no other rules file's stage but those below it (ablation, pruning)."""
+    import ast
+    import re
+
+    from headprune import stages
+
+    named = set()
+    for rules in sorted((ROOT / "rules").glob("*.smk")):
+        for module, function in re.findall(r"stages\.(\w+)\.(\w+)", rules.read_text()):
+            assert (ROOT / "rules" / f"{module}.smk").exists(), f"{rules.name} calls stage {module}, which has no rules file"
+            if module not in ("figures", "report"):  # run-wide stages read the others' paths
+                assert module == rules.stem, f"{rules.name} calls stages.{module}.{function}: another stage's job"
+            assert callable(getattr(getattr(stages, module), function)), f"stages.{module}.{function}"
+            named.add(module)
+    assert named == {p.stem for p in (ROOT / "headprune" / "stages").glob("*.py")} - {"__init__"}
+    for path in (ROOT / "headprune" / "stages").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                assert node.module != "headprune.studies", f"{path.name} imports the studies"
+                if node.module.startswith("headprune.stages") and path.stem != "__init__":
+                    imported = {alias.name for alias in node.names} if node.module == "headprune.stages" else \
+                        {node.module.rsplit(".", 1)[1]}
+                    assert imported <= {"ablation", "pruning", "masking_modes", "retrieval"}, (path.name, imported)
+
+
+def test_a_study_is_its_identity_model_and_evaluation_sets():
+    """Study keeps a study's identity, model and evaluation sets (under 250 lines); what jobs read and are asked
+    is the stages'."""
+    import ast
+
+    tree = ast.parse((ROOT / "headprune" / "studies.py").read_text())
+    study = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Study")
+    assert study.end_lineno - study.lineno < 250
+    methods = {node.name for node in study.body if isinstance(node, ast.FunctionDef)}
+    assert not {name for name in methods if name.endswith(("_params", "_inputs", "_jobs", "_tables"))}

@@ -39,6 +39,12 @@ CRITERIA = ("importance", *(f"importance_{e}" for e in ESTIMATORS), "fisher", "a
             "entropy_low", "entropy_high", "combined", "iterative", "oracle", "random", "retrieval")
 # The paper's three orders (Figure 3); the others are criteria compared in criteria.csv.
 PAPER_ORDERS = ("importance", "oracle", "random")
+# What a criterion's prune job reads besides the model, its test set and importance.csv (rules/pruning.smk,
+# headprune.stages.pruning.inputs): the head roles (retrieval), the single-head ablation (oracle), the
+# importance data that I_h is re-estimated on after each step (iterative).
+READS = {"retrieval": "roles", "oracle": "ablation", "iterative": "importance_data"}
+# Criteria that wait for the whole single-head ablation: each gets a prune job of its own.
+WAITS_FOR_ABLATION = ("oracle",)
 
 
 def _heads(table: pd.DataFrame) -> list[HeadId]:

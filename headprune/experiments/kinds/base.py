@@ -22,6 +22,9 @@ class Kind:
     # Its score's name in Wu et al.'s experiment (retrieval_heads.csv's columns); None: the experiment does not
     # take a study of this kind
     wu_score: str | None = None
+    # Its head_roles.csv scores each head's retrieval (Wu et al.): the heads their experiment masks on a study
+    # of this kind, and on a task of the same language model
+    finds_retrieval_heads = False
 
     # --- evaluation: a job's model work and scores ----------------------------------------------
 

@@ -13,6 +13,7 @@ class Kind(ScoresLanguageModel):
     name = "retrieval"
     drawn_beside_perplexity = True
     wu_score = "retrieval"
+    finds_retrieval_heads = True
 
     def load_evalset(self, spec):
         from headprune.data.retrieval import read_items

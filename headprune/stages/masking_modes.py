@@ -1,0 +1,33 @@
+"""One study under each way of switching a head off, side by side (rules/masking_modes.smk)."""
+from __future__ import annotations
+
+
+def modes(study) -> list[str]:
+    """The modes experiments.masking_modes compares this study under (config.masking_modes.modes)."""
+    return list(study.config["masking_modes"]["modes"])
+
+
+def tables(study) -> list[str]:
+    """Each mode's sweep of the study, in the config's order."""
+    return [f"{study.pipeline.results_dir}/{study.name}/masking_modes/{mode}.csv" for mode in modes(study)]
+
+
+def roles(study):
+    """The sets a mode's sweep reads: eval, and for a study of experiments.one_head_per_layer its selection and
+    test sets (each layer reduced to one head under the mode: C2 per mode)."""
+    return ["eval"] + (["selection", "test"] if study.takes_part_in("one_head_per_layer") else [])
+
+
+def params(study, mode):
+    """One mode's sweep: every head off alone, the importance-order pruning curve and (``roles``) one head per
+    layer under that masking."""
+    config = study.config
+    one_head = {role: study.evalset_spec(role) for role in roles(study)[1:]}
+    return {"mode": mode, "eval": study.evalset_spec(), "settings": study.eval_settings(config["pruning"]["bleu"], mode),
+            "step_percent": config["pruning"]["step_percent"], "importance": config["importance"],
+            "significance": config["significance"], **({"one_head": one_head} if one_head else {})}
+
+
+def inputs(study, mode):
+    return {"model": study.model_path, "data": study.eval_data(roles(study)),
+            "importance": study.importance_table, "masking": study.masking_data(mode)}

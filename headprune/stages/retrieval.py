@@ -1,0 +1,69 @@
+"""Long-context retrieval (rules/retrieval.smk): needle-in-a-haystack items made once per study, Wu et al.'s
+experiment (the top-K retrieval heads masked against K random heads) and the retrieval score beside perplexity."""
+from __future__ import annotations
+
+from headprune.experiments.kinds.base import ConfigError
+
+
+def items_params(study):
+    splits = sorted({study.evalset_name(role) for role in ("eval", "selection", "test")})
+    return {"splits": splits, **study.retrieval}
+
+
+def corpus_dir(study):
+    """The language model's corpus, whose text the haystacks are cut from."""
+    return study.lm.corpus_dir
+
+
+def heads_source(study):
+    """The retrieval study whose heads' retrieval scores (head_roles.csv) rank the heads Wu et al.'s
+    experiment masks: the study itself, or for a task the retrieval study of the same language model that
+    experiments.retrieval_heads names (``retrieval_study`` chooses among several)."""
+    if study.scoring.finds_retrieval_heads:
+        return study
+    listed = [study.pipeline.study(name) for name in study.config["experiments"].get("retrieval_heads", [])]
+    found = [other for other in listed if other.scoring.finds_retrieval_heads and other.lm.name == study.lm.name]
+    chosen = study.entry.get("retrieval_study")
+    if chosen is not None:
+        found = [other for other in found if other.name == chosen]
+    if len(found) != 1:
+        which = (f"models.{study.name}.retrieval_study is '{chosen}', which is not" if chosen is not None else
+                 f"{len(found)} are" if found else "none is")
+        raise ConfigError(f"config: experiments.retrieval_heads names '{study.name}', scored on the heads a "
+                          f"retrieval study of its language model '{study.lm.name}' finds; {which} one of "
+                          "experiments.retrieval_heads (name one with retrieval_study)")
+    return found[0]
+
+
+def heads_masking(study):
+    """How Wu et al.'s experiment masks the K heads (both scores): models.<study>.masking over
+    retrieval_heads.masking (zero by default, as Wu et al. mask them)."""
+    return study.masking(study.config["retrieval_heads"].get("masking", "zero"))
+
+
+def heads_params(study):
+    """Wu et al.'s experiment: the top-K heads by retrieval score masked, against K random heads, scored by
+    the study's own score (retrieval accuracy; a task's metric) and by its language model's perplexity."""
+    settings, bleu = study.config["retrieval_heads"], study.config["pruning"]["bleu"]
+    heads, masking = len(study.heads), heads_masking(study)
+    scores = [{"name": study.scoring.wu_score, "eval": study.evalset_spec("eval"),
+               "settings": study.eval_settings(bleu, masking)},
+              {"name": "perplexity", "eval": study.lm.evalset_spec("eval"),
+               "settings": study.lm.eval_settings(bleu, masking)}]
+    return {"k": [k for k in settings["k"] if k <= heads], "random_sets": settings["random_sets"],
+            "heads_from": heads_source(study).name, "scores": scores, "significance": study.config["significance"]}
+
+
+def heads_inputs(study):
+    source, masking = heads_source(study), heads_masking(study)
+    return {"model": study.model_path, "eval": study.eval_data(["eval"]), "windows": study.lm.windows_dir,
+            "roles": f"{study.pipeline.results_dir}/{source.name}/head_roles.csv",
+            "masking": list(dict.fromkeys(study.masking_data(masking) + study.lm.masking_data(masking)))}
+
+
+def side_by_side_inputs(study):
+    """Both scores of a retrieval study and of its language model: single-head ablation and pruning."""
+    results = study.pipeline.results_dir
+    return {f"{name}_{table}": f"{results}/{study_name}/{path}"
+            for name, study_name in (("retrieval", study.name), ("perplexity", study.lm.name))
+            for table, path in (("ablation", "eval/ablation.csv"), ("pruning", "pruning.csv"))}
