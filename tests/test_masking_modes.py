@@ -42,6 +42,20 @@ def logits(model, batch, gates=None, masking="zero"):
 
 # --- The modes and their words ---------------------------------------------------------------------------------
 
+def test_the_registry_and_the_planning_import_without_torch():
+    """MODES and every mode class, the config schema and the stages import without torch (Snakemake imports them
+    to plan a run); a mode object is built without it too, its data read and its hooks imported when it masks."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from headprune.models.masking import MODES, masking_for; import headprune.config_schema, "
+            "headprune.stages, headprune.studies; "
+            "mode = masking_for('mean', constants='never/read.safetensors'); "
+            "heavy = {'torch', 'transformers'} & set(sys.modules); assert not heavy, heavy; print(sorted(MODES))")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert out.stdout.strip() == str(sorted(MODES))
+
+
 def test_a_new_mode_is_one_class(monkeypatch):
     """Adding a mode is its class: registered by its word, it is a config word (the schema takes it and its
     settings, defaults filled in), a study's jobs carry it with its settings, EvalSettings builds it, and gated
