@@ -390,8 +390,8 @@ ALLOWED = {
     ("headprune/models/gpus.py", "_try_lock"): "a GPU's lock file",
     ("headprune/models/loading.py", "model_folder"): "into the hub cache, which huggingface_hub fills atomically "
                                                      "itself (.incomplete files, renamed)",
-    ("headprune/models/fairseq.py", "safe_extract"): "extracts into a folder its callers make atomic "
-                                                     "(_extracted_model_folder, fetch_pretrained)",
+    ("headprune/models/fairseq/archives.py", "safe_extract"): "extracts into a folder its callers make atomic "
+                                                              "(_extracted_model_folder, fetch_pretrained)",
 }
 
 # Calls that write a file, by the name of the method or function called.

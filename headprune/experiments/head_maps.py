@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from headprune.experiments.figures import _ablation_of_one_study, _new_figure, _rc, _style
+from headprune.experiments.figures.checks import _ablation_of_one_study
+from headprune.experiments.figures.style import _new_figure, _rc, _style
 from headprune.experiments.metrics import better_sign
 
 COLUMNS = ["study", "metric", "attn_type", "layer", "head", "score", "score_full", "delta", "cost_points",

@@ -14,7 +14,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from headprune.experiments.criteria import area_under_curve, largest_within, tolerance_points
-from headprune.experiments.figures import _new_figure, _rc, _style
+from headprune.experiments.figures.style import _new_figure, _rc, _style
 from headprune.experiments.metrics import better_sign
 
 HEAD_COLUMNS = ["study", "mode", "experiment", "attn_type", "layer", "head", "metric", "score_full", "score", "delta",

@@ -2,7 +2,7 @@
 M2M100/NLLB), sequence classifiers (BERT, RoBERTa, ...) and causal LMs (GPT-2, Llama, Mistral, Qwen2).
 
 Nothing here unpickles a file from the internet: fairseq checkpoints go through the
-allow-list unpickler in ``fairseq.py``, and Hugging Face models are read from
+allow-list unpickler in ``fairseq/unpickling.py``, and Hugging Face models are read from
 safetensors only (``use_safetensors=True``; a folder without them is refused).
 """
 from __future__ import annotations

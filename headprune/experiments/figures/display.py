@@ -1,0 +1,65 @@
+"""How the figures and tables name and show things: a metric in display units (BLEU in points, accuracy x100),
+its axis labels and scores, an attention type's label and a study's title."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from headprune.models.attention_types import TYPE_LABELS
+
+# A decoder-only LM has one attention type, stored as dec_self; "Dec-Dec" would say it has an encoder.
+CAUSAL_LABEL = "Causal self-attention"
+
+
+def type_labels(attn_types) -> dict:
+    """Labels of a study's attention types: the paper's for an encoder-decoder or an encoder, and
+    CAUSAL_LABEL when dec_self is the only type (a decoder-only LM)."""
+    attn_types = set(attn_types)
+    if attn_types == {"dec_self"}:
+        return {"dec_self": CAUSAL_LABEL}
+    return {t: TYPE_LABELS[t] for t in attn_types}
+
+
+def study_title(study: str, family: str | None = None) -> str:
+    """A study as figures and tables name it: 'tiny_llama (llama)', the model family being the
+    model's config.json model_type as evaluate_full records it in full.json."""
+    return f"{study} ({family})" if family else study
+
+
+@dataclass(frozen=True)
+class MetricDisplay:
+    label: str  # as written on axes: "BLEU", "accuracy"
+    scale: float  # display value = raw value * scale
+    unit: str  # suffix shown after a value or in an axis label; "" for none
+
+
+METRIC_DISPLAY = {
+    "bleu": MetricDisplay("BLEU", 1.0, ""),
+    "accuracy": MetricDisplay("accuracy", 100.0, "%"),
+    "f1": MetricDisplay("F1", 100.0, "%"),
+    "mcc": MetricDisplay("MCC", 100.0, "x100"),  # MCC is in [-1, 1], not a percentage
+    "perplexity": MetricDisplay("perplexity", 1.0, ""),  # lower is better: a positive change is a loss
+}
+
+
+def metric_display(metric: str) -> MetricDisplay:
+    """How a metric is shown; an unknown metric is shown as is, under its own name."""
+    return METRIC_DISPLAY.get(metric, MetricDisplay(metric, 1.0, ""))
+
+
+def change_label(metric: str) -> str:
+    """Axis label for a delta: 'BLEU change', 'accuracy change (%)'."""
+    display = metric_display(metric)
+    return f"{display.label} change" + (f" ({display.unit})" if display.unit else "")
+
+
+def unit_name(metric: str) -> str:
+    """The `unit` column of the CSVs: what a displayed delta is measured in."""
+    display = metric_display(metric)
+    return display.unit or f"{display.label} points"
+
+
+def format_score(metric: str, raw_score: float) -> str:
+    """'BLEU 36.05', 'accuracy 83.40%'."""
+    display = metric_display(metric)
+    unit = {"": "", "%": "%"}.get(display.unit, f" ({display.unit})")
+    return f"{display.label} {raw_score * display.scale:.2f}{unit}"
