@@ -45,9 +45,10 @@ with logged(snakemake) as log:
         test = {key: p["significance"][key] for key in ("resamples", "seed", "alpha")}
         results[name] = ([compare_to_full(evalset, scored[0], result, **test) for result in scored], evalset.metric)
     rows = []
+    masking = EvalSettings(**p["scores"][0]["settings"]).masking.word
     for i, (selection, k, seed, masked) in enumerate(settings[1:], start=1):
         row = {"study": study["name"], "k": k, "selection": selection, "seed": seed,
-               "heads": " ".join(head_name(h) for h in masked), "masking": p["scores"][0]["settings"]["masking"]}
+               "heads": " ".join(head_name(h) for h in masked), "masking": masking}
         for name, (compared, metric) in results.items():
             c = compared[i]
             row.update({name: c["score"], f"{name}_full": c["score_full"], f"p_{name}": c["p_bootstrap"],

@@ -102,8 +102,9 @@ def jobs(place):
     folder = place
     study = {"name": "lm", "kind": "language_modeling", "model": str(folder / "model"), "layers": 2, "heads": 4,
              "device": "cpu"}
-    mean = {"masking": "mean", "constants": str(folder / "mean.safetensors"), "batch_size": 4, "progress": False}
-    resample = {"masking": "resample", "pool": str(folder / "resample.safetensors"), "resample_seed": 1, "draws": 2,
+    mean = {"masking": {"word": "mean", "constants": str(folder / "mean.safetensors")}, "batch_size": 4,
+            "progress": False}
+    resample = {"masking": {"word": "resample", "pool": str(folder / "resample.safetensors"), "seed": 1, "draws": 2},
                 "batch_size": 4, "progress": False}
     test = {"resamples": 50, "seed": 0, "alpha": 0.01}
     out = folder / "out"
