@@ -105,8 +105,9 @@ def check_config(pipeline):
                 raise ConfigError(f"config: masking_modes.modes has {word}, which only decoder-only language models "
                                   f"take, and experiments.masking_modes names '{study}'")
     for study, entry in models.items():
-        if "masking" in entry and MODES[entry["masking"]].language_models_only and not kind_of(entry["kind"]).language_model:
-            raise ConfigError(f"config: models.{study}.masking is {entry['masking']}, which only decoder-only language "
+        word = entry.get("masking")
+        if word is not None and MODES[word].language_models_only and not kind_of(entry["kind"]).language_model:
+            raise ConfigError(f"config: models.{study}.masking is {word}, which only decoder-only language "
                               "models take (kind language_modeling or retrieval)")
     _check_screen(pipeline, config)
     if pipeline.translation_name in config["experiments"].get("glue_pruning", []):

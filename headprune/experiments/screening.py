@@ -129,9 +129,9 @@ def screen_scores(screens: pd.DataFrame, method: str) -> pd.DataFrame:
 
 
 def screen_study(model, tokenizer, params: dict, batches=None, screen_set: EvalSet | None = None) -> pd.DataFrame:
-    """A study's screen as the pipeline's screen job runs it (``params``: ``headprune.stages.ablation.screen_params``; ``batches``: a
-    function giving the importance batches, for the gradient screens; ``screen_set``: the exact screen's set): every
-    head's screen scores, ``screen`` (the method's magnitude), ``screen_rank``, ``verification``, ``screen_method``."""
+    """A study's screen as the pipeline's screen job runs it (``params``: ``stages.ablation.screen_params``;
+    ``batches``: a function giving the importance batches, for the gradient screens; ``screen_set``: the exact
+    screen's set): every head's screen scores, ``screen`` (the method's magnitude), ``screen_rank``, ``verification``, ``screen_method``."""
     settings = EvalSettings(**params["settings"])
     method = params["method"]
     if method == "exact":

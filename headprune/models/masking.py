@@ -309,7 +309,8 @@ class Resample(_OutputMasking):
     config_schema: ClassVar[dict] = {
         "description": "the donors of resample masking",
         "properties": {
-            "items": {"type": "integer", "minimum": 1, "default": 64, "description": "items of the importance data recorded"},
+            "items": {"type": "integer", "minimum": 1, "default": 64,
+                      "description": "items of the importance data recorded"},
             "seed": {**_SEED, "description": "which donor token each position gets"},
             "draws": {"type": "integer", "minimum": 1, "default": 1,
                       "description": "draws of donors (0..draws-1) every experiment averages its scores over; its "

@@ -19,8 +19,8 @@ def scorecard_inputs(pipeline):
     return {
         "ablation": [f"{results}/{study}/eval/ablation.csv" for study in experiments.get("ablation", [])],
         "one_head": [f"{results}/{study}/one_head_per_layer.csv" for study in experiments.get("one_head_per_layer", [])],
-        "pruning": importance_pruning_tables(pipeline, experiments.get("pruning", []) + experiments.get("glue_pruning", []),
-                                             ["all"]),
+        "pruning": importance_pruning_tables(
+            pipeline, experiments.get("pruning", []) + experiments.get("glue_pruning", []), ["all"]),
         "attention_types": importance_pruning_tables(pipeline, experiments.get("attention_types", []),
                                                      kind_of("translation").attention_types),
         "dynamics": pipeline.dynamics.pruning_tables if pipeline.dynamics else [],  # in the order of scorecard_epochs
