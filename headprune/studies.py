@@ -393,8 +393,9 @@ class Pipeline:
 
     def mode_config(self, word) -> dict:
         """The config section of a masking mode's settings (``MODES[word].config_key``; {}: none)."""
-        section = self.config
-        for key in MODES[word].config_key:
+        keys = MODES[word].config_key
+        section = self.config if keys else {}
+        for key in keys:
             section = section.get(key, {})
         return section
 

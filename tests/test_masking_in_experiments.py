@@ -224,6 +224,9 @@ def test_a_study_masked_by_a_constant_reads_its_importance_datas_file():
     assert niah_settings["masking"] == {"word": "resample", "pool": f"{results}/tiny_llama/head_constants/resample.safetensors",
                                         "seed": 0}
     assert stages.constants.params(lm, "optimal") == {"mode": "optimal", "steps": 50, "lr": 0.05, "repeats": 1, "seed": 0}
+    # a mode without settings in the config has none: its data job reruns for nothing else (no other config key)
+    assert stages.constants.params(lm, "mean") == {"mode": "mean"}
+    assert [pipeline.mode_config(word) for word in ("zero", "uniform", "mean")] == [{}, {}, {}]
     assert pipeline.study("mnli").masking_data("zero") == []
 
 
