@@ -450,6 +450,8 @@ class Streaming(Masking):
 # Every mode, by its config word, in the order they are reported.
 MODES: dict[str, type[Masking]] = {cls.word: cls for cls in (Zero, Uniform, Streaming, Mean, Optimal, Resample)}
 MASKING_WORDS = tuple(MODES)
+
+
 def _needs(cls: type[Masking]) -> list[str]:
     """The fields a mode cannot be built without (its window, its data)."""
     return [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
@@ -503,6 +505,8 @@ def as_mode(masking) -> Masking:
     if isinstance(masking, Masking):
         return masking
     if isinstance(masking, dict):
+        if "word" not in masking:
+            raise ValueError(f"a masking's settings name its mode: {{'word': one of {tuple(MODES)}, ...}}, got {masking!r}")
         return masking_for(**masking)
     return masking_for(masking)
 

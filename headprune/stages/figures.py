@@ -1,4 +1,5 @@
-"""The tables and figures drawn from the experiments' tables (rules/figures.smk)."""
+"""The tables and figures drawn from the experiments' tables (rules/figures.smk): what the figures that read
+several studies' tables (Figure 6, the head maps) and the cross-domain figure take."""
 from __future__ import annotations
 
 from headprune.stages import pruning

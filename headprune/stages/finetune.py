@@ -1,4 +1,5 @@
-"""A GLUE task's BERT, fine-tuned by the pipeline (rules/finetune.smk)."""
+"""A GLUE task's BERT, and a classification models entry with finetune: true, fine-tuned by the pipeline
+(rules/finetune.smk): its settings, and the model it starts from."""
 from __future__ import annotations
 
 

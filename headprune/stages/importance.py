@@ -1,4 +1,5 @@
-"""I_h and the scores beside it (rules/importance.smk): one importance job per study, on its importance data."""
+"""I_h and the scores beside it (rules/importance.smk): one importance job per study, on its importance data,
+measured against the constant a mean or optimal masking puts in a head's place."""
 from __future__ import annotations
 
 from headprune.models.masking import MODES

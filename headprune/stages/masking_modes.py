@@ -1,4 +1,5 @@
-"""One study under each way of switching a head off, side by side (rules/masking_modes.smk)."""
+"""One study under each way of switching a head off, side by side (rules/masking_modes.smk): per mode the
+single-head ablation, the importance-order pruning curve and one head per layer."""
 from __future__ import annotations
 
 
