@@ -309,7 +309,8 @@ def test_wu_et_als_experiment_masks_as_the_config_says():
     # a study's own masking comes first, as in its ablation and pruning
     config["models"]["tiny_llama_niah"]["masking"] = "mean"
     niah = validated_pipeline(config).study("tiny_llama_niah")
-    assert [score["settings"]["masking"] for score in stages.retrieval.heads_params(niah)["scores"]] == ["mean", "mean"]
+    scores = stages.retrieval.heads_params(niah)["scores"]
+    assert [score["settings"]["masking"]["word"] for score in scores] == ["mean", "mean"]
     assert stages.retrieval.heads_inputs(niah)["masking"] == [f"{pipeline.results_dir}/tiny_llama/head_constants/mean.safetensors"]
 
 
