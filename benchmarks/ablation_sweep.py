@@ -148,7 +148,7 @@ def variant_batch_sizes(values: list[str]) -> tuple[int, dict]:
 
 
 def main():
-    from headprune.models.masking import MASKING_WORDS
+    from headprune.models.masking import MASKING_WORDS, Zero
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--demo", type=Path, help="a directory where the demo ran")
@@ -223,7 +223,8 @@ def main():
         return
     if bool(args.demo) == bool(args.model):
         parser.error("give --demo DIR or --model SIZE")
-    modes = ["zero"] + [mode for mode in dict.fromkeys(args.masking) if mode != "zero"]
+    # the paper's zero masking is always measured, first: the reference of the modes' ratios
+    modes = [Zero.word] + [mode for mode in dict.fromkeys(args.masking) if mode != Zero.word]
     with tempfile.TemporaryDirectory(prefix="ablation-sweep-") as scratch:
         if args.demo:
             studies = demo_studies(args.demo)
