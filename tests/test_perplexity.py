@@ -1,5 +1,6 @@
-"""Perplexity by the usual protocol (tokenize once, non-overlapping windows), gated and pruned, with its
-bootstrap; WikiText-2 read from the files its hosts publish and fetched from a local server."""
+"""Perplexity by the usual protocol (tokenize once, non-overlapping windows, each starting with the BOS the
+tokenizer adds), gated and pruned, with its bootstrap; WikiText-2 read from the files its hosts publish and
+fetched from a local server. tests/test_perplexity_bos.py: the BOS against plain transformers on a Gemma 3."""
 import io
 import math
 import zipfile
@@ -21,8 +22,10 @@ from headprune.models.prune import prune_heads
 class WordTokenizer:
     """One id per whitespace word (ids 3..), a BOS (1) first, as a Llama tokenizer adds it."""
 
-    def __call__(self, text, return_attention_mask=False):
-        return {"input_ids": [1] + [3 + (sum(map(ord, word)) % 40) for word in text.split()]}
+    bos_token_id = 1
+
+    def __call__(self, text, return_attention_mask=False, add_special_tokens=True):
+        return {"input_ids": [1] * add_special_tokens + [3 + (sum(map(ord, word)) % 40) for word in text.split()]}
 
 
 TEXT = " ".join(f"w{i % 17} x{i % 5}" for i in range(60))  # 120 words, 121 tokens with the BOS
@@ -30,9 +33,10 @@ TEXT = " ".join(f"w{i % 17} x{i % 5}" for i in range(60))  # 120 words, 121 toke
 
 def test_windows_are_consecutive_and_drop_the_short_remainder():
     chunks = windows(WordTokenizer(), TEXT, window=16)
-    ids = WordTokenizer()(TEXT)["input_ids"]
-    assert len(chunks) == 121 // 16 == 7 and all(len(c) == 16 for c in chunks)
-    assert sum(chunks, []) == ids[:7 * 16]  # tokenized once: the BOS only at the start of the first window
+    words = WordTokenizer()(TEXT, add_special_tokens=False)["input_ids"]
+    assert len(chunks) == len(words) // 15 and all(len(c) == 16 for c in chunks)
+    # tokenized once; every window the BOS, then the next 15 words, the last few dropped
+    assert all(c[0] == 1 for c in chunks) and sum((c[1:] for c in chunks), []) == words[:len(chunks) * 15]
     assert windows(WordTokenizer(), TEXT, window=16, max_windows=3) == chunks[:3]
     with pytest.raises(ValueError, match="fewer than one window"):
         windows(WordTokenizer(), "a b c", window=16)
@@ -157,9 +161,9 @@ def test_windows_saved_once_and_scored_through_the_study_evalset(tmp_path):
     from headprune.workflow import load_evalset
 
     count = save_windows(WordTokenizer(), TEXT, 10, tmp_path / "test.npy")
-    assert count == 12 and load_windows(tmp_path / "test.npy", 5) == windows(WordTokenizer(), TEXT, 10)[:5]
+    assert count == len(TEXT.split()) // 9 and load_windows(tmp_path / "test.npy", 5) == windows(WordTokenizer(), TEXT, 10)[:5]
     evalset = load_evalset({"kind": "language_modeling", "windows": str(tmp_path / "test.npy"), "max_items": None})
-    assert evalset.metric == "perplexity" and len(evalset) == 12
+    assert evalset.metric == "perplexity" and len(evalset) == count
     model = tiny_llama_gqa()
     heads = [("dec_self", 0, 1), ("dec_self", 1, 2)]
     full, *ablated = run_variants(model, None, evalset, [None] + [gates_without(model, [h]) for h in heads],

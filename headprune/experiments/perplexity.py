@@ -1,12 +1,37 @@
 """Perplexity of a causal LM, gated or pruned, by the usual protocol (e.g. GPTQ's and Hugging Face's
-fixed-length evaluation without overlap):
+fixed-length evaluation without overlap), each window starting as the model expects a text to start:
 
-the evaluation text is tokenized ONCE (the tokenizer's defaults, so a BOS token when the tokenizer
-adds one, once at the start), cut into consecutive non-overlapping windows of ``window`` tokens
-(the last, shorter remainder is dropped, so every window has the same context length), and each
-window is scored alone: every token but its first is predicted from the tokens before it in the
-window. PPL = exp(total NLL / number of predicted tokens) over all windows. Every table that
-reports it states the window.
+the evaluation text is tokenized ONCE with the tokenizer's defaults and cut into consecutive
+non-overlapping windows of ``window`` tokens (the last, shorter remainder is dropped, so every window has
+the same context length). When the tokenizer puts a BOS before a text (Gemma's ``<bos>``, Llama 3's
+``<|begin_of_text|>``, Llama 2's ``<s>``), EVERY window starts with it, as llama.cpp's perplexity tool
+starts every chunk (2026-11-28, issue #44): a window is ``[BOS] + text[k*(window-1):(k+1)*(window-1)]``,
+still ``window`` tokens (the model's context), the BOS only context, never a target, and every text token a
+target exactly once. The first window is the one the protocol always had; the later ones used to start in
+the middle of the text without the BOS, and Gemma without its BOS is out of its regime (issue #44: a real
+Gemma 3 270M on English prose, 4 windows of 128 tokens, perplexity 104 without, 26 with it). A tokenizer
+that adds no BOS (GPT-2's, Qwen's: GPT-2 names <|endoftext|> its bos_token but does not add it) gets the
+windows it always got, byte for byte.
+
+What the tokenizer puts before a text (``added_prefix``) is read from the tokenizer itself: a sample of
+the text tokenized with and without its special tokens, the prefix being what the first has before the
+second (so whatever adds it: a post-processor, ``add_bos_token``, a template). A tokenizer that cannot
+tokenize without them (a callable of one's own) counts as adding its ``bos_token_id`` when the text's ids
+start with it. More than one token before the text would all be prepended; the targets are every token
+after a window's first, as always, so only a one-token prefix (every tokenizer we know) is wholly context.
+
+An EOS that a tokenizer appends by default (``add_eos_token``) stays where it put it: once, after the
+last text token, since the text is one long document and a window cut from its middle does not end it.
+It is a target of the last window only if that window reaches it (it usually falls in the dropped
+remainder), never appended to every window.
+
+``save_windows`` writes the windows as a (windows, window) int64 .npy and beside it, ``<name>.json``, what
+every window starts with (``{"window": .., "prepended": [ids], "prepended_tokens": [...]}``; ``prepended``
+empty when nothing is); ``load_prepended`` reads it back. ``load_windows`` reads the .npy alone, as before.
+
+Each window is scored alone: every token but its first is predicted from the tokens before it in the
+window. PPL = exp(total NLL / number of predicted tokens) over all windows. Every table that reports it
+states the window.
 
 A window is one item: its outputs are (summed NLL, predicted tokens), so the paired bootstrap
 resamples windows and recomputes the corpus perplexity of each resample.
@@ -24,28 +49,94 @@ from headprune.experiments.stats import paired_bootstrap
 log = logging.getLogger(__name__)
 
 
-def windows(tokenizer, text: str, window: int, max_windows: int | None = None) -> list[list[int]]:
-    """Token ids of the text, tokenized once, in consecutive windows of ``window`` tokens."""
+# Characters of the text's beginning tokenized twice to find what the tokenizer puts before a text: enough
+# for a few tokens of any tokenizer, few enough to cost nothing beside the text's own tokenization.
+PREFIX_SAMPLE_CHARS = 256
+
+
+def added_prefix(tokenizer, sample: str) -> list[int]:
+    """The ids the tokenizer puts before a text by default (its BOS; [] for one that adds none), found by
+    tokenizing ``sample`` (a non-empty text) with and without its special tokens."""
+    ids = list(tokenizer(sample, return_attention_mask=False)["input_ids"])
+    try:
+        bare = list(tokenizer(sample, add_special_tokens=False, return_attention_mask=False)["input_ids"])
+    except TypeError:  # a callable of one's own, without the option
+        bare = None
+    if bare:
+        for start in range(len(ids) - len(bare) + 1):
+            if ids[start:start + len(bare)] == bare:
+                return ids[:start]
+    # the text tokenized otherwise with its special tokens (or no way to leave them out): only the BOS
+    # can tell, and a BOS the tokenizer merely names (GPT-2's) does not start the text
+    bos = getattr(tokenizer, "bos_token_id", None)
+    starts = bos is not None and ids[:1] == [bos] and (bare is None or bare[:1] != [bos])
+    return [bos] if starts else []
+
+
+def windows_and_prefix(tokenizer, text: str, window: int,
+                       max_windows: int | None = None) -> tuple[list[list[int]], list[int]]:
+    """(``windows``' windows, the ids each of them starts with: ``added_prefix``, [] when none)."""
     if window < 2:
         raise ValueError(f"a perplexity window needs at least 2 tokens, got {window}")
     ids = tokenizer(text, return_attention_mask=False)["input_ids"]
-    chunks = [ids[start:start + window] for start in range(0, len(ids) - window + 1, window)]
-    if not chunks:
+    if len(ids) < window:
         raise ValueError(f"the text has {len(ids)} tokens, fewer than one window of {window}")
-    return chunks[:max_windows]
+    prefix = added_prefix(tokenizer, text[:PREFIX_SAMPLE_CHARS])
+    if not prefix:
+        return [ids[start:start + window] for start in range(0, len(ids) - window + 1, window)][:max_windows], []
+    if list(ids[:len(prefix)]) != prefix:
+        raise ValueError(f"the tokenizer puts {prefix} before a sample of the text but the text's ids start "
+                         f"with {list(ids[:len(prefix)])}")
+    if window <= len(prefix):
+        raise ValueError(f"a window of {window} tokens leaves no text after the {len(prefix)} tokens "
+                         f"{prefix} the tokenizer puts before a text")
+    text_ids, step = list(ids[len(prefix):]), window - len(prefix)
+    chunks = [prefix + text_ids[start:start + step] for start in range(0, len(text_ids) - step + 1, step)]
+    return chunks[:max_windows], prefix
+
+
+def windows(tokenizer, text: str, window: int, max_windows: int | None = None) -> list[list[int]]:
+    """Token ids of the text, tokenized once, in consecutive windows of ``window`` tokens, each starting
+    with the BOS the tokenizer puts before a text (the module's doc), if it puts one."""
+    return windows_and_prefix(tokenizer, text, window, max_windows)[0]
+
+
+def prefix_record_path(path):
+    """Where ``save_windows`` records what the windows of ``path`` start with: ``<name>.json`` beside it."""
+    from pathlib import Path
+
+    return Path(path).with_suffix(".json")
 
 
 def save_windows(tokenizer, text: str, window: int, path) -> int:
-    """The text's windows (``windows``) saved as a (windows, window) integer array; returns their number."""
+    """The text's windows (``windows``) saved as a (windows, window) integer array, and beside it (its
+    ``prefix_record_path``) the ids each window starts with; returns their number."""
     from pathlib import Path
 
-    from headprune.io.atomic import save_numpy
+    from headprune.io.atomic import save_numpy, write_json
 
-    ids = np.asarray(windows(tokenizer, text, window), dtype=np.int64)
+    chunks, prefix = windows_and_prefix(tokenizer, text, window)
+    ids = np.asarray(chunks, dtype=np.int64)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     save_numpy(path, ids)
+    # after the array: a write that fails on it (a full disk) leaves no record of windows not written
+    convert = getattr(tokenizer, "convert_ids_to_tokens", None)
+    record = {"window": window, "prepended": [int(i) for i in prefix],
+              "prepended_tokens": list(convert(prefix)) if convert is not None and prefix else []}
+    write_json(prefix_record_path(path), record, end="\n")
     return len(ids)
+
+
+def load_prepended(path) -> list[int] | None:
+    """The ids every window of a ``save_windows`` file starts with ([] when none), None for a file saved
+    without the record (before 2026-11-28, when only the first window had the BOS)."""
+    import json
+
+    record = prefix_record_path(path)
+    if not record.exists():
+        return None
+    return [int(i) for i in json.loads(record.read_text(encoding="utf-8"))["prepended"]]
 
 
 def load_windows(path, max_windows: int | None = None) -> list[list[int]]:

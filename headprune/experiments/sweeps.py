@@ -30,7 +30,8 @@ PRUNING_COLUMNS = ("study", "order", "scope", "step", "percent_pruned", "heads_p
 
 
 def evalset_from_text(tokenizer, text: str, window: int = 512, max_windows: int | None = None) -> EvalSet:
-    """A language-modelling test set: the text tokenized once, in windows of ``window`` tokens (perplexity).
+    """A language-modelling test set: the text tokenized once, in windows of ``window`` tokens, each starting
+    with the BOS the tokenizer adds, if it adds one (perplexity; ``headprune.experiments.perplexity``).
 
     >>> evalset = evalset_from_text(tokenizer, text, window=16)
     >>> evalset.kind, evalset.metric, len(evalset.sources[0])
