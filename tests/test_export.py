@@ -291,7 +291,7 @@ def test_every_family_headprune_prunes_is_exported():
 
     from headprune.models.export import DECODER_FILE, remote_file
 
-    served = {t for module in families().values() for t in module.MODEL_TYPES}
+    served = {t for module in families().values() for t in getattr(module, "MODEL_TYPES", ())}
     assert served == set(REMOTE_FILES)
     built = {CASES[f][0]().config.model_type: CASES[f][0]() for f in CASES}
     assert served <= set(built)
@@ -377,7 +377,7 @@ def test_modeling_files_import_only_torch_transformers_and_the_common_module(nam
                                             ("headprune_decoder.py", {"headprune_common"})])
 def test_the_generic_decoder_files_import_only_torch_and_transformers(name, siblings):
     packages, found = imports_of(name)
-    assert packages <= {"__future__", "functools", "inspect", "sys", "types", "torch", "transformers"}
+    assert packages <= {"__future__", "functools", "inspect", "sys", "types", "weakref", "torch", "transformers"}
     assert found == siblings
 
 

@@ -131,6 +131,10 @@ def gated(model, gates: dict[str, torch.Tensor] | None = None, capture: HeadCapt
     handles: list = []
     try:
         mode.install(handles, model, sites, gates, capture)
+        if isinstance(model, torch.nn.Module):
+            from headprune.models.masking_hooks import check_reached
+
+            check_reached(handles, model, sites, gates, capture, mode)
         yield sites
     finally:
         for handle in handles:

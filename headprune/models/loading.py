@@ -129,7 +129,7 @@ def attention_backend(model, name: str):
     sdpa (``_supports_sdpa`` false) stays as it is."""
     from headprune.models.remote.headprune_decoder import backend_of, set_backend
 
-    before = backend_of(model.config)  # a pruned decoder stays under headprune_attention in either backend
+    before = backend_of(model)  # a pruned decoder stays under headprune_attention in either backend
     supported = name == "eager" or getattr(model, f"_supports_{name}", False)
     switch = before != name and supported and hasattr(model, "set_attn_implementation")
     if switch:

@@ -2,7 +2,8 @@
 
 Kept apart from the mode classes so that those, their config words and their registry import without torch:
 the output projection's pre-hook that gates (and captures) head outputs, the query gate of uniform masking, the
-decoder positions resample masking reads, and the per-head attention mask of streaming masking (its window).
+decoder positions resample masking reads, the per-head attention mask of streaming masking (its window), and the
+check that every gated layer was reached (``check_reached``).
 """
 from __future__ import annotations
 
@@ -31,6 +32,9 @@ def install_output_hooks(handles: list, sites: list[AttentionSite], gates, captu
 def _output_hook(site: AttentionSite, gates, capture: HeadCapture | None, state: dict, replacement):
     def hook(module, args):
         (x, *rest) = args
+        beside = None
+        if site.extra_features:  # features that are no head's pass as they are
+            x, beside = x[..., :site.num_heads * site.head_dim], x[..., site.num_heads * site.head_dim:]
         per_head = x.unflatten(-1, (site.num_heads, site.head_dim))
         gated_heads = per_head
         if gates is not None:
@@ -47,7 +51,10 @@ def _output_hook(site: AttentionSite, gates, capture: HeadCapture | None, state:
                 def save_grad(grad, key=key, time_major=site.time_major):
                     capture.gradients[key] = _batch_major(grad.detach(), time_major)
                 gated_heads.register_hook(save_grad)
-        return (gated_heads.flatten(-2), *rest)
+        gated_input = gated_heads.flatten(-2)
+        if beside is not None:
+            gated_input = torch.cat([gated_input, beside], -1)
+        return (gated_input, *rest)
     return hook
 
 
@@ -148,10 +155,13 @@ class _Restore:
         setattr(owner, name, value)
 
     def remove(self):
+        if self.owner is None:  # removed already
+            return
         if self.missing:
             delattr(self.owner, self.name)
         else:
             setattr(self.owner, self.name, self.old)
+        self.owner = None
 
 
 def _gate_queries_in_attention(handles: list, model, site: AttentionSite, gates):
@@ -166,14 +176,25 @@ def _gate_queries_in_attention(handles: list, model, site: AttentionSite, gates)
     handles.append(_Restore(site.attention, "headprune_modify_query", modify))
 
 
+class _Backends:
+    """A handle that puts the attention backends ``run_through_headprune`` switched back as they were."""
+
+    def __init__(self, switched: list):
+        self.switched = switched
+
+    def remove(self):
+        from headprune.models.remote.headprune_decoder import restore_backends
+
+        restore_backends(self.switched)
+
+
 def _run_through_headprune_attention(handles: list, model):
-    """The model runs ``headprune_attention`` over its backend while ``gated`` is open (once per context)."""
+    """The model's decoder attention runs ``headprune_attention`` over its backend while ``gated`` is open (once per
+    context): every config its attention modules read is switched, a wrapper's text config included."""
     from headprune.models.remote import headprune_decoder
 
-    config = model.config
-    if not (config._attn_implementation or "").startswith(headprune_decoder.PREFIX):
-        handles.append(_Restore(config, "_attn_implementation_internal",
-                                headprune_decoder.register(config._attn_implementation or "eager")))
+    if not any(isinstance(handle, _Backends) for handle in handles):
+        handles.append(_Backends(headprune_decoder.run_through_headprune(model)))
 
 
 def check_binary_gates(name: str, gates):
@@ -189,7 +210,7 @@ def check_binary_gates(name: str, gates):
 
 def streaming_backend_problem(model) -> str | None:
     """Why streaming masking cannot run on this model's attention backend, or None."""
-    backend = backend_of(model.config)  # under headprune_attention too (a pruned decoder)
+    backend = backend_of(model)  # under headprune_attention too (a pruned decoder)
     if backend in STREAMING_BACKENDS:
         return None
     return (f"streaming masking gives a masked head a per-head attention mask, which the "
@@ -241,7 +262,7 @@ def streaming_window(window, padding: torch.Tensor | None, queries: int, query_o
 def add_streaming_hooks(handles: list, model, sites: list[AttentionSite], gates: dict, window):
     """The hooks of ``gated(..., masking=window)``, into ``handles``: one on the base model to see the 2-D
     padding mask, one per attention module with a head gated 0 to give it its per-head mask."""
-    backend = backend_of(model.config)
+    backend = backend_of(model)
     state: dict = {}
 
     base = model.base_model
@@ -321,3 +342,73 @@ def add_streaming_hooks(handles: list, model, sites: list[AttentionSite], gates:
             if site.through_attention_function:
                 _run_through_headprune_attention(handles, model)
                 handles.append(_Restore(site.attention, "headprune_attention_mask", None))
+
+
+# --- No silent no-op: every gated layer must be reached -----------------------------------------------------
+
+def _masks(gates, site: AttentionSite) -> bool:
+    """Whether a gate of one of the site's kept heads is not 1 (in some variant)."""
+    if gates is None or site.attn_type not in gates:
+        return False
+    gate = torch.as_tensor(gates[site.attn_type]).detach()[..., site.layer, :]
+    gate = gate[..., site.kept_heads] if site.num_heads != gate.shape[-1] else gate
+    return bool((gate != 1).any())
+
+
+class ReachCheck:
+    """Counts, during the first forward of the model under ``gated``, the calls that reach each gated layer: its
+    output projection (every mode's heads end there) and, for a mode that acts inside the attention (uniform,
+    streaming), the attention function it changes (``headprune_attention``) or the query projection it hooks.
+    After that forward it raises, naming the layer and the mode, where a count is 0: a gate there would change
+    nothing, and a head that is never reached must not read as a head without effect. Then its hooks come off."""
+
+    def __init__(self, model, sites: list[AttentionSite], gates, capture, mode):
+        self.mode, self.handles = mode, []
+        required = [site for site in sites if site.num_heads and (capture is not None or _masks(gates, site))]
+        self.counts = {id(site): [0, 0] for site in required}
+        self.sites = required
+        inside = not mode.acts_on_outputs
+        for site in required:
+            count = self.counts[id(site)]
+            self.handles.append(site.output.register_forward_pre_hook(_counter(count, 0)))
+            if not inside:
+                count[1] = None
+            elif site.through_attention_function:
+                self.handles.append(_Restore(site.attention, "headprune_reached", _counter(count, 1)))
+            else:
+                self.handles.append(site.query.register_forward_hook(_counter(count, 1)))
+        self.handles.append(model.register_forward_hook(self.check))
+
+    def remove(self):
+        for handle in self.handles:
+            handle.remove()
+        self.handles = []
+
+    def check(self, module, args, output):
+        self.remove()
+        for site in self.sites:
+            output_calls, inside_calls = self.counts[id(site)]
+            where = f"{site.attn_type} layer {site.layer} ({type(site.attention).__name__})"
+            if not output_calls:
+                raise RuntimeError(f"{self.mode.word} masking: {where} never ran in the model's forward, so its gates "
+                                   "change nothing: the heads found are not in the stack that runs (a vision or "
+                                   "audio tower?)")
+            if inside_calls == 0:
+                raise RuntimeError(f"{self.mode.word} masking never reached the attention of {where}: the layer ran "
+                                   "but its heads were not changed (its attention did not run through headprune's "
+                                   "attention function)")
+
+
+def _counter(count: list, index: int):
+    def add(*args):
+        count[index] += 1
+    return add
+
+
+def check_reached(handles: list, model, sites: list[AttentionSite], gates, capture, mode) -> None:
+    """Install a ``ReachCheck`` (its handle into ``handles``) where some layer is gated or captured."""
+    check = ReachCheck(model, sites, gates, capture, mode)
+    if check.sites:
+        handles.append(check)
+    else:
+        check.remove()

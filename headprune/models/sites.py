@@ -36,6 +36,8 @@ class AttentionSite:
     # headprune_attention changes a head's query (uniform masking); layout: its headprune_decoder.DecoderLayout.
     through_attention_function: bool = False
     layout: object = None
+    # Features the output projection reads after the heads' and that are no head's (ConvBERT's convolution heads)
+    extra_features: int = 0
 
     @property
     def kept_heads(self) -> list[int]:

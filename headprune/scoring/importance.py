@@ -301,5 +301,5 @@ def _use_eager_attention(model):
     """Attention weights exist only in the eager backend (sdpa returns None)."""
     from headprune.models.remote.headprune_decoder import backend_of, set_backend
 
-    if backend_of(model.config) != "eager" and hasattr(model, "set_attn_implementation"):
+    if backend_of(model) != "eager" and hasattr(model, "set_attn_implementation"):
         set_backend(model, "eager")

@@ -1,22 +1,24 @@
 """One head adapter per model family, one file each: a new family is a new file here and nothing else.
 
-An encoder or encoder-decoder family module defines ``ADAPTER`` (its ``headprune.models.heads.HeadAdapter`` subclass: where the
-heads are, how a batch flows, how a site is physically pruned) and ``MODEL_TYPES`` (the
-``config.model_type`` values it serves); it may define ``matches(model)`` for models of another
-type laid out the same way. ``adapter_for_model`` imports the family modules the first time it
-is asked (they import transformers' model code) and picks by model type, then by ``matches``.
+Every family answers one question, ``match(model)``: its adapter for ``model`` (a ``headprune.models.heads.HeadAdapter``
+subclass: where the heads are, how a batch flows, how a site is physically pruned), or None. A family module
+either defines ``match`` itself (the generic decoder adapter: by the layout transformers declares; BERT: by model
+type or by BERT's layout) or declares ``ADAPTER`` and ``MODEL_TYPES`` (the ``config.model_type`` values it
+serves), which ``match`` here reads. ``adapter_for_model`` asks the family named after the model type first (a
+job then imports no other family's transformers code), then the generic decoder adapter, then the others.
 
 Families (and the model types they serve):
 
-- encoders for classification, encoder self-attention only: ``bert`` (bert), ``roberta`` (roberta,
-  xlm-roberta), ``electra`` (electra), ``distilbert`` (distilbert), ``deberta_v2`` (deberta-v2, which
-  DeBERTa-v3 checkpoints are: disentangled relative-position attention);
+- encoders for classification, encoder self-attention only: ``bert`` (bert, and BERT-layout types for gating),
+  ``roberta`` (roberta, xlm-roberta), ``electra`` (electra), ``distilbert`` (distilbert), ``deberta_v2``
+  (deberta-v2, which DeBERTa-v3 checkpoints are: disentangled relative-position attention);
 - encoder-decoders for translation, all three attention types: ``fsmt`` (fsmt: fairseq's post-norm
   transformer), ``m2m100`` (m2m_100: fairseq's pre-norm transformer, M2M100, and NLLB-200's dense
   models, which are m2m_100 too), ``bart`` (bart), ``mbart`` (mbart), ``marian`` (marian: opus-mt);
 - decoder-only LMs: ``decoder``, ONE generic adapter for every family of transformers' causal-LM registry whose
-  layout it finds (llama, mistral, qwen2/3, gemma 2/3, gpt2, gpt_neox, gpt_oss, phi3, ...: docs/models.md), by
-  ``matches``, not by model type; ``causal_lm`` holds the causal-LM batch and loss.
+  layout it finds, multimodal wrappers through their language model (llama, mistral, qwen2/3, gemma 2/3,
+  gpt2, gpt_neox, gpt_oss, phi3, deepseek_v3, ...: docs/models.md), by layout, not by model type;
+  ``causal_lm`` holds the causal-LM batch and loss.
 """
 from __future__ import annotations
 
@@ -46,21 +48,31 @@ def _named_after(model_type) -> object | None:
     return importlib.import_module(f"{__name__}.{name}") if name in family_names() else None
 
 
+def match(family, model):
+    """``family``'s adapter for ``model``, or None: the family's own ``match``, else by its ``MODEL_TYPES``."""
+    own = getattr(family, "match", None)
+    if own is not None:
+        return own(model)
+    return family.ADAPTER() if getattr(model.config, "model_type", None) in family.MODEL_TYPES else None
+
+
 def adapter_for_model(model):
     model_type = getattr(model.config, "model_type", None)
     named = _named_after(model_type)
-    if named is not None and model_type in named.MODEL_TYPES:
-        return named.ADAPTER()
+    adapter = match(named, model) if named is not None else None
+    if adapter is not None:
+        return adapter
     # Every decoder-only LM whose layout the generic adapter finds, without importing the other families' code
     decoder = importlib.import_module(f"{__name__}.decoder")
-    if decoder.matches(model):
-        return decoder.adapter(model)
-    for module in families().values():
-        if model_type in module.MODEL_TYPES:
-            return module.ADAPTER()
-    for module in families().values():
-        if module is not decoder and getattr(module, "matches", lambda m: False)(model):
-            return module.ADAPTER()
+    adapter = decoder.match(model)
+    if adapter is not None:
+        return adapter
+    # The family that names the type (xlm-roberta is roberta's), then those that recognise a layout (BERT's)
+    others = [m for m in families().values() if m is not named and m is not decoder]
+    for module in sorted(others, key=lambda m: model_type not in getattr(m, "MODEL_TYPES", ())):
+        adapter = match(module, model)
+        if adapter is not None:
+            return adapter
     problem = decoder.layout_problem(model)
     raise ValueError(f"no head adapter for model type {model_type!r} ({type(model).__name__}): "
                      + (f"as a decoder-only LM: {problem}" if problem else "add a file to headprune/models/families/"))

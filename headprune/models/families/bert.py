@@ -19,18 +19,21 @@ from headprune.models.slicing import slice_projections
 MODEL_TYPES = ("bert",)
 
 
-def matches(model) -> bool:
-    """Any other model laid out as BERT is (base_model.encoder.layer[i].attention.self.query, ...).
+def match(model):
+    """BERT, or any other model laid out as BERT is (base_model.encoder.layer[i].attention.self.query, ...).
 
     Gating and scoring work on such a model; pruning it needs a family file that names its attention
     class (``BertAdapter.prunable``).
     """
+    if getattr(model.config, "model_type", None) in MODEL_TYPES:
+        return BertAdapter()
     layers = getattr(getattr(getattr(model, "base_model", None), "encoder", None), "layer", None)
     if not layers:
-        return False
+        return None
     attention = getattr(layers[0], "attention", None)
-    return all(hasattr(getattr(attention, "self", None), name) for name in ("query", "key", "value")) \
+    laid_out = all(hasattr(getattr(attention, "self", None), name) for name in ("query", "key", "value")) \
         and hasattr(getattr(attention, "output", None), "dense")
+    return BertAdapter() if laid_out else None
 
 
 class PrunableBertSelfAttention(HeadlessSelfAttention, BertSelfAttention):
@@ -49,11 +52,13 @@ class BertAdapter(HeadAdapter):
         sites = []
         for i, layer in enumerate(encoder.layer):
             attn = layer.attention.self
-            sites.append(AttentionSite(
-                ENC_SELF, i, attn, attn.query, attn.key, attn.value, layer.attention.output.dense,
-                head_dim=attn.attention_head_size, original_num_heads=config.num_attention_heads,
-                time_major=False,
-            ))
+            # The module's own count where it was not pruned: ConvBERT's config counts its convolution heads too
+            heads = config.num_attention_heads if hasattr(attn, "headprune_kept_heads") else attn.num_attention_heads
+            output = layer.attention.output.dense
+            site = AttentionSite(ENC_SELF, i, attn, attn.query, attn.key, attn.value, output,
+                                 head_dim=attn.attention_head_size, original_num_heads=heads, time_major=False)
+            site.extra_features = output.in_features - site.num_heads * site.head_dim
+            sites.append(site)
         return sites
 
     def loss_and_outputs(self, model, batch, output_attentions=False):

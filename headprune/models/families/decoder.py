@@ -5,8 +5,10 @@ in ``headprune/models/remote/headprune_decoder.py`` (it travels with an exported
 headprune needs on top: the attention sites, the causal-LM batch and loss (``CausalLMAdapter``), and the checks
 of what a family cannot do (``docs/models.md`` lists every model type of transformers' registry and how it fares).
 
-A family is recognised by its layout, not its name (``matches``): a list of ``num_hidden_layers`` decoder layers
-whose attention module has separate or fused query/key/value projections and an output projection. Uniform
+A family is recognised by its layout, not its name (``match``): the language model that ``get_decoder()`` gives
+(a multimodal wrapper's text model), the layer list its config's pipeline plan names, each layer's attention with
+its query/key/value projections (separate, fused or latent) and the output projection its tensor-parallel plan
+declares (``headprune_decoder``: names and lengths only where nothing is declared). Uniform
 masking changes a head's query inside the attention function (after rotary and any q/k norm), so it needs a family
 whose attention calls transformers' attention interface, and scores that are query . key plus the mask (no
 attention sinks). Streaming masking gives the module a per-head mask through its ``attention_mask`` argument
@@ -68,6 +70,9 @@ class DecoderAdapter(CausalLMAdapter):
             if site.layout.per_head_parameters():
                 return (f"{where} has per-head {', '.join(site.layout.per_head_parameters())} (attention sinks): a "
                         "zero query's attention would not be uniform")
+            if site.layout.ambiguous_parameters():
+                return (f"{where} has {', '.join(site.layout.ambiguous_parameters())}, one entry per head or per "
+                        "feature (nothing declares which): it may be an attention sink")
         return None
 
     def streaming_masking_problem(self, model, sites):
@@ -92,14 +97,9 @@ def layout_problem(model) -> str | None:
     return None
 
 
-def matches(model) -> bool:
-    """A decoder-only LM whose layers headprune finds (``headprune_decoder.decoder_layers`` and its projections)."""
-    return layout_problem(model) is None
-
-
-def adapter(model) -> DecoderAdapter:
-    return DecoderAdapter(str(getattr(model.config, "model_type", None) or "decoder"))
-
-
-MODEL_TYPES = ()
-ADAPTER = DecoderAdapter
+def match(model) -> DecoderAdapter | None:
+    """The generic adapter where it finds the model's decoder layers (``headprune_decoder.layouts``), else None."""
+    if layout_problem(model) is not None:
+        return None
+    return DecoderAdapter(str(getattr(layout_of.text_config(model.config), "model_type", None)
+                              or getattr(model.config, "model_type", None) or "decoder"))

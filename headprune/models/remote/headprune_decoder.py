@@ -4,43 +4,64 @@ one attention function that runs a layer whose key/value groups became uneven.
 Imports only torch and transformers: headprune builds on it (``headprune.models.families.decoder``) and a pruned
 model's folder carries it (``modeling_headprune_decoder.py`` imports it), so plain transformers runs the same code.
 
+Where the heads are comes from what transformers declares about the model, names and lengths only as a fallback:
+
+- the language model is what ``get_decoder()`` returns, asked until it returns itself (a multimodal wrapper's
+  text model: Gemma 3's ``Gemma3TextModel``, never its vision or audio tower), and its config is the text config;
+- its layers are the ModuleList its config's ``base_model_pp_plan`` names (else the ModuleList of
+  ``num_hidden_layers`` layers under the language model whose attention reads the text config);
+- a layer's attention module, its output projection and its per-head parameters come from the config's
+  ``base_model_tp_plan`` (``layers.*.self_attn.o_proj: rowwise``, ``layers.*.self_attn.sinks: colwise``); the
+  query/key/value roles from the names below.
+
 What differs between families is declared data, never a copy of a forward:
 
-- ``ATTENTION_NAMES``: the attribute of a decoder layer that holds its attention module;
+- ``ATTENTION_NAMES``: the attribute of a decoder layer that holds its attention module (the fallback);
 - ``SEPARATE``: names of separate query, key, value and output projections; ``FUSED``: a fused q/k/v projection
   and its output projection, with the fused layout: "blocks" ([all queries | all keys | all values], each
   head-major: Phi-3's ``qkv_proj``, GPT-2's ``c_attn``, MPT's ``Wqkv``) or "heads" (per head [q | k | v]:
-  GPT-NeoX's and Persimmon's ``query_key_value``); ``FUSED_LAYOUTS`` overrides a layout per model type.
+  GPT-NeoX's and Persimmon's ``query_key_value``); ``FUSED_LAYOUTS`` overrides a layout per model type;
+- ``LATENT``: multi-head latent attention (DeepSeek V2/V3 and their descendants): a head is its rows of the
+  query projection (``q_b_proj`` or ``q_proj``: its no-rope and rope parts), its rows of ``kv_b_proj`` (its
+  no-rope key and its value: the "kv_heads" layout) and its columns of ``o_proj``; the rope key, one head shared
+  by every head, and the compressed cache stay as they are;
+- ``PER_HEAD``: names of direct parameters with one entry per query head where the tp plan does not declare them
+  (GPT-OSS's attention ``sinks``).
 
 Head counts come from the config (``num_attention_heads``, ``num_key_value_heads``) and are checked against the
-projections' shapes; ``head_dim`` is the query projection's width over the heads. Query head h reads key/value
-head h // (heads / kv heads), as transformers' ``repeat_kv`` makes it.
+projections' shapes; ``head_dim`` is the output projection's width over the heads. Query head h reads key/value
+head h // (heads / kv heads), as transformers' ``repeat_kv`` makes it. A layout is computed once per model
+(``layouts``) and finding it writes nothing to the model.
 
 Removing heads (``keep_heads``) slices the kept query heads' rows of the query projection and their columns of
 the output projection, the rows of the key/value heads they still read, and per-head parameters of the attention
-module (GPT-OSS's attention ``sinks``, one per query head). It then sets the module's head counts
-(``num_heads``, ``num_key_value_groups``, ...), which the families' forwards read. When the kept query heads read
-their key/value heads unevenly (kv head 0 by one query head, kv head 1 by two), no ``num_key_value_groups`` says
-it: the module then holds ``headprune_kv_index`` (for each kept query head, which kept kv head it reads), its
-``num_key_value_groups`` becomes 1, and the model runs ``headprune_attention``, registered with transformers'
-``AttentionInterface`` as "headprune_<backend>" for each backend (eager, sdpa, flash, ...): it gathers keys and
-values per query head by that index, after the cache (which keeps only the kept kv heads), and hands everything
-else, sliding windows, soft-capping, scaling and sinks included, to the backend the model was loaded with. The
-same function lets headprune change a head's query on its way into the backend (``headprune_modify_query``:
-uniform masking, after rotary and any q/k norm) and give each head its own attention mask
-(``headprune_attention_mask``: streaming masking).
+module. It then sets the module's head counts (``num_heads``, ``num_key_value_groups``, ...), which the families'
+forwards read. When the kept query heads read their key/value heads unevenly (kv head 0 by one query head, kv
+head 1 by two), no ``num_key_value_groups`` says it: the module then holds ``headprune_kv_index`` (for each kept
+query head, which kept kv head it reads), its ``num_key_value_groups`` becomes 1, and the model runs
+``headprune_attention``, registered with transformers' ``AttentionInterface`` as "headprune_<backend>" for each
+backend (eager, sdpa, flash, ...): it gathers keys and values per query head by that index, after the cache
+(which keeps only the kept kv heads), and hands everything else, sliding windows, soft-capping, scaling and sinks
+included, to the backend the model was loaded with. The same function lets headprune change a head's query on its
+way into the backend (``headprune_modify_query``: uniform masking, after rotary and any q/k norm), give each head
+its own attention mask (``headprune_attention_mask``: streaming masking) and count the calls that reached a layer
+(``headprune_reached``). A model is switched to it through the configs its attention modules read, with
+transformers' own setter, so that a wrapper's text config follows (``run_through_headprune``).
 
 A layer left without heads adds only its output projection's bias: its module's forward is replaced by
 ``headless_forward``, which keeps the layer's cache entry (one zero head) as long as the others'.
 
 What cannot be pruned exactly is refused (``pruning_problem``): a normalisation over the whole query or key
-projection (OLMo 2's ``q_norm``), or a parameter of another shape that spans the heads.
+projection (OLMo 2's ``q_norm``), a parameter of another shape that spans the heads, or a direct parameter with
+one entry per head that nothing declares per head while the heads are as many as a head's features (it could be
+either).
 """
 from __future__ import annotations
 
 import functools
 import sys
 import types
+import weakref
 
 import torch
 from torch import nn
@@ -49,12 +70,19 @@ from transformers.pytorch_utils import Conv1D
 from .headprune_common import cache_without_heads
 
 ATTENTION_NAMES = ("self_attn", "attn", "attention", "self_attention")
+OUTPUT_NAMES = ("o_proj", "out_proj", "dense", "c_proj", "Wo")
 SEPARATE = (("q_proj", "k_proj", "v_proj", ("o_proj", "out_proj", "dense", "c_proj")),)
 FUSED = (("qkv_proj", ("o_proj", "dense", "out_proj")), ("c_attn", ("c_proj",)), ("Wqkv", ("out_proj", "Wo")),
          ("query_key_value", ("dense",)))
-# Multi-head latent attention's projections (DeepSeek V2/V3, MiniCPM3, ...): refused, naming them
-LATENT = ("kv_a_proj_with_mqa", "kv_b_proj", "q_a_proj")
+# Multi-head latent attention: query projection (LoRA-factored or not), the per-head key/value expansion, output
+LATENT = (("q_b_proj", "q_proj"), "kv_b_proj", ("o_proj",))
+LATENT_MARKS = ("kv_a_proj_with_mqa", "kv_b_proj")
+# Latent attention's compressions before the per-head expansions: every head reads them, no head owns a part
+LATENT_SHARED = ("kv_a_proj_with_mqa", "kv_a_layernorm", "q_a_proj", "q_a_layernorm")
+PER_HEAD = ("sinks",)
 FUSED_LAYOUTS = {"gpt_neox": "heads", "persimmon": "heads", "bloom": "heads"}
+# Names of query projections in a tp plan: the entry that marks a layer's attention module
+QUERY_NAMES = ("q_proj", "q_b_proj", "qkv_proj", "c_attn", "Wqkv", "query_key_value")
 # Attributes of an attention module that hold its head counts: (name, what they count)
 COUNTS = (("num_heads", "query"), ("num_attention_heads", "query"), ("n_head", "query"),
           ("num_key_value_heads", "kv"), ("num_kv_heads", "kv"), ("n_kv_heads", "kv"))
@@ -64,62 +92,234 @@ CONFIG_COUNTS = (("num_attention_heads", "query"), ("num_key_value_heads", "kv")
 PREFIX = "headprune_"
 
 
-class DecoderLayout:
-    """One decoder attention module: its projections, head counts and fused layout."""
+# --- Where the language model, its layers and their attention are ----------------------------------------------
 
-    def __init__(self, layer: int, attention: nn.Module, config, model_type: str | None = None):
-        self.layer, self.attention = layer, attention
+def language_model(model) -> nn.Module:
+    """The module that runs the model's text stack: ``get_decoder()``, asked until it returns itself."""
+    module, seen = model, set()
+    while id(module) not in seen:
+        seen.add(id(module))
+        get = getattr(module, "get_decoder", None)
+        try:
+            inner = get() if callable(get) else None
+        except (AttributeError, NotImplementedError, ValueError):
+            inner = None
+        if not isinstance(inner, nn.Module) or inner is module:
+            break
+        module = inner
+    return module
+
+
+def text_config(config):
+    """The decoder's config: a multimodal model's text config (Gemma 3's), else the config itself."""
+    get = getattr(config, "get_text_config", None)
+    return get(decoder=True) if get is not None else config
+
+
+def _language_config(model, lm):
+    config = getattr(lm, "config", None)
+    return text_config(config if config is not None and hasattr(config, "to_dict") else model.config)
+
+
+class Declared:
+    """What the language model's config declares about its layers: the layer list's name (``base_model_pp_plan``),
+    and from ``base_model_tp_plan`` the attention module's name in a layer, its output projection and its
+    per-head parameters (each None or empty where nothing is declared)."""
+
+    def __init__(self, config, layers_name: str | None):
+        self.layers, self.attention, self.outputs, self.per_head = layers_name, None, (), ()
+        plan = getattr(config, "base_model_tp_plan", None) or {}
+        prefix = f"{layers_name}.*."
+        groups: dict[str, dict[str, str]] = {}
+        for key, style in plan.items():
+            if layers_name and key.startswith(prefix):
+                parent, _, leaf = key[len(prefix):].rpartition(".")
+                if parent and "*" not in parent:
+                    groups.setdefault(parent, {})[leaf] = str(style)
+        for parent, entries in groups.items():
+            if any(leaf in QUERY_NAMES or style == "mla_kv_a_proj" for leaf, style in entries.items()):
+                self.attention = parent
+                self.outputs = tuple(leaf for leaf, style in entries.items() if style.startswith("rowwise"))
+                self.per_head = tuple(leaf for leaf, style in entries.items() if style.startswith("colwise"))
+                break
+
+
+def _attention_in(layer: nn.Module, declared: Declared):
+    name = declared.attention if isinstance(getattr(layer, declared.attention or "", None), nn.Module) else None
+    name = name or next((n for n in ATTENTION_NAMES if isinstance(getattr(layer, n, None), nn.Module)), None)
+    return name, (getattr(layer, name) if name else None)
+
+
+def _reads_other_config(attention, config) -> bool:
+    """Whether an attention module reads a config other than the text model's (a vision or audio tower's)."""
+    own = getattr(attention, "config", None)
+    own = own.headprune_base if isinstance(own, LayerConfig) else own
+    return hasattr(own, "to_dict") and own is not config and type(own) is not type(config)
+
+
+def _layer_list(model) -> tuple[nn.Module, object, Declared, nn.ModuleList]:
+    """(language model, its config, what it declares, its layer list)."""
+    lm = language_model(model)
+    config = _language_config(model, lm)
+    for name in getattr(config, "base_model_pp_plan", None) or {}:
+        layers = getattr(lm, name, None)
+        if isinstance(layers, nn.ModuleList) and len(layers):
+            return lm, config, Declared(config, name), layers
+    count = _config_value(config, ("num_hidden_layers", "n_layer", "num_layers"))
+    for name, layers in lm.named_modules():
+        if isinstance(layers, nn.ModuleList) and len(layers) == count and count:
+            declared = Declared(config, name)
+            found = [_attention_in(layer, declared)[1] for layer in layers]
+            if any(a is not None for a in found) and not any(_reads_other_config(a, config) for a in found if a):
+                return lm, config, declared, layers
+    raise ValueError(f"no list of {count} decoder layers with an attention module found in {type(lm).__name__}")
+
+
+def decoder_layers(model) -> list:
+    """(layer index, attention module) of every decoder layer of the model's language model, in order.
+
+    A layer without an attention module (a linear-attention or state-space layer of a hybrid) is refused: its
+    heads are not softmax heads.
+    """
+    return [(layout.layer, layout.attention) for layout in layouts(model)]
+
+
+_LAYOUTS: "weakref.WeakKeyDictionary[nn.Module, list]" = weakref.WeakKeyDictionary()
+
+
+def layouts(model) -> list[DecoderLayout]:
+    """Every decoder layer's ``DecoderLayout``, computed once per model (again only if a module was replaced)."""
+    cached = _LAYOUTS.get(model)
+    if cached is not None and all(layout.current() for layout in cached):
+        return cached
+    lm, config, declared, layers = _layer_list(model)
+    model_type = getattr(config, "model_type", None)
+    found = []
+    for i, layer in enumerate(layers):
+        name, attention = _attention_in(layer, declared)
+        if attention is None:
+            raise ValueError(f"decoder layer {i} of {type(model).__name__} has no softmax attention "
+                             f"({', '.join(ATTENTION_NAMES)}): linear-attention and state-space layers are not "
+                             "supported")
+        found.append(DecoderLayout(i, attention, config, model_type, declared=declared, owner=(layer, name)))
+    _LAYOUTS[model] = found
+    return found
+
+
+def attention_configs(model) -> list:
+    """The configs the language model's attention modules read (a wrapper's text config), each once."""
+    configs: dict[int, object] = {}
+    for layout in layouts(model):
+        config = getattr(layout.attention, "config", None)
+        config = config.headprune_base if isinstance(config, LayerConfig) else config
+        if config is not None:
+            configs.setdefault(id(config), config)
+    if not configs:
+        configs[id(model.config)] = model.config
+    return list(configs.values())
+
+
+class DecoderLayout:
+    """One decoder attention module: its projections, head counts, per-head widths and fused layout.
+
+    ``fused``: None (separate projections), "blocks", "heads" (a fused q/k/v projection) or "kv_heads" (latent
+    attention: separate queries, keys and values per head [key | value] from one expansion). Widths per head:
+    ``query_dim`` rows of the query projection, ``key_dim`` and ``value_dim`` rows of the key and value ones per
+    key/value head, ``head_dim`` columns of the output projection.
+    """
+
+    def __init__(self, layer: int, attention: nn.Module, config, model_type: str | None = None, *,
+                 declared: Declared | None = None, owner: tuple | None = None):
+        self.layer, self.attention, self.owner = layer, attention, owner
         self.fused = None
-        for q, k, v, outputs in SEPARATE:
+        declared_outputs = [n for n in (declared.outputs if declared else ()) if _is_projection(getattr(attention, n, None))]
+        output_names = tuple(declared_outputs[:1]) + OUTPUT_NAMES if len(declared_outputs) == 1 else OUTPUT_NAMES
+        self.declared_per_head = tuple(declared.per_head) if declared else ()
+        names = None
+        for q, k, v, _ in SEPARATE:
             if all(_is_projection(getattr(attention, n, None)) for n in (q, k, v)):
-                out = _first(attention, outputs, _is_projection)
+                out = _first_name(attention, output_names, _is_projection)
                 if out is not None:
-                    self.query, self.key, self.value = (getattr(attention, n) for n in (q, k, v))
-                    self.output = out
+                    names = (q, k, v, out)
                     break
-        else:
+        if names is None:
             for name, outputs in FUSED:
-                fused, out = getattr(attention, name, None), _first(attention, outputs, _is_projection)
-                if _is_projection(fused) and out is not None:
-                    self.query = self.key = self.value = fused
-                    self.fused, self.output = FUSED_LAYOUTS.get(model_type, "blocks"), out
+                out = _first_name(attention, outputs, _is_projection)
+                if _is_projection(getattr(attention, name, None)) and out is not None:
+                    names = (name, name, name, out)
+                    self.fused = FUSED_LAYOUTS.get(model_type, "blocks")
                     break
-            else:
-                latent = [n for n in LATENT if hasattr(attention, n)]
-                if latent:
-                    raise ValueError(f"layer {layer}: {type(attention).__name__} is latent attention (DeepSeek's MLA: "
-                                     f"{', '.join(latent)}): its heads' keys and values come from one shared "
-                                     "low-rank projection, which the generic adapter does not slice")
-                raise ValueError(f"layer {layer}: {type(attention).__name__} has no query/key/value projections "
-                                 f"headprune knows ({', '.join(n for n, _ in FUSED)} or q_proj/k_proj/v_proj)")
-        self.original_heads = int(_config_value(config, ("num_attention_heads", "n_head", "num_heads")))
+        if names is None and all(hasattr(attention, n) for n in LATENT_MARKS):
+            query, out = _first_name(attention, LATENT[0], _is_projection), _first_name(attention, LATENT[2],
+                                                                                        _is_projection)
+            if query is not None and out is not None and _is_projection(getattr(attention, LATENT[1])):
+                names, self.fused = (query, LATENT[1], LATENT[1], out), "kv_heads"
+        if names is None:
+            raise ValueError(f"layer {layer}: {type(attention).__name__} has no query/key/value projections "
+                             f"headprune knows ({', '.join(n for n, _ in FUSED)}, q_proj/k_proj/v_proj or latent "
+                             "attention's q_b_proj/kv_b_proj/o_proj)")
+        self.names = names
+        self.query, self.key, self.value, self.output = (getattr(attention, n) for n in names)
+        self.original_heads = int(getattr(attention, PREFIX + "original_heads", None)
+                                  or _config_value(config, ("num_attention_heads", "n_head", "num_heads")))
         self.kept = list(getattr(attention, PREFIX + "kept_heads", range(self.original_heads)))
         width = _out_features(self.output, inputs=True)
         self.head_dim = width // len(self.kept) if self.kept else int(getattr(attention, PREFIX + "head_dim"))
         if self.kept and width != len(self.kept) * self.head_dim:
             raise ValueError(f"layer {layer}: the output projection reads {width} features, not a multiple of "
                              f"{len(self.kept)} heads")
-        # Key/value heads as the projections have them (Falcon's multi_query config says otherwise), checked
-        # against the config where it names them
+        self.query_dim = int(getattr(attention, PREFIX + "query_dim", 0)) or self._per_query_head(self.query)
         stored = getattr(attention, PREFIX + "original_kv_heads", None)
-        kv = stored if stored is not None else self._kv_heads_in_projections(config)
-        self.original_kv_heads = int(kv)
-        attention.headprune_original_kv_heads = self.original_kv_heads
+        self.original_kv_heads = int(stored if stored is not None else self._kv_heads_in_projections())
         if self.original_heads % self.original_kv_heads:
             raise ValueError(f"layer {layer}: {self.original_heads} query heads cannot share "
                              f"{self.original_kv_heads} key/value heads evenly")
+        self.key_dim, self.value_dim = self._kv_widths()
 
-    def _kv_heads_in_projections(self, config) -> int:
+    def current(self) -> bool:
+        """Whether the model still holds this layout's modules (a cached layout is used only then)."""
+        layer, name = self.owner or (None, None)
+        if layer is not None and getattr(layer, name, None) is not self.attention:
+            return False
+        return all(getattr(self.attention, n, None) is m for n, m in zip(self.names, (self.query, self.key,
+                                                                                     self.value, self.output)))
+
+    def _per_query_head(self, query) -> int:
+        if not self.kept:
+            return self.head_dim
+        if self.fused in ("blocks", "heads"):
+            return self.head_dim
+        width = _out_features(query)
+        if width % len(self.kept):
+            raise ValueError(f"layer {self.layer}: the query projection puts out {width} features, not a multiple "
+                             f"of {len(self.kept)} heads")
+        return width // len(self.kept)
+
+    def _kv_heads_in_projections(self) -> int:
         d, heads = self.head_dim, self.original_heads
-        if self.fused == "heads":
+        if self.fused in ("heads", "kv_heads"):
             return heads
+        if len(self.kept) != heads:
+            raise ValueError(f"layer {self.layer}: a pruned attention without its original key/value heads recorded")
         if self.fused == "blocks":
             kv = (_out_features(self.query) // d - heads) // 2
         else:
-            kv = _out_features(self.key) // d
+            kv = _out_features(self.key) // self.query_dim
         if kv <= 0 or heads % kv:
             raise ValueError(f"layer {self.layer}: {kv} key/value heads for {heads} query heads")
         return kv
+
+    def _kv_widths(self) -> tuple[int, int]:
+        """(key rows, value rows) per key/value head."""
+        if self.fused in ("blocks", "heads"):
+            return self.head_dim, self.head_dim
+        kv = len(self.kv_heads(self.kept))
+        if not kv:
+            return self.query_dim, self.head_dim
+        if self.fused == "kv_heads":
+            per_head = _out_features(self.key) // kv
+            return per_head - self.head_dim, self.head_dim
+        return _out_features(self.key) // kv, _out_features(self.value) // kv
 
     @property
     def groups(self) -> int:
@@ -141,21 +341,26 @@ class DecoderLayout:
         return torch.tensor([p * dim + i for p in positions for i in range(dim)], dtype=torch.long, device=device)
 
     def qkv_rows(self, keep: list[int], device) -> tuple[torch.Tensor, ...]:
-        """Output features to keep of the query, key and value projections (fused: one index into the fused
-        output, returned three times), for query heads ``keep`` (a subset of the kept ones)."""
+        """Output features to keep of the query, key and value projections (a projection that serves two or
+        three of them gets one index, returned for each), for query heads ``keep`` (a subset of the kept ones)."""
         d = self.head_dim
         kv_now, kv_after = self.kv_heads(self.kept), self.kv_heads(keep)
-        q = self._rows([self.kept.index(h) for h in keep], d, device)
-        kv = self._rows([kv_now.index(k) for k in kv_after], d, device)
+        positions = [self.kept.index(h) for h in keep]
+        kv_positions = [kv_now.index(k) for k in kv_after]
+        q = self._rows(positions, self.query_dim, device)
         if self.fused is None:
+            return q, self._rows(kv_positions, self.key_dim, device), self._rows(kv_positions, self.value_dim, device)
+        if self.fused == "kv_heads":
+            kv = self._rows(kv_positions, self.key_dim + self.value_dim, device)
             return q, kv, kv
         queries, keys = len(self.kept) * d, len(kv_now) * d
         if self.fused == "blocks":
+            kv = self._rows(kv_positions, d, device)
             rows = torch.cat([q, kv + queries, kv + queries + keys])
         elif self.fused == "heads":  # per head [q | k | v], no grouped key/values
             if self.groups != 1:
                 raise ValueError(f"layer {self.layer}: a per-head fused layout with grouped key/values")
-            rows = self._rows([self.kept.index(h) for h in keep], 3 * d, device)
+            rows = self._rows(positions, 3 * d, device)
         else:
             raise ValueError(f"unknown fused layout {self.fused!r}")
         return rows, rows, rows
@@ -165,6 +370,8 @@ class DecoderLayout:
         d, heads = self.head_dim, len(self.kept)
         if self.fused == "heads":
             return value.unflatten(-1, (heads, 3, d))[..., 2, :].flatten(-2)
+        if self.fused == "kv_heads":
+            return value.unflatten(-1, (-1, self.key_dim + d))[..., self.key_dim:].flatten(-2)
         if self.fused == "blocks":
             kv = len(self.kv_heads(self.kept))
             value = value[..., heads * d + kv * d:]
@@ -177,35 +384,58 @@ class DecoderLayout:
     def projections(self) -> set[int]:
         return {id(m) for m in (self.query, self.key, self.value, self.output)}
 
-    def per_head_parameters(self) -> list[str]:
-        """Direct parameters of the attention module with one entry per query head (GPT-OSS's ``sinks``)."""
+    def _one_per_head(self) -> list[str]:
         heads = len(self.kept)
         return [name for name, p in self.attention.named_parameters(recurse=False) if p.dim() == 1 and
-                p.shape[0] == heads and heads != self.head_dim]
+                p.shape[0] == heads and heads]
+
+    def per_head_parameters(self) -> list[str]:
+        """Direct parameters of the attention module with one entry per query head (GPT-OSS's ``sinks``): those
+        the tp plan declares per head or ``PER_HEAD`` names; by their length alone only where no feature width of
+        a head has that length."""
+        widths = {self.head_dim, self.query_dim, self.key_dim, self.value_dim}
+        return [name for name in self._one_per_head() if name in self.declared_per_head or name in PER_HEAD or
+                len(self.kept) not in widths]
+
+    def ambiguous_parameters(self) -> list[str]:
+        """Direct 1-D parameters as long as the heads are many and as a head is wide, declared as neither."""
+        known = set(self.per_head_parameters())
+        return [name for name in self._one_per_head() if name not in known]
 
     def pruning_problem(self) -> str | None:
         """Why removing a head would change the other heads' function (None: it would not)."""
-        d, spans = self.head_dim, {len(self.kept) * self.head_dim, len(self.kv_heads(self.kept)) * self.head_dim}
-        spans.discard(d)
+        kv = len(self.kv_heads(self.kept))
+        spans = {len(self.kept) * self.query_dim, kv * self.key_dim, kv * self.value_dim,
+                 len(self.kept) * self.head_dim}
+        spans -= {self.head_dim, self.query_dim, self.key_dim, self.value_dim, 0}
         for name, module in self.attention.named_children():
-            if id(module) in self.projections():
+            if id(module) in self.projections() or (self.fused == "kv_heads" and name in LATENT_SHARED):
                 continue
             for pname, p in module.named_parameters():
                 if any(size in spans for size in p.shape):
                     return (f"{type(self.attention).__name__}.{name} ({type(module).__name__}, {pname} of shape "
                             f"{tuple(p.shape)}) spans all heads: removing a head would change the others' "
                             "normalisation or mixing")
+        ambiguous = self.ambiguous_parameters()
+        if ambiguous:
+            return (f"{type(self.attention).__name__}.{ambiguous[0]} has {len(self.kept)} entries, as many as the "
+                    "heads and as a head's features, and nothing declares it per head")
         for pname, p in self.attention.named_parameters(recurse=False):
             if pname not in self.per_head_parameters() and any(size in spans for size in p.shape):
                 return f"{type(self.attention).__name__}.{pname} of shape {tuple(p.shape)} spans all heads"
         return None
 
 
-def _first(module, names, accept=lambda m: isinstance(m, nn.Module)):
+def _first_name(module, names, accept=lambda m: isinstance(m, nn.Module)):
     for name in names:
         if accept(getattr(module, name, None)):
-            return getattr(module, name)
+            return name
     return None
+
+
+def _first(module, names, accept=lambda m: isinstance(m, nn.Module)):
+    name = _first_name(module, names, accept)
+    return getattr(module, name) if name is not None else None
 
 
 def _is_projection(module) -> bool:
@@ -228,41 +458,6 @@ def _out_features(linear: nn.Module, inputs: bool = False) -> int:
     weight = linear.weight
     transposed = isinstance(linear, Conv1D)
     return weight.shape[0 if transposed == inputs else 1]
-
-
-def decoder_layers(model) -> list:
-    """(layer index, attention module) of every decoder layer of a causal LM, in order.
-
-    The layers are the ModuleList under the base model as long as ``num_hidden_layers``; a layer's attention is
-    its first child named in ``ATTENTION_NAMES``. A layer without one (a linear-attention or state-space layer of a
-    hybrid) is refused: its heads are not softmax heads.
-    """
-    config = text_config(model.config)
-    layers_count = _config_value(config, ("num_hidden_layers", "n_layer", "num_layers"))
-    for _, module in model.base_model.named_modules():
-        if isinstance(module, nn.ModuleList) and len(module) == layers_count and layers_count:
-            found = [(i, _first(layer, ATTENTION_NAMES)) for i, layer in enumerate(module)]
-            if any(att is not None for _, att in found):
-                missing = [i for i, att in found if att is None]
-                if missing:
-                    raise ValueError(f"decoder layer {missing[0]} of {type(model).__name__} has no softmax attention "
-                                     f"({', '.join(ATTENTION_NAMES)}): linear-attention and state-space layers are "
-                                     "not supported")
-                return found
-    raise ValueError(f"no list of {layers_count} decoder layers with an attention module found in "
-                     f"{type(model.base_model).__name__}")
-
-
-def text_config(config):
-    """The decoder's config: a multimodal model's text config (Gemma 3's), else the config itself."""
-    get = getattr(config, "get_text_config", None)
-    return get(decoder=True) if get is not None else config
-
-
-def layouts(model) -> list[DecoderLayout]:
-    config = text_config(model.config)
-    model_type = getattr(config, "model_type", None)
-    return [DecoderLayout(i, attention, config, model_type) for i, attention in decoder_layers(model)]
 
 
 # --- Removing heads ------------------------------------------------------------------------------------------
@@ -316,16 +511,21 @@ def keep_heads(layout: DecoderLayout, keep: list[int], *, copy_weights: bool = T
     if not copy_weights:
         q, k, v, out = (len(t) for t in (q, k, v, out))
         heads_index = len(keep)
-    if layout.fused is None:
-        for linear, rows in ((layout.query, q), (layout.key, k), (layout.value, v)):
+    cut: set[int] = set()
+    for linear, rows in ((layout.query, q), (layout.key, k), (layout.value, v)):
+        if id(linear) not in cut:  # a fused projection serves two or three roles: cut it once
+            cut.add(id(linear))
             _cut(linear, rows, outputs=True)
-    else:
-        _cut(layout.query, q, outputs=True)
     _cut(layout.output, out, outputs=False)
     for name in per_head:
         _slice(attention, name, 0, heads_index)
+    # What the layout cannot read off a pruned module's shapes again (a deep copy, a saved model reloaded)
     attention.headprune_kept_heads = list(keep)
     attention.headprune_head_dim = layout.head_dim
+    attention.headprune_query_dim = layout.query_dim
+    attention.headprune_original_heads = layout.original_heads
+    attention.headprune_original_kv_heads = layout.original_kv_heads
+    attention.headprune_output_name = layout.names[3]
     set_head_counts(layout, keep)
 
 
@@ -389,6 +589,9 @@ def headless_forward(self, hidden_states=None, *args, past_key_values=None, **kw
 
 
 def _output_projection(attention):
+    named = getattr(attention, "headprune_output_name", None)
+    if named is not None:
+        return getattr(attention, named)
     for *_, outputs in SEPARATE + FUSED:
         out = _first(attention, outputs)
         if out is not None:
@@ -410,6 +613,9 @@ def _eager_of(module):
 def headprune_attention(module, query, key, value, attention_mask, **kwargs):
     """transformers' attention call, with keys/values gathered per kept query head where the groups are uneven
     and the query changed where headprune asks (``headprune_modify_query``); then the model's own backend."""
+    reached = getattr(module, "headprune_reached", None)
+    if reached is not None:  # a masking mode counts the layers its change reached
+        reached()
     index = getattr(module, "headprune_kv_index", None)
     if index is not None:
         on = module.headprune_kv_index_on
@@ -457,14 +663,32 @@ def _calls_interface(cls: type) -> bool:
         return False
 
 
-def run_through_headprune(model) -> None:
-    """Run the model's attention through ``headprune_attention``, over the backend it was loaded with."""
-    config = model.config
-    current = config._attn_implementation or "eager"
-    if not current.startswith(PREFIX):
-        config._attn_implementation_internal = register(current)
-    else:
-        register(current)
+def _configs(model) -> list:
+    """The configs a model's decoder attention reads, or (a model the generic adapter does not serve) its own."""
+    try:
+        return attention_configs(model)
+    except (ValueError, AttributeError, TypeError):
+        return [model.config]
+
+
+def run_through_headprune(model) -> list[tuple[object, str]]:
+    """Run the model's decoder attention through ``headprune_attention``, over the backend it was loaded with:
+    each config its attention modules read is switched with transformers' own setter (its sub-configs follow),
+    never the wrapper's config alone. Returns (config, backend before) of each config switched."""
+    switched = []
+    for config in _configs(model):
+        current = config._attn_implementation or "eager"
+        name = register(current)
+        if current != name:
+            switched.append((config, current))
+            config._attn_implementation = name
+    return switched
+
+
+def restore_backends(switched: list[tuple[object, str]]) -> None:
+    """Undo ``run_through_headprune``'s switches."""
+    for config, before in reversed(switched):
+        config._attn_implementation = before
 
 
 def query_kv_index(attention) -> list[int]:
@@ -480,17 +704,19 @@ def query_kv_index(attention) -> list[int]:
     return [h // groups for h in range(heads)]
 
 
-def backend_of(config) -> str:
-    """The attention backend the model runs under headprune_attention (or directly): "eager", "sdpa", ..."""
+def backend_of(model_or_config) -> str:
+    """The attention backend a model's decoder attention runs (under headprune_attention or directly): "eager",
+    "sdpa", ...; given a model, as its language model's attention reads it (a wrapper's text config)."""
+    config = _configs(model_or_config)[0] if isinstance(model_or_config, nn.Module) else model_or_config
     return (getattr(config, "_attn_implementation", None) or "eager").removeprefix(PREFIX)
 
 
 def set_backend(model, backend: str) -> None:
     """Switch the model's attention backend (transformers checks the family supports it), keeping it under
     headprune_attention if it ran there: a pruned model with uneven key/value groups needs it in every backend."""
-    through = (model.config._attn_implementation or "").startswith(PREFIX)
+    through = any((config._attn_implementation or "").startswith(PREFIX) for config in _configs(model))
     backend = backend.removeprefix(PREFIX)
-    if backend_of(model.config) != backend:
+    if backend_of(model) != backend:
         model.set_attn_implementation(backend)
     if through:
         run_through_headprune(model)
