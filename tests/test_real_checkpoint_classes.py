@@ -306,3 +306,48 @@ def test_latent_attention_heads_are_gated_masked_and_pruned(q_lora_rank):
     torch.testing.assert_close(logits(model, ids), expected, atol=1e-5, rtol=0)
     assert torch.equal(model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=3, do_sample=False,
                                       pad_token_id=0), generated)
+
+
+def test_a_llava_style_wrapper_loads_prunes_and_exports_through_its_language_model(tmp_path):
+    """A wrapper outside transformers' causal-LM table (LLaVA, Qwen2.5-VL, Mistral 3, Qwen2-Audio, Voxtral) loads in
+    its own class as a language model, is pruned on its language model's heads and exports for plain transformers."""
+    import subprocess
+    import sys
+
+    from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration
+
+    from headprune.models.export import save_pruned
+    from headprune.models.loading import guess_kind, language_model_class
+    from headprune.models.prune import load_pruned_weights
+
+    text = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=2)
+    vision = CLIPVisionConfig(hidden_size=32, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+                              image_size=28, patch_size=14)  # as deep as the language model
+    torch.manual_seed(0)
+    LlavaForConditionalGeneration(LlavaConfig(text_config=text, vision_config=vision, image_token_index=63)
+                                  ).save_pretrained(tmp_path / "llava")
+    assert guess_kind(tmp_path / "llava") == "language_modeling"
+    model = load_pruned_weights(language_model_class(tmp_path / "llava"), tmp_path / "llava").eval()
+    assert type(model).__name__ == "LlavaForConditionalGeneration"
+    assert [site.attention for site in adapter_for(model).sites(model)] == \
+        [layer.self_attn for layer in language_layers(model)]
+    ids = torch.randint(0, 60, (2, 6), generator=torch.Generator().manual_seed(0))
+    gates = full_gates(model)
+    gates["dec_self"][0, 0] = 0
+    with gated(model, gates):
+        expected = logits(model, ids)
+    assert (expected - logits(model, ids)).abs().max() > 1e-5
+    prune_heads(model, {"dec_self": {0: [0]}})
+    torch.testing.assert_close(logits(model, ids), expected, atol=1e-5, rtol=0)
+    save_pruned(model, None, tmp_path / "pruned")
+    torch.save({"ids": ids, "logits": expected}, tmp_path / "expected.pt")
+    check = (f"import sys, torch; sys.modules['headprune'] = None\n"
+             f"from transformers import AutoModelForMultimodalLM\n"
+             f"model = AutoModelForMultimodalLM.from_pretrained({str(tmp_path / 'pruned')!r}, trust_remote_code=True)\n"
+             f"expected = torch.load({str(tmp_path / 'expected.pt')!r})\n"
+             f"with torch.no_grad(): logits = model.eval()(input_ids=expected['ids']).logits\n"
+             f"print('GAP', float((logits - expected['logits']).abs().max()))\n")
+    run = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert "GAP" in run.stdout, run.stderr[-800:]
+    assert float(run.stdout.split("GAP")[-1]) < 1e-5

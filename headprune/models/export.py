@@ -50,10 +50,12 @@ REMOTE_FILES = {
 
 # The Auto classes a pruned model loads with, and transformers' table of the classes each builds (by model type)
 AUTO_CLASSES = {"AutoModelForCausalLM": "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
+                "AutoModelForMultimodalLM": "MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES",
                 "AutoModelForSequenceClassification": "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
                 "AutoModelForSeq2SeqLM": "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
                 "AutoModel": "MODEL_MAPPING_NAMES"}
-PIPELINE_TAGS = {"AutoModelForCausalLM": "text-generation", "AutoModelForSequenceClassification": "text-classification",
+PIPELINE_TAGS = {"AutoModelForCausalLM": "text-generation", "AutoModelForMultimodalLM": "image-text-to-text",
+                 "AutoModelForSequenceClassification": "text-classification",
                  "AutoModelForSeq2SeqLM": "translation", "AutoModel": "feature-extraction"}
 ATTENTION_NAMES = {ENC_SELF: "encoder self-attention", ENC_DEC: "cross-attention",
                    DEC_SELF: "decoder self-attention"}

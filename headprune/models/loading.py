@@ -108,14 +108,31 @@ def placement(device, gpus: int = 1) -> dict:
     return {"device_map": {"": device}}
 
 
+def language_model_class(path):
+    """The Auto class that loads the folder's language model: AutoModelForCausalLM for the types of transformers'
+    causal-LM table (Gemma 3's multimodal class among them), AutoModelForMultimodalLM for the other wrappers of a
+    language model (LLaVA, Qwen2.5-VL, Mistral 3, Qwen2-Audio, Voxtral: headprune studies their language model)."""
+    import json
+
+    import transformers
+    from transformers.models.auto import modeling_auto
+
+    model_type = json.loads((Path(path) / "config.json").read_text()).get("model_type")
+    if model_type not in modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and \
+            model_type in modeling_auto.MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES:
+        return transformers.AutoModelForMultimodalLM
+    return transformers.AutoModelForCausalLM
+
+
 def load_causal_lm(path, device="cpu", dtype: str = "float32", gpus: int = 1):
     """(causal LM, tokenizer) from a model folder with safetensors weights; eager attention (the backend that
-    returns attention weights: entropy, confidence)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    returns attention weights: entropy, confidence). A multimodal wrapper loads in its own class
+    (``language_model_class``); its language model's heads are the ones studied."""
+    from transformers import AutoTokenizer
 
     path = Path(path)
     _require_safetensors(path)
-    model = load_pruned_weights(AutoModelForCausalLM, path, use_safetensors=True, attn_implementation="eager",
+    model = load_pruned_weights(language_model_class(path), path, use_safetensors=True, attn_implementation="eager",
                                 dtype=DTYPES[dtype], **placement(device, gpus))
     return model.eval(), AutoTokenizer.from_pretrained(path)
 
@@ -207,7 +224,6 @@ def fetch_pretrained(source: dict, dest) -> Path:
 # --- one model by name, for the public API and the command line ------------------------------------------
 
 KINDS = ("language_modeling", "classification", "translation")
-_CAUSAL_LM_TYPES = ("gpt2", "llama", "mistral", "qwen2")
 
 
 def model_folder(source, revision: str | None = None) -> Path:
@@ -237,15 +253,27 @@ def guess_kind(path) -> str:
     path = Path(path)
     if converted_from_fairseq(path):
         return "translation"
+    from transformers.models.auto import modeling_auto
+
     config = json.loads((path / "config.json").read_text())
     for architecture in config.get("architectures") or []:
         if architecture.endswith("ForSequenceClassification"):
             return "classification"
         if architecture.endswith(("ForCausalLM", "LMHeadModel")):
             return "language_modeling"
+    model_type = config.get("model_type")
     if config.get("is_encoder_decoder"):
         return "translation"
-    return "language_modeling" if config.get("model_type") in _CAUSAL_LM_TYPES else "classification"
+    # transformers' tables: a causal LM (not an encoder that can also decode: those are masked LMs too), or a
+    # language model wrapped with a vision or audio tower
+    causal = model_type in modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and \
+        model_type not in modeling_auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES
+    if causal or model_type in modeling_auto.MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES:
+        return "language_modeling"
+    if model_type in modeling_auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES or \
+            model_type in modeling_auto.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES:
+        return "translation"
+    return "classification"
 
 
 def load_model(source, kind: str | None = None, *, device="cpu", dtype: str = "float32", src_lang: str = "en",

@@ -14,7 +14,8 @@ from_pretrained loads them. The attention type is "dec_self".
 from __future__ import annotations
 
 import transformers
-from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_MAPPING_NAMES
+from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+                                                    MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES, MODEL_MAPPING_NAMES)
 
 from .headprune_common import ADDED_BIAS_KEY, DEC_SELF, add_bias, kept_heads
 from .headprune_decoder import keep_heads, layouts, needs_headprune_attention, run_through_headprune
@@ -37,7 +38,8 @@ class PrunedDecoder:
             run_through_headprune(self)
 
 
-_CLASSES = set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values()) | set(MODEL_MAPPING_NAMES.values())
+_CLASSES = (set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values()) | set(MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES.values())
+            | set(MODEL_MAPPING_NAMES.values()))
 _made: dict[str, type] = {}
 
 
