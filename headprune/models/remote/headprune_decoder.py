@@ -17,7 +17,8 @@ Where the heads are comes from what transformers declares about the model, names
 What differs between families is declared data, never a copy of a forward:
 
 - ``ATTENTION_NAMES``: the attribute of a decoder layer that holds its attention module (the fallback);
-- ``SEPARATE``: names of separate query, key, value and output projections; ``FUSED``: a fused q/k/v projection
+- ``SEPARATE``: names of separate query, key and value projections, ``OUTPUT_NAMES`` of output projections where the
+  tp plan declares none; ``FUSED``: a fused q/k/v projection
   and its output projection, with the fused layout: "blocks" ([all queries | all keys | all values], each
   head-major: Phi-3's ``qkv_proj``, GPT-2's ``c_attn``, MPT's ``Wqkv``) or "heads" (per head [q | k | v]:
   GPT-NeoX's and Persimmon's ``query_key_value``); ``FUSED_LAYOUTS`` overrides a layout per model type;
@@ -71,7 +72,7 @@ from .headprune_common import cache_without_heads
 
 ATTENTION_NAMES = ("self_attn", "attn", "attention", "self_attention")
 OUTPUT_NAMES = ("o_proj", "out_proj", "dense", "c_proj", "Wo")
-SEPARATE = (("q_proj", "k_proj", "v_proj", ("o_proj", "out_proj", "dense", "c_proj")),)
+SEPARATE = (("q_proj", "k_proj", "v_proj"),)
 FUSED = (("qkv_proj", ("o_proj", "dense", "out_proj")), ("c_attn", ("c_proj",)), ("Wqkv", ("out_proj", "Wo")),
          ("query_key_value", ("dense",)))
 # Multi-head latent attention: query projection (LoRA-factored or not), the per-head key/value expansion, output
@@ -236,7 +237,7 @@ class DecoderLayout:
         output_names = tuple(declared_outputs[:1]) + OUTPUT_NAMES if len(declared_outputs) == 1 else OUTPUT_NAMES
         self.declared_per_head = tuple(declared.per_head) if declared else ()
         names = None
-        for q, k, v, _ in SEPARATE:
+        for q, k, v in SEPARATE:
             if all(_is_projection(getattr(attention, n, None)) for n in (q, k, v)):
                 out = _first_name(attention, output_names, _is_projection)
                 if out is not None:
@@ -592,10 +593,9 @@ def _output_projection(attention):
     named = getattr(attention, "headprune_output_name", None)
     if named is not None:
         return getattr(attention, named)
-    for *_, outputs in SEPARATE + FUSED:
-        out = _first(attention, outputs)
-        if out is not None:
-            return out
+    out = _first(attention, OUTPUT_NAMES)
+    if out is not None:
+        return out
     raise ValueError(f"no output projection in {type(attention).__name__}")
 
 
