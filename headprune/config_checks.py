@@ -109,6 +109,12 @@ def check_config(pipeline):
         if word is not None and MODES[word].language_models_only and not kind_of(entry["kind"]).language_model:
             raise ConfigError(f"config: models.{study}.masking is {word}, which only decoder-only language "
                               "models take (kind language_modeling or retrieval)")
+    for study, entry in models.items():
+        for tower in entry.get("towers", {}):
+            if tower not in kind_of(entry["kind"]).towers:
+                raise ConfigError(f"config: models.{study}.towers has {tower}, but {entry['kind']} studies are scored "
+                                  f"on text, on which a {tower} tower never runs (its gates would change nothing): "
+                                  "study a tower through the library, on inputs with its images or audio")
     _check_screen(pipeline, config)
     if pipeline.translation_name in config["experiments"].get("glue_pruning", []):
         raise ConfigError(f"config: experiments.glue_pruning names '{pipeline.translation_name}', the translation study; "

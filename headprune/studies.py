@@ -24,6 +24,7 @@ from headprune.data.glue import glue_task_spec
 from headprune.experiments.kinds import KINDS, kind_of  # noqa: F401 (KINDS: the config's kinds)
 from headprune.experiments.kinds.base import ConfigError
 from headprune.experiments.kinds.language_modeling import LM_SPLITS
+from headprune.models.attention_types import TOWER_TYPES
 from headprune.models.masking import MODES
 
 # The test sets a study is evaluated on, by role: "eval" (Table 1, pruning), "ood" (cross-domain,
@@ -91,19 +92,30 @@ class Study:
         return self.name if self.name in self.pipeline.glue else self.entry["task"]
 
     @property
+    def towers(self) -> dict:
+        """The towers of its model studied beside the language model (models.<study>.towers of the study whose model
+        it scores): {"vision": {"layers": ..., "heads": ...}}."""
+        return self.lm.entry.get("towers", {})
+
+    @property
     def attention_types(self):
-        return self.scoring.attention_types
+        return list(self.scoring.attention_types) + [TOWER_TYPES[tower] for tower in self.towers]
+
+    def shape(self, attn_type) -> tuple[int, int]:
+        """(layers, heads) of an attention type: a tower's own, else the model's."""
+        arch = next((self.towers[t] for t in self.towers if TOWER_TYPES[t] == attn_type), self.arch)
+        return arch["layers"], arch["heads"]
 
     @property
     def heads(self):
         """Every head of the model as 'attn_type-layer-head', known from the config alone."""
         return [f"{t}-{layer}-{head}" for t in self.attention_types
-                for layer in range(self.arch["layers"]) for head in range(self.arch["heads"])]
+                for layer in range(self.shape(t)[0]) for head in range(self.shape(t)[1])]
 
     @property
     def layers(self):
         """Every attention layer of the model as 'attn_type-layer'."""
-        return [f"{t}-{layer}" for t in self.attention_types for layer in range(self.arch["layers"])]
+        return [f"{t}-{layer}" for t in self.attention_types for layer in range(self.shape(t)[0])]
 
     @property
     def fetched_model_folder(self):
@@ -132,7 +144,8 @@ class Study:
         return {"name": self.name, "kind": self.kind, "model": self.model_path, "section": self.section,
                 "src_lang": config["translation"]["src_lang"], "tgt_lang": config["translation"]["tgt_lang"],
                 "layers": self.arch["layers"], "heads": self.arch["heads"], "device": config["device"],
-                **{key: self.lm.entry[key] for key in ("kv_heads", "dtype", "src_code", "tgt_code") if key in self.lm.entry}}
+                **{key: self.lm.entry[key] for key in ("kv_heads", "dtype", "src_code", "tgt_code", "towers")
+                   if key in self.lm.entry}}
 
     def resource(self, rule_name, key):
         """models.<study>.resources.<rule> (or .default) over config.resources.<rule> (or .default), so one

@@ -17,6 +17,7 @@ from headprune.experiments.kinds import kind_of
 from headprune.experiments.runs import EvalSet
 from headprune.io import atomic
 from headprune.io.machine_failures import machine_failure
+from headprune.models.attention_types import TOWER_TYPES
 
 
 def keep_freed_memory():
@@ -111,13 +112,17 @@ def load_study_model(study: dict, device):
 
     device = torch.device(device)
     options = {"dtype": study.get("dtype", "float32"),
-               "gpus": torch.cuda.device_count() if device.type == "cuda" else 1}
+               "gpus": torch.cuda.device_count() if device.type == "cuda" else 1,
+               **({"towers": list(study["towers"])} if study.get("towers") else {})}
     model, tokenizer = kind_of(study["kind"]).load_model(Path(study["model"]), device, study, options)
     section = study.get("section", study["kind"])
+    declared = {TOWER_TYPES[tower]: (f"{section}.towers.{tower}", shape)
+                for tower, shape in study.get("towers", {}).items()}
     for attn_type, (layers, heads) in head_shape(model).items():
-        if (layers, heads) != (study["layers"], study["heads"]):
+        where, shape = declared.get(attn_type, (section, study))
+        if (layers, heads) != (shape["layers"], shape["heads"]):
             raise ValueError(f"{study['model']}: {attn_type} has {layers} layers x {heads} heads, but config "
-                             f"{section}.layers/{section}.heads say {study['layers']} x {study['heads']}")
+                             f"{where}.layers/{where}.heads say {shape['layers']} x {shape['heads']}")
     config = model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") else model.config
     kv_heads = getattr(config, "num_key_value_heads", None)  # a multimodal model's (Gemma 3's) text config
     if study.get("kv_heads") is not None and kv_heads != study["kv_heads"]:

@@ -12,6 +12,7 @@ import time
 
 from headprune.experiments.metrics import better_sign
 from headprune.experiments.runs import EvalSettings, gates_keeping_one, scored_variants
+from headprune.models.heads import head_shape
 from headprune.models.loading import pick_device
 from headprune.workflow import load_evalset, load_study_model, logged, threads_for_torch, write_json
 
@@ -23,8 +24,9 @@ with logged(snakemake) as log:
     model, tokenizer = load_study_model(study, pick_device(study["device"]))
     selection, test = load_evalset(evaluation["selection"]), load_evalset(evaluation["test"])
     settings = EvalSettings(**evaluation["settings"])
-    keeping = {(attn_type, layer): [gates_keeping_one(model, attn_type, layer, head) for head in range(study["heads"])]
-               for attn_type, layer in layers}
+    shape = head_shape(model)  # a studied tower has heads of its own count
+    keeping = {(attn_type, layer): [gates_keeping_one(model, attn_type, layer, head)
+                                    for head in range(shape[attn_type][1])] for attn_type, layer in layers}
     started = time.perf_counter()
     # scores averaged over resample draws (EvalSettings.draws); the test set's per-item outputs are the first draw's
     scored = scored_variants(model, tokenizer, selection, [g for gates in keeping.values() for g in gates], settings)

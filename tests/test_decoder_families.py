@@ -1,21 +1,30 @@
-"""Every causal-LM model type of transformers' registry through the generic decoder adapter (issue #38).
+"""Every decoder-only LM type of transformers' registries through the generic decoder adapter (issues #38, #44).
 
-For each model type a tiny random model is built (tests/decoder_zoo.py: generic, with the quirks of real
-checkpoints), and the generic adapter (``headprune.models.families.decoder.DecoderAdapter``, forced even where an
-older per-family adapter exists) must:
+Two tables, each model type a tiny random model (tests/decoder_zoo.py: generic, with the quirks of real checkpoints;
+vision and audio towers as deep and as wide as the text model): transformers' causal-LM registry, and the multimodal
+and audio wrappers of a decoder-only LM (LLaVA, Qwen2.5-VL, Mistral 3, Gemma 3, Qwen2-Audio, ...). Both run on
+text-only input (``input_ids``, ``attention_mask``).
+The generic adapter (``headprune.models.families.decoder.DecoderAdapter``, forced even where an older per-family
+adapter exists) must:
 
-1. find every layer's heads, as many as the config says;
-2. gate: a gate of 0 equals zeroing the head's features of the output projection's input by hand;
+1. find every layer's heads, as many as the config says, and they must be the heads of the language model: its
+   sites are exactly the attention modules of the layers of the model's language model, found here by the test's
+   own rules (``reference_layers``: transformers' ``get_decoder()`` and the config's pipeline plan), not the
+   adapter's;
+2. gate: a gate of 0 equals zeroing the head's input features of the output projection this test found (by its own
+   hook); and gating any one head changes the logits (a gate on a module a text-only forward never runs, a vision
+   tower's, changes nothing);
 3. run every masking mode: zero, mean (a constant per head), uniform and streaming (or refuse them, saying why);
-4. prune: the pruned model equals the gated one under eager and (where the family has it) sdpa attention, with a
-   layer left without heads, a whole key/value group removed and a layer whose kv groups become uneven;
+4. prune: the pruned model equals the gated one under the model's default attention (sdpa where it has it) and
+   under eager where that is another code path (``EAGER_SAMPLE``), with a layer left without heads, a whole
+   key/value group removed and a layer whose kv groups become uneven;
 5. generate() on the pruned model equals generate() under the gates (greedy);
 6. save_pruned then load_pruned_weights gives the same logits;
-7. the exported folder loads in plain transformers with headprune blocked from import (one subprocess for all),
-   with the same logits and the same generate().
+7. the exported folder loads in plain transformers with headprune blocked from import (one subprocess for all
+   passing causal-LM types and the wrappers of ``EXPORT_WRAPPERS``), with the same logits and the same generate().
 
-The table of outcomes is docs/models.md's "Decoder families" table: this test fails when a family the table lists
-as passing no longer passes, and rewrites the table with HEADPRUNE_WRITE_MODELS_TABLE=1.
+The tables of outcomes are docs/models.md's "Decoder families" tables: this test fails when a type a table lists
+as passing no longer passes, and rewrites the tables with HEADPRUNE_WRITE_MODELS_TABLE=1.
 """
 from __future__ import annotations
 
@@ -31,9 +40,13 @@ from pathlib import Path
 from unittest import mock
 
 import torch
+import transformers
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-from decoder_zoo import LAYERS, TooLarge, meta_model, model_types, tiny_model
+from decoder_zoo import (HEADS, LAYERS, NOT_BUILT, VOCAB, TooLarge, class_name, meta_model, model_types, same_class,
+                         tiny_model, wrapper_types)
 from headprune.models import families
+from headprune.models.export import save_pruned
 from headprune.models.families.decoder import DecoderAdapter, layout_problem
 from headprune.models.head_constants import HeadConstants
 from headprune.models.heads import full_gates, gated
@@ -42,10 +55,25 @@ from headprune.models.prune import load_pruned_weights, prune_heads
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "models.md"
-BEGIN, END = "<!-- decoder-families: begin (tests/test_decoder_families.py) -->", "<!-- decoder-families: end -->"
+TABLES = {  # table: its markers in docs/models.md
+    "causal": ("<!-- decoder-families: begin (tests/test_decoder_families.py) -->", "<!-- decoder-families: end -->"),
+    "wrappers": ("<!-- decoder-wrappers: begin (tests/test_decoder_families.py) -->", "<!-- decoder-wrappers: end -->"),
+}
+OUTCOMES = ("passes", "gating only", "refused", "fails", "not decoder-only", "not built")
 # Removed heads: layer 0 keeps heads 2, 4, 5 (kv head 0 read by one query head, kv head 1 by two: uneven),
 # layer 1 keeps none, layer 2 loses kv group 0 (heads 0-2) whole.
 REMOVE = {0: [0, 1, 3], 1: [0, 1, 2, 3, 4, 5], 2: [0, 1, 2]}
+OUTPUT_NAMES = ("o_proj", "out_proj", "dense", "c_proj", "wo", "Wo", "o")  # what the output projection is called
+GATED_CLOSE = 1e-5  # gated vs zeroed by hand
+CHANGED = 1e-7  # a gated head below this changed nothing (a random tiny model's head moves logits by ~1e-3)
+# Pruning is checked under the model's default backend (sdpa where the family has it: the one the reload and export
+# checks load), and under eager too where that is another code path of the family's: where its attention has its
+# own eager and sdpa code (Falcon, GPT-BigCode, ...), and on a sample of the families whose attention calls
+# transformers' attention interface (there only the backend function differs, the same for every family).
+EAGER_SAMPLE = ("llama", "qwen3", "gemma2", "gpt_oss", "gpt2", "phi3", "gemma3")
+# The export check (a second process loading each folder as plain transformers) runs for every passing type of the
+# causal table and for these wrappers (the rest load through the same remote file and the same code path)
+EXPORT_WRAPPERS = ("gemma3", "llava", "mistral3", "qwen2_5_vl", "qwen3_vl", "llama4", "qwen2_audio")
 
 
 @contextlib.contextmanager
@@ -57,7 +85,7 @@ def generic_adapter():
 
 def _batch():
     generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(3, 64, (2, 9), generator=generator)
+    ids = torch.randint(3, VOCAB, (2, 9), generator=generator)  # as tests/data/family_adapters_reference.pt's
     mask = torch.ones_like(ids)
     mask[1, :3] = 0  # left padding
     return ids, mask
@@ -72,20 +100,114 @@ def _close(a, b) -> float:
     return float((a - b).abs().max())
 
 
-def check_family(model_type: str, folder: Path) -> tuple[str, str]:
-    """(outcome, detail): "passes", "gating only" (pruning refused), "refused" or "fails"/"not built"."""
+# --- The test's own view of where the language model's heads are ----------------------------------------------
+
+def language_model(model):
+    """The module running the text stack: ``get_decoder()``, asked until it returns the module itself (a wrapper's
+    gives its text model, e.g. Gemma3TextModel)."""
+    module = model
+    while True:
+        try:
+            inner = module.get_decoder()
+        except (AttributeError, NotImplementedError, ValueError):
+            return module
+        # a model of transformers (ModernBERT's decoder names its LM head ``decoder``)
+        if not isinstance(inner, transformers.PreTrainedModel) or inner is module:
+            return module
+        module = inner
+
+
+def reference_layers(model) -> list[tuple[torch.nn.Module, torch.nn.Module, int]]:
+    """(attention module, its output projection, head_dim) of every layer of the language model, by this test's
+    rules: the layer list the language model's pipeline plan names (else its ModuleList of num_hidden_layers
+    entries); in a layer, its first child whose class is an attention (``...Attention``); in that, the linear map
+    back to the hidden size named as an output (else the last registered: transformers registers the output
+    projection after the query/key/value ones); head_dim is its input width over the heads."""
+    lm = language_model(model)
+    config = model.config.get_text_config(decoder=True)
+    count = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", None)
+    plan = getattr(getattr(lm, "config", None), "base_model_pp_plan", None) or {}
+    named = [getattr(lm, name, None) for name in plan]
+    lists = [m for m in named if isinstance(m, torch.nn.ModuleList)] or [
+        m for _, m in lm.named_modules() if isinstance(m, torch.nn.ModuleList) and len(m) == count]
+    if not lists:
+        raise AssertionError(f"the test finds no layer list in {type(lm).__name__}")
+    hidden, heads = config.hidden_size, getattr(config, "num_attention_heads", None) or config.n_head
+    found = []
+    for i, layer in enumerate(lists[0]):
+        # its first module whose class is an attention (a child, or nested as DBRX's norm_attn_norm.attn)
+        attention = next((m for m in layer.modules() if type(m).__name__.endswith("Attention")), None)
+        if attention is None:
+            raise AssertionError(f"the test finds no attention module in layer {i} ({type(layer).__name__})")
+        outputs = [(name, m) for name, m in attention.named_modules() if _widths(m) and _widths(m)[1] == hidden]
+        outputs = [(n, m) for n, m in outputs if n.rpartition(".")[2] in OUTPUT_NAMES] or outputs
+        if not outputs:
+            raise AssertionError(f"the test finds no output projection in {type(attention).__name__}")
+        found.append((attention, outputs[-1][1], _widths(outputs[-1][1])[0] // heads))
+    return found
+
+
+def _widths(module) -> tuple[int, int] | None:
+    """(input, output) features of a linear map: nn.Linear, or GPT-2's Conv1D (weight stored as input x output)."""
+    if isinstance(module, torch.nn.Linear):
+        return module.in_features, module.out_features
+    if type(module).__name__ == "Conv1D":
+        return module.weight.shape[0], module.weight.shape[1]
+    return None
+
+
+def _zeroed_by_hand(model, reference, remove: dict[int, list[int]], ids, mask):
+    """Logits with the heads ``remove`` names zeroed at the input of the test's own output projections."""
+    def zero(heads, head_dim):
+        def hook(module, args):
+            x = args[0].clone()
+            for h in heads:
+                x[..., h * head_dim:(h + 1) * head_dim] = 0
+            return (x, *args[1:])
+        return hook
+
+    handles = [reference[layer][1].register_forward_pre_hook(zero(heads, reference[layer][2]))
+               for layer, heads in remove.items()]
+    try:
+        return _logits(model, ids, mask)
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _gates(model, remove: dict[int, list[int]]):
+    """Every head on but those ``remove`` names ({layer: heads})."""
+    gates = full_gates(model)
+    for layer, heads in remove.items():
+        gates["dec_self"][layer, heads] = 0
+    return gates
+
+
+def _gated_logits(model, remove: dict[int, list[int]], ids, mask, masking="zero"):
+    with gated(model, _gates(model, remove), masking=masking):
+        return _logits(model, ids, mask)
+
+
+# --- One model type --------------------------------------------------------------------------------------------
+
+def check_family(model_type: str, folder: Path, wrapper: bool = False) -> tuple[str, str]:
+    """(outcome, detail): "passes", "gating only" (pruning refused), "refused", "fails", "not decoder-only" or
+    "not built"."""
     torch.manual_seed(0)
+    if model_type in NOT_BUILT:
+        return "not built", NOT_BUILT[model_type]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            model = tiny_model(model_type)
+            default = CONFIG_MAPPING[model_type]()
+            if default.is_encoder_decoder or default.get_text_config(decoder=True).is_encoder_decoder:
+                return "not decoder-only", "an encoder-decoder (its decoder is served as one, if at all)"
+            model = tiny_model(model_type, wrapper)
         except TooLarge as error:  # what the adapter makes of its layout, on the meta device
-            problem = layout_problem(meta_model(model_type))
+            problem = layout_problem(meta_model(model_type, wrapper))
             return ("refused", problem) if problem else ("not built", _line(error))
         except Exception as error:  # the builder could not make this type at tiny size
             return "not built", _line(error)
-    if getattr(model.config, "is_encoder_decoder", False):
-        return "not decoder-only", "the decoder of an encoder-decoder family (served as one, if at all)"
     ids, mask = _batch()
     try:
         plain = _logits(model, ids, mask)
@@ -98,96 +220,98 @@ def check_family(model_type: str, folder: Path) -> tuple[str, str]:
         return "refused", _line(error)
     step = "heads"
     try:
-        config = model.config
-        heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_head")
-        assert len(sites) == LAYERS and all(s.original_num_heads == heads == 6 for s in sites), "head count"
-        remove = {layer: hs for layer, hs in REMOVE.items()}
-        gates = full_gates(model)
-        for layer, hs in remove.items():
-            gates["dec_self"][layer, hs] = 0
+        reference = reference_layers(model)
+        assert len(sites) == LAYERS and all(s.original_num_heads == HEADS for s in sites), (
+            f"head count: {len(sites)} sites of {[s.original_num_heads for s in sites]} heads")
+        assert len(reference) == len(sites), f"{len(sites)} sites for {len(reference)} layers of the language model"
+        for site, (attention, _, _) in zip(sites, reference):  # the same modules, not look-alikes (a tower's)
+            assert site.attention is attention, (
+                f"layer {site.layer}: the adapter's heads are {type(site.attention).__name__}'s, not those of the "
+                f"language model's layer ({type(attention).__name__})")
         step = "gating"
-        with gated(model, gates):
-            masked = _logits(model, ids, mask)
-        handles = [site.output.register_forward_pre_hook(_zero_by_hand(site, remove[site.layer])) for site in sites]
-        try:
-            by_hand = _logits(model, ids, mask)
-        finally:
-            for handle in handles:
-                handle.remove()
-        assert _close(masked, by_hand) < 1e-5, f"gated != zeroed by hand ({_close(masked, by_hand):.1e})"
-        assert _close(masked, plain) > 1e-6, "the gates changed nothing"
+        for layer, heads in REMOVE.items():  # each layer's gate matters: a text-only forward runs its heads
+            change = _close(_gated_logits(model, {layer: heads[:1]}, ids, mask), plain)
+            assert change > CHANGED, f"a gate of 0 on layer {layer}'s head {heads[0]} changes nothing ({change:.1e})"
+        masked = _gated_logits(model, REMOVE, ids, mask)
+        by_hand = _zeroed_by_hand(model, reference, REMOVE, ids, mask)
+        assert _close(masked, by_hand) < GATED_CLOSE, f"gated != zeroed by hand ({_close(masked, by_hand):.1e})"
         step = "masking modes"
-        constants = HeadConstants({("dec_self", s.layer): torch.randn(6, s.head_dim) for s in sites}, kind="mean")
-        with gated(model, gates, masking=Mean(constants)):
-            assert torch.isfinite(_logits(model, ids, mask)).all()
+        constants = HeadConstants({("dec_self", s.layer): torch.randn(HEADS, s.head_dim) for s in sites}, kind="mean")
+        assert torch.isfinite(_gated_logits(model, REMOVE, ids, mask, masking=Mean(constants))).all()
         refused = []
+        # backends are switched on the language model only: a wrapper's tower may have no sdpa to switch back to
+        lm = language_model(model)
+        backend = lm.config._attn_implementation
         for mode, problem in ((Uniform(), adapter.uniform_masking_problem(model, sites)),
                               (Streaming(1, 3), adapter.streaming_masking_problem(model, sites))):
             if problem is not None:
                 refused.append(f"{mode.word} masking: {problem}")
                 continue
-            eager = copy.deepcopy(model)
-            eager.set_attn_implementation("eager")
-            with gated(eager, gates, masking=mode):
-                assert torch.isfinite(_logits(eager, ids, mask)).all()
+            lm.set_attn_implementation("eager")
+            try:
+                assert torch.isfinite(_gated_logits(model, REMOVE, ids, mask, masking=mode)).all()
+            finally:
+                lm.set_attn_implementation(backend)
         step = "pruning"
         problem = adapter.pruning_problem(model)
         if problem is not None:
             return "gating only", "; ".join([f"pruning refused: {problem}", *refused])
-        backends = ["eager"] + (["sdpa"] if model._supports_sdpa else [])
-        for backend in backends:
-            full = copy.deepcopy(model)
-            full.set_attn_implementation(backend)
-            with gated(full, gates):
-                reference = _logits(full, ids, mask)
-            pruned = prune_heads(copy.deepcopy(full), {"dec_self": remove})
-            gap = _close(_logits(pruned, ids, mask), reference)
-            assert gap < 1e-5, f"{backend}: pruned != gated ({gap:.1e})"
+        own_code = not all(site.through_attention_function for site in sites)
+        backends = (["eager"] if own_code or model_type in EAGER_SAMPLE or not lm._supports_sdpa else []) + (
+            ["sdpa"] if lm._supports_sdpa else [])
         step = "generate"
-        with gated(full, gates), torch.no_grad():
-            expected = full.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False, pad_token_id=0)
+        lm.set_attn_implementation(backends[-1])
+        with gated(model, _gates(model, REMOVE)), torch.no_grad():  # before the model is pruned (in place, below)
+            expected = model.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False, pad_token_id=0)
+        step = "pruning"
+        for backend in backends:
+            lm.set_attn_implementation(backend)
+            reference_logits = _gated_logits(model, REMOVE, ids, mask)
+            # the last backend prunes the model itself: nothing after needs it whole
+            pruned = prune_heads(model if backend == backends[-1] else copy.deepcopy(model), {"dec_self": REMOVE})
+            gap = _close(_logits(pruned, ids, mask), reference_logits)
+            assert gap < GATED_CLOSE, f"{backend}: pruned != gated ({gap:.1e})"
+        step = "generate"
         with torch.no_grad():
             got = pruned.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False, pad_token_id=0)
         assert torch.equal(expected, got), "generate() differs"
         step = "save and reload"
-        from headprune.models.export import save_pruned
-        from transformers import AutoModelForCausalLM
-
         save_pruned(pruned, None, folder)
-        reloaded = load_pruned_weights(AutoModelForCausalLM, folder)
-        reloaded.set_attn_implementation(backends[-1]) if not reloaded.config._attn_implementation.startswith(
-            "headprune_") else None
-        gap = _close(_logits(reloaded, ids, mask), reference)
-        assert gap < 1e-5, f"reloaded != pruned ({gap:.1e})"
-        torch.save({"ids": ids, "mask": mask, "logits": reference, "generated": got}, folder / "expected.pt")
+        # as transformers' own class (an Auto class reads the folder's auto_map: that is the export check's)
+        reloaded = load_pruned_weights(type(pruned), folder)
+        reloaded_lm = language_model(reloaded)
+        if not reloaded_lm.config._attn_implementation.startswith("headprune_"):
+            reloaded_lm.set_attn_implementation(backends[-1])
+        gap = _close(_logits(reloaded, ids, mask), reference_logits)
+        assert gap < GATED_CLOSE, f"reloaded != pruned ({gap:.1e})"
+        torch.save({"ids": ids, "mask": mask, "logits": reference_logits, "generated": got,
+                    "auto": "AutoModelForCausalLM" if not wrapper else None}, folder / "expected.pt")
     except Exception as error:
         return "fails", f"{step}: {_line(error)}"
     return "passes", "; ".join(refused)
 
 
-def _zero_by_hand(site, heads):
-    def hook(module, args):
-        x = args[0].clone()
-        for h in heads:
-            x[..., h * site.head_dim:(h + 1) * site.head_dim] = 0
-        return (x, *args[1:])
-    return hook
-
-
 def _line(error) -> str:
-    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    return f"{type(error).__name__}: {text}"[:160]
+    cause = error.__cause__ if type(error).__name__ == "StrictDataclassClassValidationError" else None
+    text = str(cause or error).strip()  # a config validator's own words, not the dataclass wrapper's
+    text = text.splitlines()[0] if text else type(error).__name__
+    return f"{type(cause or error).__name__}: {text}"[:200]
 
 
 EXPORT_CHECK = textwrap.dedent("""
-    import sys, torch, warnings
+    import json, sys, torch, warnings
     warnings.simplefilter("ignore")
     sys.modules["headprune"] = None  # headprune blocked from import: only the folder's own files run
-    from transformers import AutoModelForCausalLM
+    import transformers
     for folder in sys.argv[1:]:
         try:
             expected = torch.load(folder + "/expected.pt")
-            model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).eval()
+            # the Auto class the folder's auto_map names for the model (a wrapper's own, else AutoModelForCausalLM)
+            entries = json.load(open(folder + "/config.json")).get("auto_map", {})
+            auto = expected["auto"] or next((a for a in entries if a != "AutoModel"), None)
+            if auto is None:
+                raise ValueError(f"no Auto class in its auto_map loads the model, only {sorted(entries)}")
+            model = getattr(transformers, auto).from_pretrained(folder, trust_remote_code=True).eval()
             with torch.no_grad():
                 logits = model(input_ids=expected["ids"], attention_mask=expected["mask"]).logits.float()
             gap = float((logits - expected["logits"]).abs().max())
@@ -203,64 +327,95 @@ EXPORT_CHECK = textwrap.dedent("""
 """)
 
 
-def family_table(tmp_path) -> dict[str, tuple[str, str]]:
-    results = {}
+def family_tables(tmp_path) -> dict[str, dict[str, tuple[str, str]]]:
+    """{"causal": {model type: (outcome, detail)}, "wrappers": {...}}; a wrapper whose class is the causal-LM
+    table's (Gemma 3's) is that row, built once."""
+    tables = {"causal": {}, "wrappers": {}}
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matrices: a second thread only waits (and on a busy machine, spins)
     try:
         with generic_adapter():
             for model_type in model_types():
-                results[model_type] = check_family(model_type, tmp_path / model_type)
+                tables["causal"][model_type] = check_family(model_type, tmp_path / "causal" / model_type)
+            for model_type in wrapper_types():
+                tables["wrappers"][model_type] = (tables["causal"][model_type] if same_class(model_type) else
+                                                  check_family(model_type, tmp_path / "wrappers" / model_type, True))
     finally:
         torch.set_num_threads(threads)
-    exported = [str(tmp_path / t) for t, (outcome, _) in results.items() if outcome == "passes"]
-    run = subprocess.run([sys.executable, "-c", EXPORT_CHECK, *exported], capture_output=True, text=True,
+    exported = [tmp_path / "causal" / t for t, (outcome, _) in tables["causal"].items() if outcome == "passes"]
+    exported += [tmp_path / "wrappers" / t for t in EXPORT_WRAPPERS
+                 if tables["wrappers"][t][0] == "passes" and not same_class(t)]
+    run = subprocess.run([sys.executable, "-c", EXPORT_CHECK, *map(str, exported)], capture_output=True, text=True,
                          cwd=tmp_path, timeout=600, env={**os.environ, "PYTHONPATH": "", "OMP_NUM_THREADS": "1"})
-    for line in run.stdout.splitlines():
-        if line.startswith("EXPORT "):
-            _, folder, verdict = line.split(" ", 2)
-            if verdict != "ok":
-                results[Path(folder).name] = ("fails", f"export: {verdict}")
-    missing = [t for t in exported if f"EXPORT {t} " not in run.stdout]
-    for folder in missing:
-        results[Path(folder).name] = ("fails", f"export: no answer ({run.stderr.strip()[-150:]})")
-    return results
+    for folder in exported:
+        verdict = re.search(rf"^EXPORT {re.escape(str(folder))} (.*)$", run.stdout, re.MULTILINE)
+        verdict = verdict.group(1) if verdict else f"no answer ({run.stderr.strip()[-150:]})"
+        if verdict != "ok":
+            tables[folder.parent.name][folder.name] = ("fails", f"export: {verdict}")
+    for model_type in wrapper_types():  # a shared row after its export verdict
+        if same_class(model_type):
+            tables["wrappers"][model_type] = tables["causal"][model_type]
+    return tables
 
 
-def render(results: dict[str, tuple[str, str]]) -> str:
-    counts = {o: sum(1 for v, _ in results.values() if v == o) for o in ("passes", "gating only", "refused", "fails",
-                                                                         "not decoder-only", "not built")}
-    lines = [BEGIN, "", f"{len(results)} model types; " + ", ".join(f"{n} {o}" for o, n in counts.items()) + ".", "",
-             "| model type | outcome | why / what is refused |", "|---|---|---|"]
-    for model_type, (outcome, detail) in sorted(results.items()):
-        lines.append(f"| {model_type} | {outcome} | {detail.replace('|', '/')} |")
-    return "\n".join(lines + ["", END])
+def render(table: str, results: dict[str, tuple[str, str]]) -> str:
+    begin, end = TABLES[table]
+    counts = {o: sum(1 for v, _ in results.values() if v == o) for o in OUTCOMES}
+    summary = f"{len(results)} model types; " + ", ".join(f"{n} {o}" for o, n in counts.items()) + "."
+    if table == "causal":
+        lines = [begin, "", summary, "", "| model type | outcome | why / what is refused |", "|---|---|---|"]
+        rows = [f"| {t} | {o} | {d.replace('|', '/')} |" for t, (o, d) in sorted(results.items())]
+    else:
+        intro = ("Multimodal and audio wrappers of a decoder-only LM (the image-text-to-text and multimodal-LM "
+                 "registries; the decoder-only audio LMs of the speech seq2seq registry), each built as its wrapper "
+                 "class, with vision and audio towers as deep and as wide as the text model, and run on text-only "
+                 "input (`input_ids`, `attention_mask`): its heads must be its language model's. A class the "
+                 "causal-LM table builds too shares its row. " + summary)
+        lines = [begin, "", *textwrap.wrap(intro, 115), "", "| model type | outcome | class | why / what is refused |",
+                 "|---|---|---|---|"]
+        rows = [f"| {t} | {o} | {class_name(t, True)} | {d.replace('|', '/')} |"
+                for t, (o, d) in sorted(results.items())]
+    return "\n".join(lines + rows + ["", end])
 
 
-def documented() -> dict[str, str]:
+def documented(table: str) -> dict[str, str]:
+    begin, end = TABLES[table]
     text = DOCS.read_text()
-    if BEGIN not in text:
+    if begin not in text:
         return {}
-    block = text[text.index(BEGIN):text.index(END)]
-    return {m.group(1): m.group(2) for m in re.finditer(r"^\| (\S+) \| ([a-z ]+) \|", block, re.MULTILINE)}
+    block = text[text.index(begin):text.index(end)]
+    return {m.group(1): m.group(2) for m in re.finditer(r"^\| (\S+) \| ([a-z -]+) \|", block, re.MULTILINE)}
+
+
+def write_tables(tables) -> None:
+    text = DOCS.read_text()
+    for name, results in tables.items():
+        begin, end = TABLES[name]
+        block = render(name, results)
+        if begin in text:
+            text = text[:text.index(begin)] + block + text[text.index(end) + len(end):]
+        else:  # the wrappers' table goes right after the causal-LM one
+            after = text.index(TABLES["causal"][1]) + len(TABLES["causal"][1])
+            text = text[:after] + "\n\n" + block + text[after:]
+    DOCS.write_text(text)
 
 
 def test_every_decoder_family_of_the_registry(tmp_path):
-    results = family_table(tmp_path)
+    tables = family_tables(tmp_path)
     if os.environ.get("HEADPRUNE_WRITE_MODELS_TABLE"):
-        text = DOCS.read_text()
-        table = render(results)
-        text = (text[:text.index(BEGIN)] + table + text[text.index(END) + len(END):] if BEGIN in text
-                else text.rstrip() + "\n\n" + table + "\n")
-        DOCS.write_text(text)
-    passing = sorted(t for t, (o, _) in results.items() if o == "passes")
-    lost = {t: results.get(t, ("gone", ""))
-            for t, outcome in documented().items() if outcome == "passes" and results.get(t, ("",))[0] != "passes"}
-    assert not lost, f"families that passed no longer pass: {lost}"
+        write_tables(tables)
+    for name, results in tables.items():
+        lost = {t: results.get(t, ("gone", "")) for t, outcome in documented(name).items()
+                if outcome == "passes" and results.get(t, ("",))[0] != "passes"}
+        assert not lost, f"{name}: types that passed no longer pass: {lost}"
+    causal = tables["causal"]
+    passing = sorted(t for t, (o, _) in causal.items() if o == "passes")
     assert len(passing) >= 40, f"only {len(passing)} families pass: {passing}"
     for must in ("qwen3", "qwen3_moe", "gemma2", "gemma3_text", "gpt_neox", "phi3", "granite", "smollm3",
                  "starcoder2", "stablelm", "cohere2", "opt", "mixtral", "llama", "mistral", "qwen2", "gpt2", "gpt_oss",
                  "falcon", "gptj"):
-        assert results[must][0] == "passes", (must, results[must])
+        assert causal[must][0] == "passes", (must, causal[must])
     for gating_only in ("olmo2", "olmo3"):
-        assert results[gating_only][0] == "gating only", (gating_only, results[gating_only])
+        assert causal[gating_only][0] == "gating only", (gating_only, causal[gating_only])
+    for wrapper in ("gemma3", "gemma4", "llama4", "mistral3", "qwen2_5_vl", "qwen3_vl", "llava"):
+        assert tables["wrappers"][wrapper][0] != "not built", (wrapper, tables["wrappers"][wrapper])

@@ -34,7 +34,7 @@ import shutil
 from pathlib import Path
 
 from headprune.io.atomic import atomic_dir
-from headprune.models.attention_types import DEC_SELF, ENC_DEC, ENC_SELF
+from headprune.models.attention_types import AUDIO_SELF, DEC_SELF, ENC_DEC, ENC_SELF, TOWER_TYPES, VISION_SELF
 
 REMOTE = Path(__file__).resolve().parent / "remote"  # the modeling files (package data)
 
@@ -58,7 +58,8 @@ PIPELINE_TAGS = {"AutoModelForCausalLM": "text-generation", "AutoModelForMultimo
                  "AutoModelForSequenceClassification": "text-classification",
                  "AutoModelForSeq2SeqLM": "translation", "AutoModel": "feature-extraction"}
 ATTENTION_NAMES = {ENC_SELF: "encoder self-attention", ENC_DEC: "cross-attention",
-                   DEC_SELF: "decoder self-attention"}
+                   DEC_SELF: "decoder self-attention", VISION_SELF: "vision tower self-attention",
+                   AUDIO_SELF: "audio tower self-attention"}
 
 DECODER_FILE = "modeling_headprune_decoder.py"  # every decoder-only family the generic adapter serves
 
@@ -147,8 +148,14 @@ def save_pruned(model, tokenizer, folder, *, base_model: str | None = None, crit
     >>> plain.model.layers[0].self_attn.q_proj.out_features  # 3 of 4 heads of 8 dims
     24
     """
+    from headprune.models.prune import pruned_heads
+
     folder = Path(folder)
     modeling_file = remote_file(model)
+    towers_cut = [t for t, layers in pruned_heads(model).items() if t in TOWER_TYPES.values() and any(layers.values())]
+    if towers_cut:  # the modeling file rebuilds the language model's shapes only: plain transformers would not load
+        raise ValueError(f"heads of {', '.join(towers_cut)} were removed: the exported modeling file rebuilds pruned "
+                         "language-model heads only (headprune's load_model loads this model; save_pretrained it)")
     source = modeling_file.read_text()
     entries = auto_map(model, source)
     code_files = [modeling_file.name, *sibling_imports(source)]

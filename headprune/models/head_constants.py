@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from headprune.models.attention_types import ATTENTION_TYPES, DEC_SELF, ENC_DEC, ENC_SELF
+from headprune.models.attention_types import DEC_SELF, ENC_DEC, ENC_SELF, KNOWN_TYPES
 
 FORMAT = "headprune-head-constants/1"
 
@@ -49,14 +49,14 @@ class HeadConstants:
         clean = {}
         for key, value in self.values.items():
             attn_type, layer = key
-            if attn_type not in ATTENTION_TYPES:
-                raise ValueError(f"constants for an unknown attention type {attn_type!r} (known: {ATTENTION_TYPES})")
+            if attn_type not in KNOWN_TYPES:
+                raise ValueError(f"constants for an unknown attention type {attn_type!r} (known: {KNOWN_TYPES})")
             value = torch.as_tensor(value).detach().to(torch.float32)
             if value.dim() != 2:
                 raise ValueError(f"the constants of {attn_type} layer {layer} must be (heads, head_dim), got shape "
                                  f"{tuple(value.shape)}")
             clean[(str(attn_type), int(layer))] = value
-        self.values = dict(sorted(clean.items(), key=lambda kv: (ATTENTION_TYPES.index(kv[0][0]), kv[0][1])))
+        self.values = dict(sorted(clean.items(), key=lambda kv: (KNOWN_TYPES.index(kv[0][0]), kv[0][1])))
         self.meta = {str(k): str(v) for k, v in self.meta.items()}
         if not isinstance(self.kind, str) or not self.kind:
             raise ValueError(f"HeadConstants.kind must be a non-empty string, got {self.kind!r}")
@@ -198,7 +198,7 @@ class ResamplePool:
                 raise ValueError(f"the pool's {attn_type} layer {layer} outputs must be ({len(self.positions[stream])} "
                                  f"tokens, heads, head_dim), got {tuple(value.shape)}")
             clean[(str(attn_type), int(layer))] = value
-        self.outputs = dict(sorted(clean.items(), key=lambda kv: (ATTENTION_TYPES.index(kv[0][0]), kv[0][1])))
+        self.outputs = dict(sorted(clean.items(), key=lambda kv: (KNOWN_TYPES.index(kv[0][0]), kv[0][1])))
         for stream, positions in self.positions.items():
             if not len(positions):
                 raise ValueError(f"the pool has no {stream} tokens")

@@ -124,16 +124,22 @@ def language_model_class(path):
     return transformers.AutoModelForCausalLM
 
 
-def load_causal_lm(path, device="cpu", dtype: str = "float32", gpus: int = 1):
+def load_causal_lm(path, device="cpu", dtype: str = "float32", gpus: int = 1, towers=None):
     """(causal LM, tokenizer) from a model folder with safetensors weights; eager attention (the backend that
     returns attention weights: entropy, confidence). A multimodal wrapper loads in its own class
-    (``language_model_class``); its language model's heads are the ones studied."""
+    (``language_model_class``); its language model's heads are the ones studied, and with ``towers``
+    (("vision",), ("audio",)) its towers' heads too (``headprune.models.families.decoder.study_towers``; None: as
+    the folder's config says, which a model saved with pruned tower heads keeps)."""
     from transformers import AutoTokenizer
 
     path = Path(path)
     _require_safetensors(path)
     model = load_pruned_weights(language_model_class(path), path, use_safetensors=True, attn_implementation="eager",
                                 dtype=DTYPES[dtype], **placement(device, gpus))
+    if towers is not None:
+        from headprune.models.families.decoder import study_towers
+
+        study_towers(model, towers)
     return model.eval(), AutoTokenizer.from_pretrained(path)
 
 
@@ -277,10 +283,11 @@ def guess_kind(path) -> str:
 
 
 def load_model(source, kind: str | None = None, *, device="cpu", dtype: str = "float32", src_lang: str = "en",
-               tgt_lang: str = "fr", revision: str | None = None):
+               tgt_lang: str = "fr", revision: str | None = None, towers=None):
     """(model, tokenizer) from a hub id, a model folder (pruned or not) or a fairseq tarball, loaded as
     the pipeline loads its studies' models (safetensors only, eager attention). ``kind`` (one of
-    ``KINDS``) defaults to ``guess_kind``'s; ``src_lang``/``tgt_lang`` are a fairseq model's languages.
+    ``KINDS``) defaults to ``guess_kind``'s; ``src_lang``/``tgt_lang`` are a fairseq model's languages;
+    ``towers`` (("vision",), ("audio",)) adds a multimodal language model's towers to its heads (``load_causal_lm``).
 
     >>> model, tokenizer = load_model("tiny")  # the README's tiny Llama folder
     >>> type(model).__name__, guess_kind("tiny")
@@ -290,7 +297,9 @@ def load_model(source, kind: str | None = None, *, device="cpu", dtype: str = "f
     kind = kind or guess_kind(path)
     device = torch.device(device)
     if kind in ("language_modeling", "retrieval"):
-        return load_causal_lm(path, device, dtype=dtype)
+        return load_causal_lm(path, device, dtype=dtype, towers=towers)
+    if towers:
+        raise ValueError(f"towers={tuple(towers)}: only a language model's wrapper has towers, not a {kind} model")
     if kind == "classification":
         return load_classifier(path, device)
     if kind == "translation":

@@ -45,12 +45,12 @@ from headprune.experiments.figures.tables import (TABLE1_COLUMNS, SignificanceSu
                                                   significance_summary, table1, table1_cells, table1_grid,
                                                   table1_markdown)
 # The attention types and their labels, as the module before this package offered them.
-from headprune.models.attention_types import ATTENTION_TYPES, TYPE_LABELS
+from headprune.models.attention_types import ATTENTION_TYPES, KNOWN_TYPES, LABELS, TYPE_LABELS
 
 __all__ = [
     # display
     "CAUSAL_LABEL", "MetricDisplay", "METRIC_DISPLAY", "metric_display", "change_label", "unit_name", "format_score",
-    "type_labels", "study_title", "ATTENTION_TYPES", "TYPE_LABELS",
+    "type_labels", "study_title", "ATTENTION_TYPES", "TYPE_LABELS", "KNOWN_TYPES", "LABELS",
     # style, checks, lines
     "DEFAULT_STYLE", "save_figure", "plotted_lines", "ABLATION_COLUMNS", "build_generic_lines", "figure_generic_lines",
     # tables

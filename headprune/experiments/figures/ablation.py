@@ -15,7 +15,7 @@ from headprune.experiments.figures.display import (change_label, format_score, m
                                                    type_labels, unit_name)
 from headprune.experiments.figures.style import _new_figure, _rc, _style, save_figure
 from headprune.io import atomic
-from headprune.models.attention_types import ATTENTION_TYPES, TYPE_LABELS
+from headprune.models.attention_types import KNOWN_TYPES, LABELS
 
 DEFAULT_HISTOGRAM_BINS = 30
 
@@ -43,7 +43,7 @@ def ablation_histogram(ablation: pd.DataFrame, bins: int = DEFAULT_HISTOGRAM_BIN
         raise ValueError(f"{int(deltas.isna().sum())} heads have no delta")
     edges = np.histogram_bin_edges(deltas.to_numpy(), bins=bins)
     tables = []
-    for attn_type in [t for t in ATTENTION_TYPES if t in set(ablation["attn_type"])]:
+    for attn_type in [t for t in KNOWN_TYPES if t in set(ablation["attn_type"])]:
         of_type = ablation["attn_type"] == attn_type
         count, _ = np.histogram(deltas[of_type], bins=edges)
         count_significant, _ = np.histogram(deltas[of_type & ablation["significant"]], bins=edges)
@@ -59,7 +59,7 @@ def build_figure1(histogram: pd.DataFrame, title: str, style: dict | None = None
     """Stacked bars from ablation_histogram's table: significant heads on top, in red and hatched."""
     style = _style(style)
     metric = _single_value(histogram, "metric", "histogram")
-    attn_types = [t for t in ATTENTION_TYPES if t in set(histogram["attn_type"])]
+    attn_types = [t for t in KNOWN_TYPES if t in set(histogram["attn_type"])]
     labels = type_labels(attn_types)
     with _rc(style):
         figure, axes = _new_figure(style, len(attn_types))
@@ -139,11 +139,11 @@ def figure2(in_domain: pd.DataFrame, out_of_domain: pd.DataFrame, out_csv, out_p
     display = metric_display(_single_value(table, "metric", "figure 2 table"))
     with _rc(style):
         figure, (ax,) = _new_figure(style)
-        for attn_type in ATTENTION_TYPES:
+        for attn_type in KNOWN_TYPES:
             rows = table[table["attn_type"] == attn_type]
             if not rows.empty:
                 # raw deltas, exactly as in the CSV (accuracy as a fraction)
-                ax.scatter(rows["delta_in_domain"], rows["delta_out_of_domain"], s=12, label=TYPE_LABELS[attn_type])
+                ax.scatter(rows["delta_in_domain"], rows["delta_out_of_domain"], s=12, label=LABELS[attn_type])
         ax.axhline(0, color="black", linewidth=0.6, linestyle="--")
         ax.axvline(0, color="black", linewidth=0.6, linestyle="--")
         r, p = table["pearson_r"].iloc[0], table["p_value"].iloc[0]

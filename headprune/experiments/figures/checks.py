@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from headprune.models.attention_types import ATTENTION_TYPES
+from headprune.models.attention_types import KNOWN_TYPES
 
 ABLATION_COLUMNS = ("study", "attn_type", "layer", "head", "metric", "score_full", "delta", "significant")
 
@@ -37,9 +37,9 @@ def _as_bool(series: pd.Series) -> pd.Series:
 
 
 def _check_attn_types(types) -> None:
-    unknown = sorted(set(types) - set(ATTENTION_TYPES))
+    unknown = sorted(set(types) - set(KNOWN_TYPES))
     if unknown:
-        raise ValueError(f"unknown attention types {unknown}; expected {ATTENTION_TYPES}")
+        raise ValueError(f"unknown attention types {unknown}; expected {KNOWN_TYPES}")
 
 
 def _ablation_of_one_study(ablation: pd.DataFrame) -> pd.DataFrame:

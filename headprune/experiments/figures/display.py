@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from headprune.models.attention_types import TYPE_LABELS
+from headprune.models.attention_types import DEC_SELF, ENC_DEC, ENC_SELF, LABELS
 
 # A decoder-only LM has one attention type, stored as dec_self; "Dec-Dec" would say it has an encoder.
 CAUSAL_LABEL = "Causal self-attention"
@@ -12,11 +12,12 @@ CAUSAL_LABEL = "Causal self-attention"
 
 def type_labels(attn_types) -> dict:
     """Labels of a study's attention types: the paper's for an encoder-decoder or an encoder, and
-    CAUSAL_LABEL when dec_self is the only type (a decoder-only LM)."""
+    CAUSAL_LABEL for dec_self without an encoder (a decoder-only LM, its studied towers beside it)."""
     attn_types = set(attn_types)
-    if attn_types == {"dec_self"}:
-        return {"dec_self": CAUSAL_LABEL}
-    return {t: TYPE_LABELS[t] for t in attn_types}
+    labels = {t: LABELS[t] for t in attn_types}
+    if DEC_SELF in attn_types and not attn_types & {ENC_SELF, ENC_DEC}:
+        labels[DEC_SELF] = CAUSAL_LABEL
+    return labels
 
 
 def study_title(study: str, family: str | None = None) -> str:

@@ -14,7 +14,7 @@ from headprune.experiments.figures.display import format_score, metric_display, 
 from headprune.experiments.figures.lines import _draw_lines
 from headprune.experiments.figures.style import _new_figure, _rc, _style, save_figure
 from headprune.io import atomic
-from headprune.models.attention_types import ATTENTION_TYPES, TYPE_LABELS
+from headprune.models.attention_types import KNOWN_TYPES, LABELS
 
 PRUNING_ORDERS = ("importance", "oracle", "random")
 # The paper's Figure 3: importance-score order solid, oracle (Section 3.2 ablation) dashed.
@@ -83,14 +83,14 @@ def figure3(pruning: pd.DataFrame, out_png, out_pdf, style: dict | None = None, 
 def figure4_rows(pruning: pd.DataFrame) -> pd.DataFrame:
     """The rows Figure 4 draws: importance-order pruning within one attention type."""
     _check_pruning(pruning)
-    rows = pruning[pruning["scope"].isin(ATTENTION_TYPES) & (pruning["order"] == "importance")]
+    rows = pruning[pruning["scope"].isin(KNOWN_TYPES) & (pruning["order"] == "importance")]
     if rows.empty:
-        raise ValueError(f"no importance-order rows with scope in {ATTENTION_TYPES} in the pruning table")
+        raise ValueError(f"no importance-order rows with scope in {KNOWN_TYPES} in the pruning table")
     return rows
 
 
 def build_figure4(pruning: pd.DataFrame, style: dict | None = None, families: dict | None = None) -> Figure:
-    return build_pruning_figure(figure4_rows(pruning), ATTENTION_TYPES, "scope", ATTENTION_TYPES, TYPE_LABELS,
+    return build_pruning_figure(figure4_rows(pruning), KNOWN_TYPES, "scope", KNOWN_TYPES, LABELS,
                                 None, style, "% of heads of that type pruned", families)
 
 

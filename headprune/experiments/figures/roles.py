@@ -14,7 +14,7 @@ from matplotlib.patches import Patch
 from headprune.experiments.figures.checks import _require_columns
 from headprune.experiments.figures.style import _new_figure, _rc, _style, save_figure
 from headprune.io import atomic
-from headprune.models.attention_types import ATTENTION_TYPES, TYPE_LABELS
+from headprune.models.attention_types import KNOWN_TYPES, LABELS
 
 ROLE_COLORS = {"positional": "#1f77b4", "syntactic": "#2ca02c", "rare-word": "#d62728", "other": "#d9d9d9",
                "pruned": "#ffffff", "n/a": "#f7f7f7"}
@@ -62,7 +62,7 @@ def build_head_roles_figure(roles: pd.DataFrame, style: dict | None = None) -> F
     _require_columns(roles, ["study", "attn_type", "layer", "head", "importance", "role"], "head roles table")
     style = _style(style)
     measured = roles[roles.role != "n/a"]
-    types = [t for t in ATTENTION_TYPES if t in set(measured.attn_type)] or list(dict.fromkeys(roles.attn_type))
+    types = [t for t in KNOWN_TYPES if t in set(measured.attn_type)] or list(dict.fromkeys(roles.attn_type))
     names = list(ROLE_COLORS)
     rank = roles["importance"].rank(ascending=False, method="first").astype(int)
     with _rc(style):
@@ -79,7 +79,7 @@ def build_head_roles_figure(roles: pd.DataFrame, style: dict | None = None) -> F
             ax.set_yticks(range(grid.shape[0]))
             ax.set_xlabel("head")
             ax.set_ylabel("layer")
-            ax.set_title(f"{roles['study'].iloc[0]} {TYPE_LABELS.get(attn_type, attn_type)}")
+            ax.set_title(f"{roles['study'].iloc[0]} {LABELS.get(attn_type, attn_type)}")
         present = [n for n in names if n in set(roles.role)]
         figure.legend(handles=[Patch(facecolor=ROLE_COLORS[n], edgecolor="black", label=n) for n in present],
                       loc="outside right center")

@@ -15,7 +15,7 @@ from headprune.experiments.figures.display import (change_label, format_score, m
                                                    type_labels, unit_name)
 from headprune.experiments.metrics import better_sign
 from headprune.io import atomic
-from headprune.models.attention_types import ATTENTION_TYPES
+from headprune.models.attention_types import KNOWN_TYPES
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +164,7 @@ def one_head_table(one_head: pd.DataFrame, out_csv, out_md, family: str | None =
     table["cell"] = [_format_delta(d, bool(s)) for d, s in zip(table["delta_display"], _as_bool(table["significant"]))]
     Path(out_csv).parent.mkdir(parents=True, exist_ok=True)
     atomic.write_csv(table, out_csv, index=False)
-    types = [t for t in ATTENTION_TYPES if t in set(table["attn_type"])]
+    types = [t for t in KNOWN_TYPES if t in set(table["attn_type"])]
     grid = table.pivot(index="layer", columns="attn_type", values="cell")[types]
     labels = type_labels(types)
     lines = [f"**Tables 2-3** ({study_title(table['study'].iloc[0], family)}): {change_label(table['metric'].iloc[0])} on the test set "

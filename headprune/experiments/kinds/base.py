@@ -25,6 +25,9 @@ class Kind:
     # Its head_roles.csv scores each head's retrieval (Wu et al.): the heads their experiment masks on a study
     # of this kind, and on a task of the same language model
     finds_retrieval_heads = False
+    # The towers ("vision", "audio") whose inputs its evaluation sets carry, so that a study of this kind may study
+    # their heads (models.<study>.towers): none yet, as every kind scores text, on which a tower never runs
+    towers: tuple[str, ...] = ()
 
     # --- evaluation: a job's model work and scores ----------------------------------------------
 

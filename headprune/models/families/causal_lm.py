@@ -43,9 +43,11 @@ class CausalLMAdapter(HeadAdapter):
         return loss, outputs
 
     def query_mask(self, batch, attn_type):
+        _tokens_only(attn_type)
         return batch["attention_mask"].bool()
 
     def key_mask(self, batch, attn_type):
+        _tokens_only(attn_type)
         return _causal(batch["attention_mask"].bool())
 
     def eos_keys(self, model, batch, attn_type):
@@ -57,6 +59,7 @@ class CausalLMAdapter(HeadAdapter):
         with <s> and ends it with </s>. The configs carry the tokenizer's ids; a model whose config
         has neither excludes no key.
         """
+        _tokens_only(attn_type)
         ids = batch["input_ids"]
         special = [i for name in ("bos_token_id", "eos_token_id")
                    for i in _as_list(getattr(model.config, name, None))]
@@ -70,12 +73,21 @@ class CausalLMAdapter(HeadAdapter):
         return None
 
     def attention_weights(self, outputs, attn_type):
+        _tokens_only(attn_type)
         # Layers with no heads left return no weights, and transformers leaves them out of the tuple.
         return list(outputs.attentions)
 
     def num_tokens(self, batch):
         """The predicted tokens (see the package docstring): the terms of the summed loss."""
         return int(predicted(batch).sum())
+
+
+def _tokens_only(attn_type: str):
+    """The batch lays out the language model's tokens; a studied tower's queries are patches or audio frames."""
+    if attn_type != DEC_SELF:
+        raise ValueError(f"{attn_type} heads attend over a tower's patches or frames, which a causal-LM batch does not "
+                         "lay out: a tower's heads are gated and pruned, not scored by importance or attention "
+                         "statistics")
 
 
 def _as_list(token_id) -> list[int]:

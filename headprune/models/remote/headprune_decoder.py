@@ -66,6 +66,7 @@ import weakref
 
 import torch
 from torch import nn
+from transformers.modeling_utils import PreTrainedModel
 from transformers.pytorch_utils import Conv1D
 
 from .headprune_common import cache_without_heads
@@ -81,12 +82,18 @@ LATENT_MARKS = ("kv_a_proj_with_mqa", "kv_b_proj")
 # Latent attention's compressions before the per-head expansions: every head reads them, no head owns a part
 LATENT_SHARED = ("kv_a_proj_with_mqa", "kv_a_layernorm", "q_a_proj", "q_a_layernorm")
 PER_HEAD = ("sinks",)
+# Layer kinds a config's ``layer_types`` declares that are not softmax attention (a hybrid's linear-attention,
+# state-space or convolution layers): their modules may carry q/k/v projections, but their heads are not these
+NOT_SOFTMAX = ("linear", "mamba", "ssm", "conv", "recurrent", "delta", "rwkv")
 FUSED_LAYOUTS = {"gpt_neox": "heads", "persimmon": "heads", "bloom": "heads"}
 # Names of query projections in a tp plan: the entry that marks a layer's attention module
 QUERY_NAMES = ("q_proj", "q_b_proj", "qkv_proj", "c_attn", "Wqkv", "query_key_value")
 # Attributes of an attention module that hold its head counts: (name, what they count)
 COUNTS = (("num_heads", "query"), ("num_attention_heads", "query"), ("n_head", "query"),
           ("num_key_value_heads", "kv"), ("num_kv_heads", "kv"), ("n_kv_heads", "kv"))
+# Attributes some forwards split or reshape the queries by (GPT-2's split_size, DBRX's hidden_size, GPT-BigCode's
+# embed_dim), where they hold the query projection's width
+QUERY_WIDTHS = ("split_size", "hidden_size", "embed_dim")
 # Config entries with the head counts (name, what they count), as a pruned layer's LayerConfig reports them
 CONFIG_COUNTS = (("num_attention_heads", "query"), ("num_key_value_heads", "kv"), ("n_head", "query"),
                  ("num_kv_heads", "kv"))
@@ -105,7 +112,8 @@ def language_model(model) -> nn.Module:
             inner = get() if callable(get) else None
         except (AttributeError, NotImplementedError, ValueError):
             inner = None
-        if not isinstance(inner, nn.Module) or inner is module:
+        # a PreTrainedModel only: ModernBERT's decoder get_decoder() gives its LM head
+        if not isinstance(inner, PreTrainedModel) or inner is module:
             break
         module = inner
     return module
@@ -146,9 +154,16 @@ class Declared:
 
 
 def _attention_in(layer: nn.Module, declared: Declared):
-    name = declared.attention if isinstance(getattr(layer, declared.attention or "", None), nn.Module) else None
-    name = name or next((n for n in ATTENTION_NAMES if isinstance(getattr(layer, n, None), nn.Module)), None)
-    return name, (getattr(layer, name) if name else None)
+    """(the module holding the layer's attention, its attribute name there, the attention module), or Nones: the
+    tp plan's attention, else a child named in ``ATTENTION_NAMES``, else such a module nested deeper (DBRX's
+    ``norm_attn_norm.attn``)."""
+    if isinstance(getattr(layer, declared.attention or "", None), nn.Module):
+        return layer, declared.attention, getattr(layer, declared.attention)
+    for parent in layer.modules():
+        name = next((n for n in ATTENTION_NAMES if isinstance(getattr(parent, n, None), nn.Module)), None)
+        if name is not None:
+            return parent, name, getattr(parent, name)
+    return None, None, None
 
 
 def _reads_other_config(attention, config) -> bool:
@@ -170,7 +185,7 @@ def _layer_list(model) -> tuple[nn.Module, object, Declared, nn.ModuleList]:
     for name, layers in lm.named_modules():
         if isinstance(layers, nn.ModuleList) and len(layers) == count and count:
             declared = Declared(config, name)
-            found = [_attention_in(layer, declared)[1] for layer in layers]
+            found = [_attention_in(layer, declared)[2] for layer in layers]
             if any(a is not None for a in found) and not any(_reads_other_config(a, config) for a in found if a):
                 return lm, config, declared, layers
     raise ValueError(f"no list of {count} decoder layers with an attention module found in {type(lm).__name__}")
@@ -195,14 +210,19 @@ def layouts(model) -> list[DecoderLayout]:
         return cached
     lm, config, declared, layers = _layer_list(model)
     model_type = getattr(config, "model_type", None)
+    kinds = getattr(config, "layer_types", None) or ()
     found = []
     for i, layer in enumerate(layers):
-        name, attention = _attention_in(layer, declared)
+        kind = str(kinds[i]) if i < len(kinds) else ""
+        if any(word in kind for word in NOT_SOFTMAX):
+            raise ValueError(f"decoder layer {i} of {type(model).__name__} is {kind!r} (its config's layer_types): "
+                             "linear-attention and state-space layers are not softmax heads and are not supported")
+        parent, name, attention = _attention_in(layer, declared)
         if attention is None:
             raise ValueError(f"decoder layer {i} of {type(model).__name__} has no softmax attention "
                              f"({', '.join(ATTENTION_NAMES)}): linear-attention and state-space layers are not "
                              "supported")
-        found.append(DecoderLayout(i, attention, config, model_type, declared=declared, owner=(layer, name)))
+        found.append(DecoderLayout(i, attention, config, model_type, declared=declared, owner=(parent, name)))
     _LAYOUTS[model] = found
     return found
 
@@ -542,8 +562,10 @@ def set_head_counts(layout: DecoderLayout, keep: list[int]):
         base = config.headprune_base if isinstance(config, LayerConfig) else config
         attention.config = LayerConfig(base, {name: len(keep) if counts == "query" else len(kv)
                                               for name, counts in CONFIG_COUNTS if hasattr(base, name)})
-    if isinstance(getattr(attention, "split_size", None), int):  # GPT-2
-        attention.split_size = len(keep) * layout.head_dim
+    width = len(layout.kept) * layout.query_dim
+    for name in QUERY_WIDTHS:  # where it is the queries' width, it shrinks with them
+        if isinstance(getattr(attention, name, None), int) and getattr(attention, name) == width:
+            setattr(attention, name, len(keep) * layout.query_dim)
     layout.kept = list(keep)
     index = layout.kv_index()
     groups = [index.count(k) for k in range(len(kv))]
