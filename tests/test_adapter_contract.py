@@ -40,7 +40,7 @@ from transformers import (BartConfig, BartForConditionalGeneration, BertForSeque
 
 from conftest import (EOS, PAD, _spread_weights, bert_batch, fsmt_batch, repeated, tiny_bert, tiny_fsmt, tiny_m2m100,
                       variants)
-from headprune.models.remote.headprune_decoder import query_kv_index
+from headprune.models.remote.headprune_attention import query_kv_index
 from headprune.experiments.evaluate import stack_gates
 from headprune.models.heads import adapter_for, full_gates, gated
 from headprune.scoring.importance import head_importance, head_scores

@@ -34,7 +34,7 @@ from test_adapter_contract import (BOS, VOCAB, _causal_config, _random_biases, m
                                    tiny_marian, tiny_mbart, tiny_mistral, tiny_nllb, tiny_qwen2, tiny_roberta,
                                    tiny_xlm_roberta)
 from headprune.models.export import REMOTE, REMOTE_FILES, save_pruned
-from headprune.models.remote.headprune_decoder import query_kv_index
+from headprune.models.remote.headprune_attention import query_kv_index
 from headprune.models.heads import full_gates, gated
 from headprune.models.prune import count_heads, load_pruned_weights, prune_heads, pruned_heads
 
@@ -340,7 +340,7 @@ def test_the_exported_config_and_modeling_files(exported):
                                   "AutoModel": "modeling_headprune_decoder.PrunedLlamaModel"}
     assert config["headprune_pruned_heads"] == {"dec_self": {str(k): v for k, v in LLAMA_6_REMOVAL.items()}}
     assert "AutoConfig" not in config["auto_map"]
-    for name in ("modeling_headprune_decoder.py", "headprune_decoder.py", "headprune_common.py"):
+    for name in ("modeling_headprune_decoder.py", "headprune_decoder.py", "headprune_attention.py", "headprune_common.py"):
         assert (folder / name).read_text() == (REMOTE / name).read_text()
     assert (folder / "model.safetensors").exists()
 
@@ -373,8 +373,9 @@ def test_modeling_files_import_only_torch_transformers_and_the_common_module(nam
     assert siblings == (set() if name == "headprune_common.py" else {"headprune_common"})
 
 
-@pytest.mark.parametrize("name, siblings", [("modeling_headprune_decoder.py", {"headprune_common", "headprune_decoder"}),
-                                            ("headprune_decoder.py", {"headprune_common"})])
+@pytest.mark.parametrize("name, siblings", [
+    ("modeling_headprune_decoder.py", {"headprune_common", "headprune_decoder", "headprune_attention"}),
+    ("headprune_decoder.py", set()), ("headprune_attention.py", {"headprune_common", "headprune_decoder"})])
 def test_the_generic_decoder_files_import_only_torch_and_transformers(name, siblings):
     packages, found = imports_of(name)
     assert packages <= {"__future__", "functools", "inspect", "sys", "types", "weakref", "torch", "transformers"}

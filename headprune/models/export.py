@@ -19,7 +19,7 @@ folder as before, and ``from_config`` without ``trust_remote_code`` still builds
 are safetensors only.
 
 Families exported (config.model_type -> modeling file): every decoder-only family the generic adapter serves
-(``modeling_headprune_decoder.py`` with ``headprune_decoder.py``: llama, mistral, qwen2/3, gemma 2/3, gpt2,
+(``modeling_headprune_decoder.py`` with ``headprune_decoder.py`` and ``headprune_attention.py``: llama, mistral, qwen2/3, gemma 2/3, gpt2,
 gpt_neox, ...; grouped-query attention, uneven kv groups after pruning, layers with no heads), ``bert`` (the classification
 encoders: bert, roberta, xlm-roberta, electra, distilbert, deberta-v2), ``fsmt`` (fairseq's post-norm
 transformer) and ``bart`` (bart, mbart, marian, m2m_100, and headprune's ``PreNormTransformer``, fairseq's
@@ -143,7 +143,7 @@ def save_pruned(model, tokenizer, folder, *, base_model: str | None = None, crit
     >>> _ = remove_heads(model, [("dec_self", 0, 1)])
     >>> folder = save_pruned(model, tokenizer, "tiny-shared", criterion="importance")
     >>> sorted(p.name for p in folder.glob("*.py"))
-    ['headprune_common.py', 'headprune_decoder.py', 'modeling_headprune_decoder.py']
+    ['headprune_attention.py', 'headprune_common.py', 'headprune_decoder.py', 'modeling_headprune_decoder.py']
     >>> plain = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)  # no headprune needed
     >>> plain.model.layers[0].self_attn.q_proj.out_features  # 3 of 4 heads of 8 dims
     24

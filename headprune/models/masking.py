@@ -51,7 +51,7 @@ Modes that act on a head's ATTENTION (gates 0 or 1 only, no capture):
   masked head replaces the ``attention_mask`` argument (batch, 1, queries, keys) by a per-head one (batch,
   heads, queries, keys): the original mask (or, where sdpa got none and would use ``is_causal``, the causal
   mask it stands for) and, for the heads with gate 0, the window. A decoder-only LM's attention takes it
-  inside ``headprune_attention`` (the one attention function, ``remote/headprune_decoder.py``), which hands it
+  inside ``headprune_attention`` (the one attention function, ``remote/headprune_attention.py``), which hands it
   to the backend in place of the module's own mask; an attention that does not call transformers' attention
   interface is refused. The eager and sdpa backends take such a mask as it is (grouped-query repetition and
   sdpa's decoding path included); others (flash, flex) are refused. ``HeadAdapter.streaming_masking_problem`` says which families pass their attention mask through

@@ -12,7 +12,7 @@ import inspect
 import torch
 from torch import nn
 
-from headprune.models.remote.headprune_decoder import backend_of
+from headprune.models.remote.headprune_attention import backend_of
 from headprune.models.sites import AttentionSite, HeadCapture, _batch_major, _gate_per_row, _site_gate
 
 # Attention backends that take a per-head (batch, heads, queries, keys) mask as it is.
@@ -183,7 +183,7 @@ class _Backends:
         self.switched = switched
 
     def remove(self):
-        from headprune.models.remote.headprune_decoder import restore_backends
+        from headprune.models.remote.headprune_attention import restore_backends
 
         restore_backends(self.switched)
 
@@ -191,10 +191,10 @@ class _Backends:
 def _run_through_headprune_attention(handles: list, model):
     """The model's decoder attention runs ``headprune_attention`` over its backend while ``gated`` is open (once per
     context): every config its attention modules read is switched, a wrapper's text config included."""
-    from headprune.models.remote import headprune_decoder
+    from headprune.models.remote.headprune_attention import run_through_headprune
 
     if not any(isinstance(handle, _Backends) for handle in handles):
-        handles.append(_Backends(headprune_decoder.run_through_headprune(model)))
+        handles.append(_Backends(run_through_headprune(model)))
 
 
 def check_binary_gates(name: str, gates):

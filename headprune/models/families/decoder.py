@@ -1,9 +1,9 @@
 """Every decoder-only family of transformers through one adapter: ``DecoderAdapter``.
 
-Where the heads are, how a layer loses some and the attention function that runs uneven key/value groups live
-in ``headprune/models/remote/headprune_decoder.py`` (it travels with an exported model). This adapter adds what
-headprune needs on top: the attention sites, the causal-LM batch and loss (``CausalLMAdapter``), and the checks
-of what a family cannot do (``docs/models.md`` lists every model type of transformers' registry and how it fares).
+Where the heads are (``headprune/models/remote/headprune_decoder.py``), how a layer loses some and the attention
+function that runs uneven key/value groups (``headprune_attention.py`` beside it) travel with an exported model.
+This adapter adds what headprune needs on top: the attention sites, the causal-LM batch and loss
+(``CausalLMAdapter``), and the checks of what a family cannot do (``docs/models.md`` lists every model type of transformers' registry and how it fares).
 
 A family is recognised by its layout, not its name (``match``): the language model that ``get_decoder()`` gives
 (a multimodal wrapper's text model), the layer list its config's pipeline plan names, each layer's attention with
@@ -34,6 +34,7 @@ from torch import nn
 from headprune.models.attention_types import DEC_SELF, TOWER_TYPES
 from headprune.models.sites import AttentionSite
 from headprune.models.families.causal_lm import CausalLMAdapter, ValueView
+from headprune.models.remote import headprune_attention as attention_of
 from headprune.models.remote import headprune_decoder as layout_of
 
 TOWERS_KEY = "headprune_towers"
@@ -53,7 +54,7 @@ class DecoderAdapter(CausalLMAdapter):
         return layout_of.layouts(model)
 
     def sites(self, model):
-        sites = [_site(DEC_SELF, layout, layout_of.uses_attention_interface(layout.attention))
+        sites = [_site(DEC_SELF, layout, attention_of.uses_attention_interface(layout.attention))
                  for layout in self.layouts(model)]
         for name in studied_towers(model):
             # a tower's attention stays on its own backend: uniform masking hooks its query projection instead
@@ -61,15 +62,15 @@ class DecoderAdapter(CausalLMAdapter):
         return sites
 
     def prune_site(self, site: AttentionSite, keep: list[int]):
-        layout_of.keep_heads(site.layout, keep)
+        attention_of.keep_heads(site.layout, keep)
 
     def finish_pruning(self, model):
-        if layout_of.needs_headprune_attention(model):
-            if not all(layout_of.uses_attention_interface(a) for _, a in layout_of.decoder_layers(model)):
+        if attention_of.needs_headprune_attention(model):
+            if not all(attention_of.uses_attention_interface(a) for _, a in layout_of.decoder_layers(model)):
                 raise ValueError(f"{type(model).__name__}'s attention does not call transformers' attention "
                                  "interface, so it cannot read key/value heads unevenly: remove whole key/value "
                                  "groups")
-            layout_of.run_through_headprune(model)
+            attention_of.run_through_headprune(model)
 
     def pruning_problem(self, model) -> str | None:
         for site in self.sites(model):
@@ -214,7 +215,7 @@ def _attention_of(layer: nn.Module) -> tuple[str | None, nn.Module | None]:
 def _tower_uniform_problem(site: AttentionSite) -> str | None:
     """Why zeroing a tower head's query projection output would not make the head attend uniformly (None: it
     would: the scores are query . key plus the mask, and a zero query stays zero up to them)."""
-    if not layout_of.uses_attention_interface(site.attention):
+    if not attention_of.uses_attention_interface(site.attention):
         return "does not call transformers' attention interface, so its scores may be more than query . key"
     layout = site.layout
     if layout.per_head_parameters() or layout.ambiguous_parameters():

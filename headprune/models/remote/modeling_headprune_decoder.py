@@ -1,14 +1,14 @@
 """Any decoder-only causal LM of transformers with attention heads removed, for plain transformers.
 
 Written beside a pruned model's weights by headprune (``headprune.models.export.save_pruned``), with
-``headprune_decoder.py`` and ``headprune_common.py``, and named in its config.json's ``auto_map`` as
+``headprune_decoder.py``, ``headprune_attention.py`` and ``headprune_common.py``, and named in its config.json's ``auto_map`` as
 ``modeling_headprune_decoder.Pruned<class>`` (``PrunedQwen3ForCausalLM``, ``PrunedGemma3ForCausalLM``, ...), so that
 
     AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)
 
 loads the pruned model without headprune. ``Pruned<class>`` is made on demand (this module's ``__getattr__``):
 transformers' own class with ``PrunedDecoder`` mixed in first, which builds the model as transformers does and
-then gives each attention with heads removed the saved weights' shapes (``headprune_decoder.keep_heads``), so that
+then gives each attention with heads removed the saved weights' shapes (``headprune_attention.keep_heads``), so that
 from_pretrained loads them. The attention type is "dec_self".
 """
 from __future__ import annotations
@@ -18,7 +18,8 @@ from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING_
                                                     MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES, MODEL_MAPPING_NAMES)
 
 from .headprune_common import ADDED_BIAS_KEY, DEC_SELF, add_bias, kept_heads
-from .headprune_decoder import keep_heads, layouts, needs_headprune_attention, run_through_headprune
+from .headprune_attention import keep_heads, needs_headprune_attention, run_through_headprune
+from .headprune_decoder import layouts
 
 
 class PrunedDecoder:
