@@ -111,16 +111,21 @@ def placement(device, gpus: int = 1) -> dict:
 def language_model_class(path):
     """The Auto class that loads the folder's language model: AutoModelForCausalLM for the types of transformers'
     causal-LM table (Gemma 3's multimodal class among them), AutoModelForMultimodalLM for the other wrappers of a
-    language model (LLaVA, Qwen2.5-VL, Mistral 3, Qwen2-Audio, Voxtral: headprune studies their language model)."""
+    language model (LLaVA, Qwen2.5-VL, Mistral 3, Qwen2-Audio, Voxtral: headprune studies their language model), the
+    seq2seq Auto classes for the audio wrappers only their tables list (AudioFlamingo 3)."""
     import json
 
     import transformers
     from transformers.models.auto import modeling_auto
 
     model_type = json.loads((Path(path) / "config.json").read_text()).get("model_type")
-    if model_type not in modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and \
-            model_type in modeling_auto.MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES:
-        return transformers.AutoModelForMultimodalLM
+    # the first table that lists the type: the seq2seq tables hold audio wrappers no other table lists (AudioFlamingo 3)
+    for table, auto_class in (("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "AutoModelForCausalLM"),
+                              ("MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES", "AutoModelForMultimodalLM"),
+                              ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "AutoModelForSeq2SeqLM"),
+                              ("MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES", "AutoModelForSpeechSeq2Seq")):
+        if model_type in getattr(modeling_auto, table):
+            return getattr(transformers, auto_class)
     return transformers.AutoModelForCausalLM
 
 
@@ -170,16 +175,30 @@ def load_seq2seq(path, device="cpu", dtype: str = "float32", gpus: int = 1, src_
     ``src_code``/``tgt_code`` are the tokenizer's language codes of the multilingual ones (NLLB:
     eng_Latn, fra_Latn): the source side is tagged with the first, the target forced to start with the second.
     """
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     path = Path(path)
     _require_safetensors(path)
-    model = load_pruned_weights(AutoModelForSeq2SeqLM, path, use_safetensors=True, attn_implementation="eager",
+    model = load_pruned_weights(seq2seq_class(path), path, use_safetensors=True, attn_implementation="eager",
                                 dtype=DTYPES[dtype], **placement(device, gpus))
     tokenizer = AutoTokenizer.from_pretrained(path, **({"src_lang": src_code} if src_code else {}))
     if tgt_code:
         model.generation_config.forced_bos_token_id = tokenizer.convert_tokens_to_ids(tgt_code)
     return model.eval(), tokenizer
+
+
+def seq2seq_class(path):
+    """The Auto class an encoder-decoder folder loads with: AutoModelForSpeechSeq2Seq for a speech-to-text model
+    (Whisper), else AutoModelForSeq2SeqLM."""
+    import json
+
+    import transformers
+    from transformers.models.auto import modeling_auto
+
+    config = json.loads((Path(path) / "config.json").read_text())
+    speech = config.get("model_type") in modeling_auto.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES and \
+        config.get("model_type") not in modeling_auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES
+    return transformers.AutoModelForSpeechSeq2Seq if speech else transformers.AutoModelForSeq2SeqLM
 
 
 def load_classifier(path, device="cpu"):
@@ -262,13 +281,13 @@ def guess_kind(path) -> str:
     from transformers.models.auto import modeling_auto
 
     config = json.loads((path / "config.json").read_text())
+    encoder_decoder = bool(config.get("is_encoder_decoder"))
     for architecture in config.get("architectures") or []:
-        if architecture.endswith("ForSequenceClassification"):
-            return "classification"
-        if architecture.endswith(("ForCausalLM", "LMHeadModel")):
-            return "language_modeling"
+        kind = _kind_of_architecture(architecture, encoder_decoder)
+        if kind is not None:
+            return kind
     model_type = config.get("model_type")
-    if config.get("is_encoder_decoder"):
+    if encoder_decoder:
         return "translation"
     # transformers' tables: a causal LM (not an encoder that can also decode: those are masked LMs too), or a
     # language model wrapped with a vision or audio tower
@@ -278,8 +297,43 @@ def guess_kind(path) -> str:
         return "language_modeling"
     if model_type in modeling_auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES or \
             model_type in modeling_auto.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES:
-        return "translation"
+        return "language_modeling"  # listed there, yet not an encoder-decoder: a language model with an audio tower
     return "classification"
+
+
+# transformers' class tables, in the order an architecture is looked up: a class several list takes the first.
+# The seq2seq tables also list decoder-only LMs with an audio tower (Qwen2-Audio, Voxtral, AudioFlamingo 3): a
+# generating class is a translation model where its config says it is an encoder-decoder, else a language model.
+_ARCHITECTURE_TABLES = (
+    ("MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES", "classification"),
+    ("MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES", "language_modeling"),
+    ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "language_modeling"),
+    ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "translation"),
+    ("MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES", "translation"),
+    ("MODEL_FOR_MASKED_LM_MAPPING_NAMES", "classification"),
+    ("MODEL_FOR_TEXT_ENCODING_MAPPING_NAMES", "classification"),
+)
+
+
+def _kind_of_architecture(architecture: str, encoder_decoder: bool) -> str | None:
+    """The kind of model a config.json's architecture (a transformers class name) is, from transformers' tables;
+    None for a class no table lists (a base model: then the model type decides)."""
+    from transformers.models.auto import modeling_auto
+
+    for table, kind in _ARCHITECTURE_TABLES:
+        if any(architecture in _names(value) for value in getattr(modeling_auto, table, {}).values()):
+            if kind != "classification":  # the config says which of the two a generating model is
+                return "translation" if encoder_decoder else "language_modeling"
+            return kind
+    if architecture.endswith("ForSequenceClassification"):  # a class of remote code
+        return "classification"
+    if architecture.endswith(("ForCausalLM", "LMHeadModel")):
+        return "language_modeling"
+    return None
+
+
+def _names(value) -> tuple:
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
 
 
 def load_model(source, kind: str | None = None, *, device="cpu", dtype: str = "float32", src_lang: str = "en",
