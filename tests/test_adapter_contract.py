@@ -770,23 +770,28 @@ def test_a_family_named_after_the_model_type_is_found_without_importing_the_othe
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment,
                             timeout=300)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "['bert']"
+    assert result.stdout.strip() == "['bert', 'classifier']"  # classifier: the encoders' shared batch, no model code
     model, _ = build("xlm_roberta")
     assert model.config.model_type == "xlm-roberta" and adapter_for(model).family == "roberta"
     model = tiny_m2m100()
     assert model.config.model_type == "m2m_100" and adapter_for(model).family == "m2m100"
 
 
-def test_a_bert_layout_without_a_family_file_is_not_pruned_as_bert():
-    """DeBERTa (v1) has BERT's module tree but a fused projection: no adapter. A BERT layout whose attention class no
-    family names (a RoBERTa model relabelled) is gated by bert's layout match but refused for pruning."""
+def test_a_bert_layout_without_a_family_file_goes_through_the_generic_encoder_adapter():
+    """DeBERTa (v1) has BERT's module tree but a fused projection: no adapter, and the refusal says what the model was
+    read as. A BERT layout that no family file names (a RoBERTa model relabelled) is served by the generic encoder
+    adapter (issue #45): gated and pruned, the pruned model equal to the gated one."""
     torch.manual_seed(0)
     deberta = DebertaForSequenceClassification(DebertaConfig(vocab_size=50, **_bert_sizes()))
-    with pytest.raises(ValueError, match="no head adapter for model type 'deberta'"):
+    with pytest.raises(ValueError, match=r"no head adapter for model type 'deberta' \(DebertaForSequenceClassification\), "
+                                         "read as an encoder: "):
         adapter_for(deberta)
     model, batch = build("roberta")
     model.config.model_type = "camembert"
-    assert adapter_for(model).family == "bert"
-    logits(model, batch, full_gates(model))
-    with pytest.raises(ValueError, match="cannot prune a RobertaSelfAttention"):
-        prune_heads(model, {"enc_self": {0: [1]}})
+    assert adapter_for(model).family == "camembert" and type(adapter_for(model)).__name__ == "EncoderAdapter"
+    gates = full_gates(model)
+    gates["enc_self"][0, 1] = 0
+    expected = logits(model, batch, gates)
+    assert (expected - logits(model, batch)).abs().max() > 1e-6
+    prune_heads(model, {"enc_self": {0: [1]}})
+    torch.testing.assert_close(logits(model, batch), expected, atol=1e-5, rtol=0)

@@ -20,10 +20,14 @@ are safetensors only.
 
 Families exported (config.model_type -> modeling file): every decoder-only family the generic adapter serves
 (``modeling_headprune_decoder.py`` with ``headprune_decoder.py`` and ``headprune_attention.py``: llama, mistral, qwen2/3, gemma 2/3, gpt2,
-gpt_neox, ...; grouped-query attention, uneven kv groups after pruning, layers with no heads), ``bert`` (the classification
+gpt_neox, ...; grouped-query attention, uneven kv groups after pruning, layers with no heads), every encoder the
+generic encoder adapter serves (``modeling_headprune_encoder.py`` with ``headprune_encoder.py`` beside the decoder's
+files: modernbert, camembert, mpnet, ...), ``bert`` (the classification
 encoders: bert, roberta, xlm-roberta, electra, distilbert, deberta-v2), ``fsmt`` (fairseq's post-norm
 transformer) and ``bart`` (bart, mbart, marian, m2m_100, and headprune's ``PreNormTransformer``, fairseq's
-pre-norm transformer, rebuilt there from its config). The encoder-decoders are pruned in all three attention
+pre-norm transformer, rebuilt there from its config), and every other encoder-decoder the generic seq2seq adapter
+serves (``modeling_headprune_seq2seq.py`` with the decoder's helper files: t5, mt5, umt5, pegasus, ...; also a bart,
+mbart, marian, m2m_100 or fsmt model pruned through it). The encoder-decoders are pruned in all three attention
 types, each layer on its own.
 """
 from __future__ import annotations
@@ -62,10 +66,16 @@ ATTENTION_NAMES = {ENC_SELF: "encoder self-attention", ENC_DEC: "cross-attention
                    AUDIO_SELF: "audio tower self-attention"}
 
 DECODER_FILE = "modeling_headprune_decoder.py"  # every decoder-only family the generic adapter serves
+SEQ2SEQ_FILE = "modeling_headprune_seq2seq.py"  # every encoder-decoder the generic seq2seq adapter serves
+ENCODER_FILE = "modeling_headprune_encoder.py"  # every encoder the generic encoder adapter serves
 
 
 def _modeling_name(model) -> str | None:
     model_type = getattr(model.config, "model_type", None)
+    if getattr(model.config, "is_encoder_decoder", False) and _generic_seq2seq(model):
+        return SEQ2SEQ_FILE
+    if _generic_encoder(model):
+        return ENCODER_FILE
     if model_type in REMOTE_FILES:
         return REMOTE_FILES[model_type]
     from headprune.models.families.decoder import DecoderAdapter
@@ -75,6 +85,30 @@ def _modeling_name(model) -> str | None:
         return DECODER_FILE if isinstance(adapter_for(model), DecoderAdapter) else None
     except ValueError:  # no adapter at all
         return None
+
+
+def _generic_encoder(model) -> bool:
+    """Whether the generic encoder adapter serves ``model`` (also a type a hand-written file exports, when the
+    generic adapter pruned it: its modeling file rebuilds what that adapter cut)."""
+    from headprune.models.families.encoder import EncoderAdapter
+    from headprune.models.heads import adapter_for
+
+    try:
+        return isinstance(adapter_for(model), EncoderAdapter)
+    except ValueError:
+        return False
+
+
+def _generic_seq2seq(model) -> bool:
+    """Whether the generic encoder-decoder adapter serves ``model`` (before a hand-written family's file: a model
+    pruned by it is cut as its modeling file rebuilds)."""
+    from headprune.models.families.seq2seq import Seq2SeqAdapter
+    from headprune.models.heads import adapter_for
+
+    try:
+        return isinstance(adapter_for(model), Seq2SeqAdapter)
+    except ValueError:
+        return False
 
 
 def remote_file(model) -> Path:
@@ -109,6 +143,8 @@ def auto_map(model, source: str) -> dict[str, str]:
     each pointing at our subclass ``Pruned<class>`` in the modeling file whose text is ``source``."""
     module = _modeling_name(model).removesuffix(".py")
     made_on_demand = module == DECODER_FILE.removesuffix(".py")  # Pruned<class> for every class of the registry
+    made_on_demand = made_on_demand or module == SEQ2SEQ_FILE.removesuffix(".py")
+    made_on_demand = made_on_demand or module == ENCODER_FILE.removesuffix(".py")
     classes = [type(model)]
     # The base model only of transformers' own classes: headprune's PreNormTransformer keeps its source
     # vocabulary above M2M100's base model, which would not load alone.

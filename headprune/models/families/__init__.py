@@ -5,11 +5,16 @@ subclass: where the heads are, how a batch flows, how a site is physically prune
 either defines ``match`` itself (the generic decoder adapter: by the layout transformers declares; BERT: by model
 type or by BERT's layout) or declares ``ADAPTER`` and ``MODEL_TYPES`` (the ``config.model_type`` values it
 serves), which ``match`` here reads. ``adapter_for_model`` asks the family named after the model type first (a
-job then imports no other family's transformers code), then the generic decoder adapter, then the others.
+job then imports no other family's transformers code), then the generic encoder adapter for an encoder (as
+transformers declares it: ``headprune_encoder.is_encoder``) or the generic decoder adapter for any other model,
+then the others. A refusal names the model type, its class and what it was read as (an encoder, an
+encoder-decoder, a decoder-only LM).
 
 Families (and the model types they serve):
 
-- encoders for classification, encoder self-attention only: ``bert`` (bert, and BERT-layout types for gating),
+- encoders for classification, encoder self-attention only: ``encoder``, ONE generic adapter for every encoder
+  whose layout it finds that no file below names (ModernBERT, CamemBERT, ALBERT, MPNet, ...: docs/models.md);
+  ``bert`` (bert, and for gating BERT-layout types the generic one does not find: ConvBERT),
   ``roberta`` (roberta, xlm-roberta), ``electra`` (electra), ``distilbert`` (distilbert), ``deberta_v2``
   (deberta-v2, which DeBERTa-v3 checkpoints are: disentangled relative-position attention);
 - encoder-decoders for translation, all three attention types: ``fsmt`` (fsmt: fairseq's post-norm
@@ -26,7 +31,7 @@ import functools
 import importlib
 import pkgutil
 
-SHARED = {"causal_lm"}  # modules here that are not a family
+SHARED = {"causal_lm", "classifier"}  # modules here that are not a family
 
 
 @functools.cache
@@ -62,17 +67,39 @@ def adapter_for_model(model):
     adapter = match(named, model) if named is not None else None
     if adapter is not None:
         return adapter
-    # Every decoder-only LM whose layout the generic adapter finds, without importing the other families' code
+    # An encoder (as transformers declares it) through the generic encoder adapter, a decoder-only LM through the
+    # generic decoder adapter, without importing the other families' code
+    encoder = importlib.import_module(f"{__name__}.encoder")
     decoder = importlib.import_module(f"{__name__}.decoder")
-    adapter = decoder.match(model)
+    reads_as_encoder = encoder.layout_of.is_encoder(model)
+    if reads_as_encoder:  # a hand-written encoder family keeps the types it names (xlm-roberta is roberta's)
+        for module in families().values():
+            if model_type in getattr(module, "MODEL_TYPES", ()) and module is not named:
+                adapter = match(module, model)
+                if adapter is not None:
+                    return adapter
+    adapter = (encoder if reads_as_encoder else decoder).match(model)
     if adapter is not None:
         return adapter
-    # The family that names the type (xlm-roberta is roberta's), then those that recognise a layout (BERT's)
-    others = [m for m in families().values() if m is not named and m is not decoder]
+    # The family that names the type (m2m_100 is m2m100's), then those that recognise a layout (BERT's)
+    others = [m for m in families().values() if m is not named and m not in (decoder, encoder)]
     for module in sorted(others, key=lambda m: model_type not in getattr(m, "MODEL_TYPES", ())):
         adapter = match(module, model)
         if adapter is not None:
             return adapter
-    problem = decoder.layout_problem(model)
-    raise ValueError(f"no head adapter for model type {model_type!r} ({type(model).__name__}): "
-                     + (f"as a decoder-only LM: {problem}" if problem else "add a file to headprune/models/families/"))
+    raise ValueError(refusal(model))
+
+
+def refusal(model) -> str:
+    """Why no family serves ``model``, naming its model type, its class and what it was read as."""
+    from headprune.models.remote.headprune_encoder import is_encoder
+
+    model_type = getattr(model.config, "model_type", None)
+    if getattr(model.config, "is_encoder_decoder", False):
+        read, problem = "an encoder-decoder", importlib.import_module(f"{__name__}.seq2seq").layout_problem(model)
+    elif is_encoder(model):
+        read, problem = "an encoder", importlib.import_module(f"{__name__}.encoder").layout_problem(model)
+    else:
+        read, problem = "a decoder-only LM", importlib.import_module(f"{__name__}.decoder").layout_problem(model)
+    return (f"no head adapter for model type {model_type!r} ({type(model).__name__}), read as {read}: "
+            + (problem or "add a file to headprune/models/families/"))

@@ -1,6 +1,6 @@
 """BERT (transformers' BertForSequenceClassification and its base): encoder self-attention only.
 
-Encoders laid out as BERT is (RoBERTa and XLM-R, ELECTRA: ``roberta.py``, ``electra.py``) subclass
+Its batch, loss and masks are every encoder classifier's (``classifier.py``). Encoders laid out as BERT is (RoBERTa and XLM-R, ELECTRA: ``roberta.py``, ``electra.py``) subclass
 ``BertAdapter`` and name their own ``prunable`` attention classes: a pruned attention module must stay
 an instance of its family's attention class, as transformers 5 records attention maps
 (``output_attentions``) from modules of that class (``_can_record_outputs``) and would silently leave
@@ -8,11 +8,11 @@ out a layer whose module had become a ``BertSelfAttention``.
 """
 from __future__ import annotations
 
-from torch import nn
 from transformers.models.bert.modeling_bert import BertSelfAttention
 
 from headprune.models.attention_types import ENC_SELF
-from headprune.models.sites import AttentionSite, HeadAdapter
+from headprune.models.families.classifier import ClassifierAdapter
+from headprune.models.sites import AttentionSite
 from headprune.models.remote.headprune_common import HeadlessSelfAttention  # one copy: the one exports carry
 from headprune.models.slicing import slice_projections
 
@@ -20,7 +20,9 @@ MODEL_TYPES = ("bert",)
 
 
 def match(model):
-    """BERT, or any other model laid out as BERT is (base_model.encoder.layer[i].attention.self.query, ...).
+    """BERT, or any other model laid out as BERT is (base_model.encoder.layer[i].attention.self.query, ...) that the
+    generic encoder adapter (``encoder.py``, asked first) does not serve: ConvBERT, whose output projection also
+    reads its convolution heads (``extra_features``).
 
     Gating and scoring work on such a model; pruning it needs a family file that names its attention
     class (``BertAdapter.prunable``).
@@ -40,7 +42,7 @@ class PrunableBertSelfAttention(HeadlessSelfAttention, BertSelfAttention):
     pass
 
 
-class BertAdapter(HeadAdapter):
+class BertAdapter(ClassifierAdapter):
     family = "bert"
     attention_types = (ENC_SELF,)
     # What a pruned attention module becomes: one subclass per attention class the family has.
@@ -61,32 +63,6 @@ class BertAdapter(HeadAdapter):
             sites.append(site)
         return sites
 
-    def loss_and_outputs(self, model, batch, output_attentions=False):
-        outputs = model(
-            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-            token_type_ids=batch.get("token_type_ids"), output_attentions=output_attentions,
-        )
-        return classification_loss(outputs, batch), outputs
-
-    def query_mask(self, batch, attn_type):
-        return batch["attention_mask"].bool()
-
-    def key_mask(self, batch, attn_type):
-        mask = batch["attention_mask"].bool()
-        return mask[:, None, :].expand(-1, mask.shape[1], -1)
-
-    def eos_keys(self, model, batch, attn_type):
-        sep = getattr(model.config, "sep_token_id", None)
-        if sep is None:  # transformers 5 configs do not carry it; models.load_classifier sets it
-            raise ValueError("model.config.sep_token_id is not set: take it from the tokenizer")
-        return batch["input_ids"] == sep
-
-    def attention_weights(self, outputs, attn_type):
-        return list(outputs.attentions)
-
-    def num_tokens(self, batch):
-        return int(batch["attention_mask"].sum())
-
     def uniform_masking_problem(self, model, sites):
         # Relative position embeddings (relative_key, relative_key_query) add query . position terms to
         # BERT's scores. transformers 5's BERT no longer computes them and ignores the setting, so such
@@ -104,14 +80,6 @@ class BertAdapter(HeadAdapter):
         attn.__class__ = prunable
         attn.num_attention_heads = len(keep)
         attn.all_head_size = len(keep) * attn.attention_head_size
-
-
-def classification_loss(outputs, batch):
-    """Summed over the batch: squared error for a regression head (STS-B), cross entropy otherwise."""
-    logits = outputs.logits
-    if logits.shape[-1] == 1:
-        return nn.functional.mse_loss(logits.squeeze(-1), batch["labels"].float(), reduction="sum")
-    return nn.functional.cross_entropy(logits, batch["labels"], reduction="sum")
 
 
 def prunable_class(adapter, attention):

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from transformers.models.distilbert.modeling_distilbert import DistilBertSelfAttention
 
-from headprune.models.families.bert import BertAdapter, classification_loss
+from headprune.models.families.bert import BertAdapter
+from headprune.models.families.classifier import classification_loss
 from headprune.models.attention_types import ENC_SELF
 from headprune.models.sites import AttentionSite
 from headprune.models.remote.headprune_common import HeadlessDistilBertAttention  # one copy: the one exports carry

@@ -9,24 +9,25 @@ import torch
 from torch import nn
 from transformers.models.fsmt.modeling_fsmt import Attention as FSMTAttention
 
-from headprune.models.attention_types import ATTENTION_TYPES, DEC_SELF, ENC_DEC, ENC_SELF
-from headprune.models.sites import AttentionSite, HeadAdapter, _causal
+from headprune.models.attention_types import DEC_SELF, ENC_DEC, ENC_SELF
+from headprune.models.families.seq2seq import Seq2SeqBatch
+from headprune.models.sites import AttentionSite
 from headprune.models.remote.modeling_headprune_fsmt import PrunedAttention
 from headprune.models.slicing import slice_projections
 
 MODEL_TYPES = ("fsmt",)
 
 
-class FSMTAdapter(HeadAdapter):
+class FSMTAdapter(Seq2SeqBatch):
     """transformers' FSMT: fairseq's post-norm transformer, run on fairseq checkpoints.
 
     Its layers hold ``self_attn`` and ``encoder_attn`` modules with q/k/v/out projections, as
     fairseq's do; subclasses for other encoder-decoder classes with that layout change only
-    how the tensors are laid out.
+    how the tensors are laid out. The translation batch and loss are every encoder-decoder's
+    (``Seq2SeqBatch``, shared with the generic adapter).
     """
 
     family = "fsmt"
-    attention_types = ATTENTION_TYPES
     time_major = True  # FSMT's attention works in (time, batch, dim)
 
     def sites(self, model):
@@ -44,44 +45,6 @@ class FSMTAdapter(HeadAdapter):
     def _site(self, attn_type, layer, attn, heads):
         return AttentionSite(attn_type, layer, attn, attn.q_proj, attn.k_proj, attn.v_proj, attn.out_proj,
                              head_dim=attn.head_dim, original_num_heads=heads, time_major=self.time_major)
-
-    def loss_and_outputs(self, model, batch, output_attentions=False):
-        outputs = model(
-            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-            decoder_input_ids=batch["decoder_input_ids"], decoder_attention_mask=batch["decoder_attention_mask"],
-            output_attentions=output_attentions, use_cache=False,
-        )
-        # Plain token cross entropy summed over target tokens: no label smoothing (the authors' choice).
-        logits = outputs.logits
-        loss = nn.functional.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), batch["labels"].reshape(-1),
-            ignore_index=model.config.pad_token_id, reduction="sum",
-        )
-        return loss, outputs
-
-    def query_mask(self, batch, attn_type):
-        return (batch["attention_mask"] if attn_type == ENC_SELF else batch["decoder_attention_mask"]).bool()
-
-    def key_mask(self, batch, attn_type):
-        source = batch["attention_mask"].bool()
-        target = batch["decoder_attention_mask"].bool()
-        if attn_type == ENC_SELF:
-            return source[:, None, :].expand(-1, source.shape[1], -1)
-        if attn_type == ENC_DEC:
-            return source[:, None, :].expand(-1, target.shape[1], -1)
-        return _causal(target)
-
-    def eos_keys(self, model, batch, attn_type):
-        keys = batch["decoder_input_ids"] if attn_type == DEC_SELF else batch["input_ids"]
-        return keys == model.config.eos_token_id
-
-    def attention_weights(self, outputs, attn_type):
-        return list({ENC_SELF: outputs.encoder_attentions, ENC_DEC: outputs.cross_attentions,
-                     DEC_SELF: outputs.decoder_attentions}[attn_type])
-
-    def num_tokens(self, batch):
-        # fairseq's ntokens: target tokens, EOS included.
-        return int(batch["decoder_attention_mask"].sum())
 
     @contextlib.contextmanager
     def beam_decoding(self, model):

@@ -42,6 +42,9 @@ COUNTS = (("num_heads", "query"), ("num_attention_heads", "query"), ("n_head", "
 # Attributes some forwards split or reshape the queries by (GPT-2's split_size, DBRX's hidden_size, GPT-BigCode's
 # embed_dim), where they hold the query projection's width
 QUERY_WIDTHS = ("split_size", "hidden_size", "embed_dim")
+# Encoders' (headprune_encoder): DistilBERT's and XLM's head count, BERT's copies' width of all heads together
+COUNTS += (("n_heads", "query"),)
+QUERY_WIDTHS += ("all_head_size",)
 # Config entries with the head counts (name, what they count), as a pruned layer's LayerConfig reports them
 CONFIG_COUNTS = (("num_attention_heads", "query"), ("num_key_value_heads", "kv"), ("n_head", "query"),
                  ("num_kv_heads", "kv"))
@@ -104,6 +107,8 @@ def keep_heads(layout: DecoderLayout, keep: list[int], *, copy_weights: bool = T
             cut.add(id(linear))
             _cut(linear, rows, outputs=True)
     _cut(layout.output, out, outputs=False)
+    for name in getattr(layout, "with_queries", ()):  # per-head rows that a head's query rows name
+        _cut(getattr(attention, name), q, outputs=True)
     for name in per_head:
         _slice(attention, name, 0, heads_index)
     # What the layout cannot read off a pruned module's shapes again (a deep copy, a saved model reloaded)
@@ -113,6 +118,7 @@ def keep_heads(layout: DecoderLayout, keep: list[int], *, copy_weights: bool = T
     attention.headprune_original_heads = layout.original_heads
     attention.headprune_original_kv_heads = layout.original_kv_heads
     attention.headprune_output_name = layout.names[3]
+    attention.headprune_output_outside = getattr(layout, "outside", None) is not None
     set_head_counts(layout, keep)
 
 
@@ -149,6 +155,10 @@ def headless_forward(self, hidden_states=None, *args, past_key_values=None, **kw
     its cache entry kept as long as the other layers' (one zero head)."""
     if hidden_states is None:
         hidden_states = kwargs.pop("hidden_states")
+    if getattr(self, PREFIX + "output_outside", False):  # the output projection, outside, adds its bias alone
+        queries = kwargs.get("query_states")  # DeBERTa's enhanced mask decoder queries other states
+        queries = hidden_states if queries is None else queries
+        return queries.new_zeros(*queries.shape[:-1], 0), None
     cache = past_key_values if past_key_values is not None else kwargs.get("layer_past", kwargs.get("past_key_value"))
     batch, length = hidden_states.shape[:2]
     if getattr(self, "layer_idx", None) is not None:
@@ -193,6 +203,12 @@ def headprune_attention(module, query, key, value, attention_mask, **kwargs):
         if key.device not in on:
             on[key.device] = torch.tensor(index, dtype=torch.long, device=key.device)
         key, value = key.index_select(1, on[key.device]), value.index_select(1, on[key.device])
+    bias, kept = kwargs.get("position_bias"), getattr(module, "headprune_kept_heads", None)
+    if bias is not None and kept is not None and bias.dim() == 4 and bias.shape[1] != len(kept) and \
+            bias.shape[1] == getattr(module, PREFIX + "original_heads", None):
+        # T5's relative position bias holds every original head (the first layer computes it for all the layers,
+        # cross-attention builds zeros of its unpruned n_heads): this layer adds its kept heads' only
+        kwargs["position_bias"] = bias.index_select(1, torch.tensor(kept, dtype=torch.long, device=bias.device))
     modify = getattr(module, "headprune_modify_query", None)
     if modify is not None:
         query = modify(query)

@@ -55,6 +55,21 @@ from transformers.pytorch_utils import Conv1D
 ATTENTION_NAMES = ("self_attn", "attn", "attention", "self_attention")
 OUTPUT_NAMES = ("o_proj", "out_proj", "dense", "c_proj", "Wo")
 SEPARATE = (("q_proj", "k_proj", "v_proj"),)
+# Encoder-decoder attention (headprune_seq2seq): T5's q/k/v/o, appended so the names above are tried first
+SEPARATE += (("q", "k", "v"), ("query_proj", "key_proj", "value_proj"))  # ProphetNet's the latter
+OUTPUT_NAMES += ("o",)
+# Children holding a per-head relative position bias (T5's nn.Embedding(buckets, heads)) that the first layer
+# computes for every layer: kept whole, each layer's kept heads of it picked in headprune_attention; a layout
+# skips them in pruning_problem only where its caller runs the model through that function (position_biases)
+POSITION_BIASES = ("relative_attention_bias",)
+# Encoders (headprune_encoder): BERT's copies' query/key/value, DistilBERT's and XLM's q_lin/k_lin/v_lin/out_lin
+SEPARATE += (("query", "key", "value"), ("q_lin", "k_lin", "v_lin"))
+OUTPUT_NAMES += ("out_lin",)
+# Projections with one block of rows per head that a head's query rows name (its own positions or global attention:
+# DeBERTa's pos_key_proj/pos_query_proj, Longformer's query_global/key_global/value_global, LUKE's entity-aware
+# queries): cut with the queries
+WITH_QUERIES = ("pos_key_proj", "pos_query_proj", "query_global", "key_global", "value_global", "w2e_query",
+                "e2w_query", "e2e_query")
 FUSED = (("qkv_proj", ("o_proj", "dense", "out_proj")), ("c_attn", ("c_proj",)), ("Wqkv", ("out_proj", "Wo")),
          ("query_key_value", ("dense",)))
 # Multi-head latent attention: query projection (LoRA-factored or not), the per-head key/value expansion, output
@@ -221,17 +236,24 @@ class DecoderLayout:
     key/value head, ``head_dim`` columns of the output projection.
     """
 
+    position_biases: tuple[str, ...] = ()  # POSITION_BIASES where headprune_attention picks each layer's heads
+
     def __init__(self, layer: int, attention: nn.Module, config, model_type: str | None = None, *,
-                 declared: Declared | None = None, owner: tuple | None = None):
+                 declared: Declared | None = None, owner: tuple | None = None, output: tuple | None = None):
         self.layer, self.attention, self.owner = layer, attention, owner
+        # (module, attribute) of an output projection outside the attention module (BERT's attention.output.dense)
+        self.outside = output
         self.fused = None
         declared_outputs = [n for n in (declared.outputs if declared else ()) if _is_projection(getattr(attention, n, None))]
         output_names = tuple(declared_outputs[:1]) + OUTPUT_NAMES if len(declared_outputs) == 1 else OUTPUT_NAMES
+        output_holder = attention
+        if output is not None:
+            output_holder, output_names = output[0], (output[1],)
         self.declared_per_head = tuple(declared.per_head) if declared else ()
         names = None
         for q, k, v in SEPARATE:
             if all(_is_projection(getattr(attention, n, None)) for n in (q, k, v)):
-                out = _first_name(attention, output_names, _is_projection)
+                out = _first_name(output_holder, output_names, _is_projection)
                 if out is not None:
                     names = (q, k, v, out)
                     break
@@ -252,7 +274,9 @@ class DecoderLayout:
                              f"headprune knows ({', '.join(n for n, _ in FUSED)}, q_proj/k_proj/v_proj or latent "
                              "attention's q_b_proj/kv_b_proj/o_proj)")
         self.names = names
-        self.query, self.key, self.value, self.output = (getattr(attention, n) for n in names)
+        self.holders = (attention,) * 3 + (output[0] if output is not None else attention,)
+        self.query, self.key, self.value, self.output = (getattr(h, n) for h, n in zip(self.holders, names))
+        self.with_queries = tuple(n for n in WITH_QUERIES if _is_projection(getattr(attention, n, None)))
         self.original_heads = int(getattr(attention, PREFIX + "original_heads", None)
                                   or _config_value(config, ("num_attention_heads", "n_head", "num_heads")))
         self.kept = list(getattr(attention, PREFIX + "kept_heads", range(self.original_heads)))
@@ -274,7 +298,7 @@ class DecoderLayout:
         layer, name = self.owner or (None, None)
         if layer is not None and getattr(layer, name, None) is not self.attention:
             return False
-        return all(getattr(self.attention, n, None) is m for n, m in zip(self.names, (self.query, self.key,
+        return all(getattr(h, n, None) is m for h, n, m in zip(self.holders, self.names, (self.query, self.key,
                                                                                      self.value, self.output)))
 
     def _per_query_head(self, query) -> int:
@@ -375,7 +399,8 @@ class DecoderLayout:
     # --- Per-head parameters and what cannot be pruned ------------------------------------------------------
 
     def projections(self) -> set[int]:
-        return {id(m) for m in (self.query, self.key, self.value, self.output)}
+        return {id(m) for m in (self.query, self.key, self.value, self.output)} | {
+            id(getattr(self.attention, n)) for n in self.with_queries}
 
     def _one_per_head(self) -> list[str]:
         heads = len(self.kept)
@@ -403,6 +428,8 @@ class DecoderLayout:
         spans -= {self.head_dim, self.query_dim, self.key_dim, self.value_dim, 0}
         for name, module in self.attention.named_children():
             if id(module) in self.projections() or (self.fused == "kv_heads" and name in LATENT_SHARED):
+                continue
+            if name in self.position_biases:
                 continue
             for pname, p in module.named_parameters():
                 if any(size in spans for size in p.shape):
@@ -432,8 +459,14 @@ def _first(module, names, accept=lambda m: isinstance(m, nn.Module)):
 
 
 def _is_projection(module) -> bool:
-    """A linear projection headprune can slice: nn.Linear or transformers' Conv1D (a 2-D ``weight``)."""
-    return isinstance(module, (nn.Linear, Conv1D)) and module.weight.dim() == 2
+    """A linear projection headprune can slice: nn.Linear or transformers' Conv1D (a 2-D ``weight``), or a class of
+    ``LINEAR_CLASSES``."""
+    linear = isinstance(module, (nn.Linear, Conv1D)) or type(module).__name__ in LINEAR_CLASSES
+    return linear and module.weight.dim() == 2
+
+
+# Classes that are nn.Linear but for their name: I-BERT's QuantLinear (a linear map while not quantized)
+LINEAR_CLASSES = ("QuantLinear",)
 
 
 def _config_value(config, names, default=...):

@@ -1,0 +1,368 @@
+"""Every encoder type of transformers' sequence-classification registry through the generic encoder adapter (#45).
+
+Each type is a tiny random classifier (tests/encoder_zoo.py: 2 layers of 4 heads), built once and reused by every
+check. The generic adapter (``headprune.models.families.encoder.EncoderAdapter``, forced even where a hand-written
+family serves the type) must:
+
+1. find every layer's heads, as many as the config says, and they must be the attention modules this test finds by
+   its own rules (``reference_layers``), not the adapter's;
+2. gate: a gate of 0 equals zeroing the head's input features of the output projection this test found (by its own
+   hook), and gating any one head changes the logits;
+3. run masking modes zero, mean and uniform, or refuse them saying why; refuse streaming (a causal-LM idea);
+4. prune: the pruned model equals the gated one, with one layer left without heads;
+5. save_pruned then load_pruned_weights gives the same logits;
+6. the exported folder loads in plain transformers with headprune blocked from import (one subprocess for all
+   passing types), with the same logits.
+
+The table of outcomes is docs/models.md's "Encoder families" table: this test fails when a type it lists as passing
+no longer passes, and rewrites it with HEADPRUNE_WRITE_MODELS_TABLE=1. A second test holds the generic adapter to
+the hand-written families (bert, roberta, electra, distilbert, deberta-v2): the same gated logits at random gates and
+the same pruned logits, the reference needed to delete those files.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import inspect
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+from unittest import mock
+
+import pytest
+import torch
+
+from encoder_zoo import HEADS, LAYERS, NOT_BUILT, VOCAB, class_name, encoder_types, tiny_model
+from headprune.models import families
+from headprune.models.export import save_pruned
+from headprune.models.families.encoder import EncoderAdapter
+from headprune.models.head_constants import HeadConstants
+from headprune.models.heads import adapter_for, full_gates, gated
+from headprune.models.masking import Mean, Streaming, Uniform
+from headprune.models.prune import load_pruned_weights, prune_heads
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs" / "models.md"
+BEGIN, END = "<!-- encoder-families: begin (tests/test_encoder_families.py) -->", "<!-- encoder-families: end -->"
+OUTCOMES = ("passes", "gating only", "refused", "fails", "not an encoder", "not built")
+REMOVE = {0: [1], 1: [0, 1, 2, 3]}  # layer 1 keeps no head; under 2 key/value heads, layer 0 reads them unevenly
+OUTPUT_NAMES = ("o_proj", "out_proj", "dense", "out_lin", "o", "Wo")  # what an output projection is called
+GATED_CLOSE = 1e-5
+# a gated head that moves the logits by less than this fraction of their size changed nothing (a random tiny model's
+# head moves them by ~1e-2 of it; MobileBERT's logits are ~1e-4 in all)
+CHANGED = 1e-5
+# The hand-written families' types; DeBERTa-v2 also with its own position projections (pos_key_proj, pos_query_proj)
+HAND_WRITTEN = (("bert", {}), ("roberta", {}), ("electra", {}), ("distilbert", {}), ("deberta-v2", {}),
+                ("deberta-v2", {"share_att_key": False}))
+
+
+@contextlib.contextmanager
+def generic_adapter():
+    with mock.patch.object(families, "adapter_for_model", lambda model: EncoderAdapter()):
+        yield
+
+
+def _batch():
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, VOCAB, (2, 9), generator=generator)
+    mask = torch.ones_like(ids)
+    mask[1, 6:] = 0  # right padding
+    return ids, mask
+
+
+def _logits(model, ids, mask):
+    # Perceiver's text classifier takes its tokens as ``inputs``
+    name = "input_ids" if "input_ids" in inspect.signature(model.forward).parameters else "inputs"
+    with torch.no_grad():
+        return model(**{name: ids}, attention_mask=mask).logits.float()
+
+
+def _close(a, b) -> float:
+    return float((a - b).abs().max())
+
+
+# --- The test's own view of where the heads are -------------------------------------------------------------
+
+def reference_layers(model) -> list[tuple[torch.nn.Module, torch.nn.Module, int]]:
+    """(attention module, its output projection, head_dim) of every layer, by this test's rules: the base model's
+    first ModuleList of the text config's layer count whose entries hold a module whose class is an attention (one
+    whose attention reads the text config before a vision tower's); in a
+    layer, the first such module with no attention module inside (BERT's ``BertSelfAttention``, not the
+    ``BertAttention`` around it); its output projection is a linear map named as one (``OUTPUT_NAMES``) back to
+    the hidden size, inside that module or else inside the attention module around it; head_dim is its input width
+    over the config's heads."""
+    config = model.config.get_text_config()
+    count = next(getattr(config, k) for k in ("num_hidden_layers", "n_layers") if getattr(config, k, None))
+    hidden = getattr(config, "hidden_size", None) or config.emb_dim
+    heads = getattr(config, "num_attention_heads", None) or config.n_heads
+
+    def attentions(module):
+        return [m for m in module.modules() if type(m).__name__.endswith("Attention")]
+
+    lists = [m for m in model.base_model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == count
+             and all(attentions(layer) for layer in m)]
+    # a vision-language encoder's text layers: their attention reads the text config, not a vision tower's
+    lists.sort(key=lambda m: getattr(attentions(m[0])[-1], "config", config) is not config)
+    groups = getattr(config, "num_hidden_groups", None)
+    if not lists and groups:  # ALBERT: layer i runs the one layer of group i * groups // count
+        shared = next(m for m in model.base_model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == groups)
+        lists = [[next(iter(shared[i * groups // count].children()))[0] for i in range(count)]]
+    if not lists:
+        raise AssertionError(f"the test finds no layer list in {type(model.base_model).__name__}")
+    found = []
+    for i, layer in enumerate(lists[0]):
+        inner = next(m for m in attentions(layer) if attentions(m) == [m])
+        around = [m for m in attentions(layer) if m is not inner and any(c is inner for c in m.modules())]
+        output = None
+        for scope in [inner, *reversed(around)]:
+            # a linear map: nn.Linear, or I-BERT's QuantLinear (a 2-D weight of output x input features)
+            output = next((m for n, m in scope.named_modules() if getattr(getattr(m, "weight", None), "dim", int)() == 2
+                           and n.rpartition(".")[2] in OUTPUT_NAMES and m.weight.shape[0] == hidden), None)
+            if output is not None:
+                break
+        if output is None:
+            raise AssertionError(f"the test finds no output projection of layer {i}'s {type(inner).__name__}")
+        found.append((inner, output, output.weight.shape[1] // heads))
+    return found
+
+
+def _zeroed_by_hand(model, reference, remove, ids, mask):
+    """Logits with the heads ``remove`` names zeroed at the input of the test's own output projections; a projection
+    that several layers run (ALBERT's) zeroes on its k-th call what layer k's heads are."""
+    def zero(layers):
+        calls = [0]
+
+        def hook(module, args):
+            layer, calls[0] = layers[calls[0] % len(layers)], calls[0] + 1
+            x = args[0].clone()
+            for h in remove.get(layer, []):
+                x[..., h * reference[layer][2]:(h + 1) * reference[layer][2]] = 0
+            return (x, *args[1:])
+        return hook
+
+    runs: dict[int, list[int]] = {}
+    for layer, (_, output, _) in enumerate(reference):
+        runs.setdefault(id(output), []).append(layer)
+    handles = [reference[layers[0]][1].register_forward_pre_hook(zero(layers)) for layers in runs.values()]
+    try:
+        return _logits(model, ids, mask)
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _gates(model, remove):
+    gates = full_gates(model)
+    for layer, heads in remove.items():
+        gates["enc_self"][layer, heads] = 0
+    return gates
+
+
+def _gated_logits(model, remove, ids, mask, masking="zero"):
+    with gated(model, _gates(model, remove), masking=masking):
+        return _logits(model, ids, mask)
+
+
+def _declares_causal(model) -> bool:
+    return any(getattr(m, "is_causal", None) is True for m in model.modules())
+
+
+# --- One model type --------------------------------------------------------------------------------------------
+
+def check_family(model_type: str, folder: Path) -> tuple[str, str]:
+    """(outcome, detail): one of ``OUTCOMES``."""
+    torch.manual_seed(0)
+    if model_type in NOT_BUILT:
+        return "not built", NOT_BUILT[model_type]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            model = tiny_model(model_type)
+        except Exception as error:
+            return "not built", _line(error)
+    if _declares_causal(model):  # its config says bidirectional, its attention modules say causal (GPT-NeoX)
+        return "not an encoder", "its attention modules declare is_causal"
+    ids, mask = _batch()
+    try:
+        plain = _logits(model, ids, mask)
+    except Exception as error:
+        return "not built", f"its tiny model does not run: {_line(error)}"
+    adapter = EncoderAdapter(model_type)
+    try:
+        sites = adapter.sites(model)
+    except (ValueError, AttributeError, TypeError) as error:
+        return "refused", _line(error)
+    step = "heads"
+    try:
+        reference = reference_layers(model)
+        assert len(sites) == LAYERS and all(s.original_num_heads == HEADS for s in sites), (
+            f"head count: {len(sites)} sites of {[s.original_num_heads for s in sites]} heads")
+        for site, (attention, _, _) in zip(sites, reference):
+            assert site.attention is attention, (f"layer {site.layer}: the adapter's heads are "
+                                                 f"{type(site.attention).__name__}'s, not {type(attention).__name__}'s")
+        step = "gating"
+        for layer, heads in REMOVE.items():
+            change = _close(_gated_logits(model, {layer: heads[:1]}, ids, mask), plain) / float(plain.abs().max())
+            assert change > CHANGED, f"a gate of 0 on layer {layer}'s head {heads[0]} changes nothing ({change:.1e})"
+        masked = _gated_logits(model, REMOVE, ids, mask)
+        by_hand = _zeroed_by_hand(model, reference, REMOVE, ids, mask)
+        assert _close(masked, by_hand) < GATED_CLOSE, f"gated != zeroed by hand ({_close(masked, by_hand):.1e})"
+        step = "masking modes"
+        constants = HeadConstants({("enc_self", s.layer): torch.randn(HEADS, s.head_dim) for s in sites}, kind="mean")
+        assert torch.isfinite(_gated_logits(model, REMOVE, ids, mask, masking=Mean(constants))).all()
+        notes = []
+        problem = adapter.uniform_masking_problem(model, sites)
+        if problem is None:
+            assert torch.isfinite(_gated_logits(model, REMOVE, ids, mask, masking=Uniform())).all()
+        else:
+            notes.append(f"uniform masking: {problem}")
+        try:  # streaming heads are a causal-LM idea: refused, with the adapter's reason
+            _gated_logits(model, REMOVE, ids, mask, masking=Streaming(1, 3))
+        except ValueError as error:
+            assert "causal-LM idea" in str(error), f"streaming masking refused for another reason: {error}"
+        else:
+            raise AssertionError("streaming masking ran on an encoder")
+        step = "pruning"
+        problem = adapter.pruning_problem(model)
+        if problem is not None:
+            return "gating only", "; ".join([f"pruning refused: {problem}", *notes])
+        pruned = prune_heads(model, {"enc_self": REMOVE})
+        gap = _close(_logits(pruned, ids, mask), masked)
+        assert gap < GATED_CLOSE, f"pruned != gated ({gap:.1e})"
+        step = "save and reload"
+        save_pruned(pruned, None, folder)
+        reloaded = load_pruned_weights(type(pruned), folder)
+        if hasattr(reloaded, "set_default_language"):
+            reloaded.set_default_language(reloaded.config.languages[0])
+        gap = _close(_logits(reloaded, ids, mask), masked)
+        assert gap < GATED_CLOSE, f"reloaded != pruned ({gap:.1e})"
+        torch.save({"ids": ids, "mask": mask, "logits": masked}, folder / "expected.pt")
+    except Exception as error:
+        return "fails", f"{step}: {_line(error)}"
+    return "passes", "; ".join(notes)
+
+
+def _line(error) -> str:
+    cause = error.__cause__ if type(error).__name__ == "StrictDataclassClassValidationError" else None
+    text = str(cause or error).strip()
+    text = text.splitlines()[0] if text else type(error).__name__
+    return f"{type(cause or error).__name__}: {text}"[:200]
+
+
+EXPORT_CHECK = textwrap.dedent("""
+    import inspect, sys, torch, warnings
+    warnings.simplefilter("ignore")
+    sys.modules["headprune"] = None  # headprune blocked from import: only the folder's own files run
+    import transformers
+    for folder in sys.argv[1:]:
+        try:
+            expected = torch.load(folder + "/expected.pt")
+            model = transformers.AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True)
+            model = model.eval()
+            if hasattr(model, "set_default_language"):
+                model.set_default_language(model.config.languages[0])
+            name = "input_ids" if "input_ids" in inspect.signature(model.forward).parameters else "inputs"
+            with torch.no_grad():
+                logits = model(**{name: expected["ids"]}, attention_mask=expected["mask"]).logits.float()
+            gap = float((logits - expected["logits"]).abs().max())
+            print("EXPORT", folder, "ok" if gap < 1e-5 else f"logits differ by {gap:.1e}", flush=True)
+        except Exception as error:
+            print("EXPORT", folder, f"{type(error).__name__}: {error}".splitlines()[0][:150], flush=True)
+""")
+
+
+def family_table(tmp_path) -> dict[str, tuple[str, str]]:
+    results = {}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matrices: a second thread only waits
+    try:
+        with generic_adapter():
+            for model_type in encoder_types():
+                results[model_type] = check_family(model_type, tmp_path / model_type)
+    finally:
+        torch.set_num_threads(threads)
+    exported = [tmp_path / t for t, (outcome, _) in results.items() if outcome == "passes"]
+    run = subprocess.run([sys.executable, "-c", EXPORT_CHECK, *map(str, exported)], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=600, env={**os.environ, "PYTHONPATH": "", "OMP_NUM_THREADS": "1"})
+    for folder in exported:
+        verdict = re.search(rf"^EXPORT {re.escape(str(folder))} (.*)$", run.stdout, re.MULTILINE)
+        verdict = verdict.group(1) if verdict else f"no answer ({run.stderr.strip()[-150:]})"
+        if verdict != "ok":
+            results[folder.name] = ("fails", f"export: {verdict}")
+    return results
+
+
+def render(results: dict[str, tuple[str, str]]) -> str:
+    counts = {o: sum(1 for v, _ in results.values() if v == o) for o in OUTCOMES}
+    summary = f"{len(results)} model types; " + ", ".join(f"{n} {o}" for o, n in counts.items()) + "."
+    lines = [BEGIN, "", summary, "", "| model type | outcome | class | why / what is refused |", "|---|---|---|---|"]
+    rows = [f"| {t} | {o} | {class_name(t)} | {d.replace('|', '/')} |" for t, (o, d) in sorted(results.items())]
+    return "\n".join(lines + rows + ["", END])
+
+
+def documented() -> dict[str, str]:
+    text = DOCS.read_text()
+    if BEGIN not in text:
+        return {}
+    block = text[text.index(BEGIN):text.index(END)]
+    return {m.group(1): m.group(2) for m in re.finditer(r"^\| (\S+) \| ([a-z -]+) \|", block, re.MULTILINE)}
+
+
+def write_table(results) -> None:
+    text = DOCS.read_text()
+    block = render(results)
+    if BEGIN in text:
+        text = text[:text.index(BEGIN)] + block + text[text.index(END) + len(END):]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    DOCS.write_text(text)
+
+
+def test_every_encoder_family_of_the_registry(tmp_path):
+    results = family_table(tmp_path)
+    if os.environ.get("HEADPRUNE_WRITE_MODELS_TABLE"):
+        write_table(results)
+    lost = {t: results.get(t, ("gone", "")) for t, outcome in documented().items()
+            if outcome == "passes" and results.get(t, ("",))[0] != "passes"}
+    assert not lost, f"types that passed no longer pass: {lost}"
+    passing = sorted(t for t, (o, _) in results.items() if o == "passes")
+    assert len(passing) >= 40, f"only {len(passing)} encoder types pass: {passing}"
+    for must in ("bert", "roberta", "electra", "distilbert", "deberta-v2", "modernbert", "camembert", "xlm-roberta-xl"):
+        assert results[must][0] == "passes", (must, results[must])
+
+
+# --- The generic adapter against the hand-written families ----------------------------------------------------
+
+def test_generic_encoder_adapter_equals_the_hand_written_families():
+    """Gated logits at random gates and pruned logits: the generic adapter's equal the hand-written family's."""
+    ids, mask = _batch()
+    for model_type, changes in HAND_WRITTEN:
+        torch.manual_seed(0)
+        model = tiny_model(model_type, **changes)
+        hand_written = adapter_for(model)
+        assert not isinstance(hand_written, EncoderAdapter), (model_type, type(hand_written).__name__)
+        gates = full_gates(model)
+        gates["enc_self"] = torch.rand(gates["enc_self"].shape, generator=torch.Generator().manual_seed(1))
+        with gated(model, gates):
+            expected = _logits(model, ids, mask)
+        by_hand_written = prune_heads(copy.deepcopy(model), {"enc_self": REMOVE})
+        with generic_adapter():
+            with gated(model, gates):
+                got = _logits(model, ids, mask)
+            by_generic = prune_heads(model, {"enc_self": REMOVE})
+            assert _close(got, expected) < GATED_CLOSE, (model_type, "gated", _close(got, expected))
+            generic_logits = _logits(by_generic, ids, mask)
+        hand_logits = _logits(by_hand_written, ids, mask)
+        assert _close(generic_logits, hand_logits) < GATED_CLOSE, (model_type, "pruned", _close(generic_logits,
+                                                                                                 hand_logits))
+
+
+def test_a_refusal_names_the_type_its_class_and_what_it_was_read_as():
+    """FNet mixes tokens by Fourier transforms: no attention heads, and the refusal says it was read as an encoder."""
+    with pytest.raises(ValueError, match=r"no head adapter for model type 'fnet' \(FNetForSequenceClassification\), "
+                                         r"read as an encoder: no list of 2 encoder layers"):
+        adapter_for(tiny_model("fnet"))

@@ -1,0 +1,357 @@
+"""Every true encoder-decoder of text in transformers' seq2seq registry through the generic adapter (issue #45).
+
+Each model type is a tiny random model (tests/seq2seq_zoo.py: 2 layers per stack, 4 heads), built once. The generic
+adapter (``headprune.models.families.seq2seq.Seq2SeqAdapter``, forced even where a hand-written family file serves
+the type) must:
+
+1. find the heads of each stack and layer, as many as the config says, and they are the attention modules this
+   test finds by its own rules (``reference_attention``: get_encoder()/get_decoder(), the stack's list of as many
+   layers as the config says, in each layer the modules of an ``...Attention`` class that own the linear maps, in
+   the order the layer registers them: self-attention, then cross-attention);
+2. gate: a gate of 0 equals zeroing the head's input features of the output projection this test found (by its own
+   hook), in every stack at once; and gating one head of each stack alone changes the logits;
+3. run the masking modes zero and mean, uniform or refuse it saying why; refuse streaming (a causal-LM idea);
+4. prune: the pruned model equals the gated one, with a layer of each stack left without heads, under the model's
+   default attention backend and under eager too for ``EAGER_SAMPLE``; generate() on it equals generate() under
+   the gates (greedy);
+5. save_pruned then load_pruned_weights gives the same logits;
+6. the exported folder loads in plain transformers (AutoModelForSeq2SeqLM) with headprune blocked from import (one
+   subprocess for every passing type), with the same logits and generate().
+
+And on marian, bart, mbart and m2m_100 the generic adapter gives the gated and pruned outputs of their hand-written
+family files (the reference for removing those files).
+
+docs/models.md's "Encoder-decoder families" table holds the outcomes: this test fails when a type it lists as
+passing no longer passes, and rewrites the table with HEADPRUNE_WRITE_MODELS_TABLE=1.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+from unittest import mock
+
+import pytest
+import torch
+
+from seq2seq_zoo import HEADS, LAYERS, NOT_TEXT, VOCAB, model_types, tiny_config, tiny_model
+from headprune.models import families
+from headprune.models.export import save_pruned
+from headprune.models.families.seq2seq import Seq2SeqAdapter
+from headprune.models.head_constants import HeadConstants
+from headprune.models.heads import adapter_for, full_gates, gated
+from headprune.models.masking import Mean, Streaming, Uniform
+from headprune.models.prune import load_pruned_weights, prune_heads
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs" / "models.md"
+BEGIN, END = "<!-- seq2seq-families: begin (tests/test_seq2seq_families.py) -->", "<!-- seq2seq-families: end -->"
+OUTCOMES = ("passes", "gating only", "refused", "fails", "not built")
+STACKS = ("enc_self", "enc_dec", "dec_self")
+# Layer 0 of each stack keeps no head (T5's still computes the position bias every layer reads), layer 1 heads 0 and 3
+REMOVE = {stack: {0: list(range(HEADS)), 1: [1, 2]} for stack in STACKS}
+OUTPUT_NAMES = ("o", "out_proj", "o_proj")  # what an output projection is called, where one of them is
+GATED_CLOSE = 1e-5
+CHANGED = 1e-7
+# Pruning is checked under eager too where the family's eager and sdpa paths differ in what headprune changes
+# (T5's position bias reaches each backend its own way) and on a sample of the BART-style ones
+EAGER_SAMPLE = ("t5", "mt5", "umt5", "longt5", "switch_transformers", "bart", "pegasus")
+HAND_WRITTEN = ("marian", "bart", "mbart", "m2m_100")
+
+
+def generic_adapter():
+    return mock.patch.object(families, "adapter_for_model", lambda model: Seq2SeqAdapter(model.config.model_type))
+
+
+def _batch():
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, VOCAB, (2, 7), generator=generator)
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0  # right padding of the source
+    decoder_ids = torch.randint(3, VOCAB, (2, 5), generator=generator)
+    decoder_ids[:, 0] = 0  # the decoder start token
+    return ids, mask, decoder_ids
+
+
+def _logits(model, batch):
+    ids, mask, decoder_ids = batch
+    with torch.no_grad():
+        return model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids).logits.float()
+
+
+def _generate(model, batch):
+    with torch.no_grad():
+        return model.generate(batch[0], attention_mask=batch[1], max_new_tokens=4, do_sample=False, num_beams=1)
+
+
+def _close(a, b) -> float:
+    return float((a - b).abs().max())
+
+
+def _gates(model, remove):
+    gates = full_gates(model)
+    for stack, layers in remove.items():
+        for layer, heads in layers.items():
+            gates[stack][layer, heads] = 0
+    return gates
+
+
+def _gated_logits(model, remove, batch, masking="zero"):
+    with gated(model, _gates(model, remove), masking=masking):
+        return _logits(model, batch)
+
+
+# --- The test's own view of where the heads are -------------------------------------------------------------
+
+def _linear_children(module) -> list:
+    return [m for m in module.children() if isinstance(m, torch.nn.Linear)]
+
+
+def reference_attention(model) -> dict[str, list[tuple[torch.nn.Module, torch.nn.Module]]]:
+    """{stack: [(attention module, its output projection) per layer]}: the encoder get_encoder() gives, the decoder
+    get_decoder() gives; in each, its ModuleList of ``LAYERS`` layers; in a layer, the modules of an ``...Attention``
+    class that own three or more linear maps, in registration order (self-attention, then the decoder's
+    cross-attention); in one, the linear map named as an output projection, else the last registered."""
+    found = {}
+    for stacks, module in ((("enc_self",), model.get_encoder()), (("dec_self", "enc_dec"), model.get_decoder())):
+        lists = [m for m in module.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == LAYERS]
+        assert lists, f"the test finds no list of {LAYERS} layers in {type(module).__name__}"
+        for stack in stacks:
+            found[stack] = []
+        for i, layer in enumerate(lists[0]):
+            attentions = [m for m in layer.modules() if type(m).__name__.endswith("Attention") and
+                          len(_linear_children(m)) >= 3]
+            assert len(attentions) == len(stacks), (
+                f"{type(module).__name__} layer {i}: {len(attentions)} attention modules, not {len(stacks)}")
+            for stack, attention in zip(stacks, attentions):
+                named = [getattr(attention, n) for n in OUTPUT_NAMES if isinstance(getattr(attention, n, None),
+                                                                                   torch.nn.Linear)]
+                found[stack].append((attention, (named or _linear_children(attention))[-1]))
+    return found
+
+
+def _zeroed_by_hand(model, reference, remove, batch):
+    def zero(heads):
+        def hook(module, args):
+            x = args[0].clone()
+            head_dim = x.shape[-1] // HEADS
+            for h in heads:
+                x[..., h * head_dim:(h + 1) * head_dim] = 0
+            return (x, *args[1:])
+        return hook
+
+    handles = [reference[stack][layer][1].register_forward_pre_hook(zero(heads))
+               for stack, layers in remove.items() for layer, heads in layers.items()]
+    try:
+        return _logits(model, batch)
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+# --- One model type -----------------------------------------------------------------------------------------
+
+def check_family(model_type: str, folder: Path) -> tuple[str, str]:
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            model = tiny_model(model_type)
+            batch = _batch()
+            plain = _logits(model, batch)
+        except Exception as error:  # the tiny config does not build or run for this type
+            return "not built", _line(error)
+    adapter = adapter_for(model)
+    try:
+        sites = adapter.sites(model)
+    except (ValueError, AttributeError, TypeError) as error:
+        return "refused", _line(error)
+    step = "heads"
+    try:
+        reference = reference_attention(model)
+        config = tiny_config(model_type)
+        for stack in STACKS:
+            mine = [s for s in sites if s.attn_type == stack]
+            assert len(mine) == LAYERS == len(reference[stack]), f"{stack}: {len(mine)} layers"
+            for site, (attention, _) in zip(mine, reference[stack]):
+                assert site.original_num_heads == HEADS, f"{stack} layer {site.layer}: {site.original_num_heads} heads"
+                assert site.attention is attention, (
+                    f"{stack} layer {site.layer}: the adapter's heads are {type(site.attention).__name__}'s, not "
+                    f"those of the layer's attention ({type(attention).__name__})")
+        assert {getattr(config, n, HEADS) for n in ("encoder_attention_heads", "num_heads")} == {HEADS}
+        step = "gating"
+        for stack in STACKS:  # one head of each stack alone changes the output
+            change = _close(_gated_logits(model, {stack: {0: [1]}}, batch), plain)
+            assert change > CHANGED, f"a gate of 0 on {stack} layer 0's head 1 changes nothing ({change:.1e})"
+        masked = _gated_logits(model, REMOVE, batch)
+        by_hand = _zeroed_by_hand(model, reference, REMOVE, batch)
+        assert _close(masked, by_hand) < GATED_CLOSE, f"gated != zeroed by hand ({_close(masked, by_hand):.1e})"
+        step = "masking modes"
+        constants = HeadConstants({(s.attn_type, s.layer): torch.randn(HEADS, s.head_dim) for s in sites}, kind="mean")
+        assert torch.isfinite(_gated_logits(model, REMOVE, batch, masking=Mean(constants))).all()
+        notes = []
+        problem = adapter.uniform_masking_problem(model, sites)
+        if problem is None:
+            uniform = _gated_logits(model, REMOVE, batch, masking=Uniform())
+            assert torch.isfinite(uniform).all() and _close(uniform, plain) > CHANGED, "uniform masking changes nothing"
+        else:
+            notes.append(f"uniform masking: {problem}")
+        try:  # streaming heads are a causal-LM idea: refused, saying why
+            _gated_logits(model, REMOVE, batch, masking=Streaming(1, 3))
+            raise AssertionError("streaming masking is not refused")
+        except ValueError as refusal:
+            assert "encoder-decoder" in str(refusal), refusal
+        step = "pruning"
+        problem = adapter.pruning_problem(model)
+        if problem is not None:
+            return "gating only", "; ".join([f"pruning refused: {problem}", *notes])
+        default = model.config._attn_implementation
+        backends = (["eager"] if model_type in EAGER_SAMPLE and default != "eager" else []) + [default]
+        step = "generate"
+        with gated(model, _gates(model, REMOVE)):  # before the model is pruned (in place, below)
+            expected = _generate(model, batch)
+        step = "pruning"
+        for backend in backends:
+            model.set_attn_implementation(backend)
+            gated_logits = _gated_logits(model, REMOVE, batch)
+            # the last backend prunes the model itself: nothing after needs it whole
+            pruned = prune_heads(model if backend == backends[-1] else copy.deepcopy(model), REMOVE)
+            gap = _close(_logits(pruned, batch), gated_logits)
+            assert gap < GATED_CLOSE, f"{backend}: pruned != gated ({gap:.1e})"
+        step = "generate"
+        got = _generate(pruned, batch)
+        assert torch.equal(expected, got), "generate() differs"
+        step = "save and reload"
+        save_pruned(pruned, None, folder)
+        reloaded = load_pruned_weights(type(pruned), folder)
+        gap = _close(_logits(reloaded, batch), gated_logits)
+        assert gap < GATED_CLOSE, f"reloaded != pruned ({gap:.1e})"
+        torch.save({"batch": batch, "logits": gated_logits, "generated": got}, folder / "expected.pt")
+    except Exception as error:
+        return "fails", f"{step}: {_line(error)}"
+    return "passes", "; ".join(notes)
+
+
+def _line(error) -> str:
+    text = str(error).strip()
+    text = text.splitlines()[0] if text else type(error).__name__
+    return f"{type(error).__name__}: {text}"[:200]
+
+
+EXPORT_CHECK = textwrap.dedent("""
+    import sys, torch, warnings
+    warnings.simplefilter("ignore")
+    sys.modules["headprune"] = None  # headprune blocked from import: only the folder's own files run
+    import transformers
+    for folder in sys.argv[1:]:
+        try:
+            expected = torch.load(folder + "/expected.pt")
+            ids, mask, decoder_ids = expected["batch"]
+            model = transformers.AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True).eval()
+            with torch.no_grad():
+                logits = model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids).logits.float()
+                tokens = model.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False, num_beams=1)
+            gap = float((logits - expected["logits"]).abs().max())
+            verdict = "ok" if gap < 1e-5 else f"logits differ by {gap:.1e}"
+            if verdict == "ok" and not torch.equal(tokens, expected["generated"]):
+                verdict = "generate() differs"
+            if verdict == "ok" and not type(model).__name__.startswith("Pruned"):
+                verdict = f"loaded as {type(model).__name__}, not through the folder's modeling file"
+            print("EXPORT", folder, verdict, flush=True)
+        except Exception as error:
+            print("EXPORT", folder, f"{type(error).__name__}: {error}".splitlines()[0][:150], flush=True)
+""")
+
+
+def family_table(tmp_path) -> dict[str, tuple[str, str]]:
+    results = {}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matrices: a second thread only waits
+    try:
+        with generic_adapter():
+            for model_type in model_types():
+                results[model_type] = check_family(model_type, tmp_path / model_type)
+    finally:
+        torch.set_num_threads(threads)
+    exported = [tmp_path / t for t, (outcome, _) in results.items() if outcome == "passes"]
+    run = subprocess.run([sys.executable, "-c", EXPORT_CHECK, *map(str, exported)], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=600, env={**os.environ, "PYTHONPATH": "", "OMP_NUM_THREADS": "1"})
+    for folder in exported:
+        verdict = re.search(rf"^EXPORT {re.escape(str(folder))} (.*)$", run.stdout, re.MULTILINE)
+        verdict = verdict.group(1) if verdict else f"no answer ({run.stderr.strip()[-150:]})"
+        if verdict != "ok":
+            results[folder.name] = ("fails", f"export: {verdict}")
+    return results
+
+
+def render(results: dict[str, tuple[str, str]]) -> str:
+    counts = {o: sum(1 for v, _ in results.values() if v == o) for o in OUTCOMES}
+    left_out = "; ".join(f"{t}: {why}" for t, why in NOT_TEXT.items())
+    intro = (f"{len(results)} model types of transformers' seq2seq registry (MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_"
+             "NAMES) whose default config is an encoder-decoder (the decoder-only audio LMs of that registry are "
+             f"not), through the generic adapter (forced even where a family file serves the type); left out: "
+             f"{left_out}. " + ", ".join(f"{n} {o}" for o, n in counts.items()) + ".")
+    lines = [BEGIN, "", *textwrap.wrap(intro, 115), "", "| model type | outcome | why / what is refused |",
+             "|---|---|---|"]
+    rows = [f"| {t} | {o} | {d.replace('|', '/')} |" for t, (o, d) in sorted(results.items())]
+    return "\n".join(lines + rows + ["", END])
+
+
+def documented() -> dict[str, str]:
+    text = DOCS.read_text()
+    if BEGIN not in text:
+        return {}
+    block = text[text.index(BEGIN):text.index(END)]
+    return {m.group(1): m.group(2) for m in re.finditer(r"^\| (\S+) \| ([a-z -]+) \|", block, re.MULTILINE)}
+
+
+def write_table(results) -> None:
+    text = DOCS.read_text()
+    block = render(results)
+    if BEGIN in text:
+        text = text[:text.index(BEGIN)] + block + text[text.index(END) + len(END):]
+    else:
+        text = text.rstrip("\n") + "\n\n## Encoder-decoder families\n\n" + block + "\n"
+    DOCS.write_text(text)
+
+
+def test_every_encoder_decoder_of_the_registry(tmp_path):
+    results = family_table(tmp_path)
+    if os.environ.get("HEADPRUNE_WRITE_MODELS_TABLE"):
+        write_table(results)
+    lost = {t: results.get(t, ("gone", "")) for t, outcome in documented().items()
+            if outcome == "passes" and results.get(t, ("",))[0] != "passes"}
+    assert not lost, f"types that passed no longer pass: {lost}"
+    passing = sorted(t for t, (o, _) in results.items() if o == "passes")
+    assert len(passing) >= 18, f"only {len(passing)} of {len(results)} pass: {results}"
+    for must in ("t5", "mt5", "umt5", "bart", "marian", "pegasus"):
+        assert results[must][0] == "passes", (must, results[must])
+
+
+# --- The generic adapter against the hand-written family files ----------------------------------------------
+
+@pytest.mark.parametrize("model_type", HAND_WRITTEN)
+def test_generic_adapter_equals_the_family_file(model_type):
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = tiny_model(model_type)
+    batch = _batch()
+    own = adapter_for(model)
+    assert not isinstance(own, Seq2SeqAdapter), f"{model_type} is served by {type(own).__name__}"
+    with generic_adapter():
+        generic_gated = _gated_logits(model, REMOVE, batch)
+        generic_pruned = prune_heads(copy.deepcopy(model), REMOVE)
+        generic_logits, generic_tokens = _logits(generic_pruned, batch), _generate(generic_pruned, batch)
+    own_gated = _gated_logits(model, REMOVE, batch)
+    assert torch.equal(generic_gated, own_gated)
+    assert _close(generic_gated, _logits(model, batch)) > CHANGED  # the gates act
+    own_pruned = prune_heads(model, REMOVE)
+    assert type(own_pruned.model.encoder.layers[1].self_attn).__name__.startswith("Prunable")  # its own pruning
+    assert _close(generic_logits, _logits(own_pruned, batch)) < GATED_CLOSE
+    assert torch.equal(generic_tokens, _generate(own_pruned, batch))
