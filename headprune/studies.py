@@ -144,7 +144,7 @@ class Study:
         return {"name": self.name, "kind": self.kind, "model": self.model_path, "section": self.section,
                 "src_lang": config["translation"]["src_lang"], "tgt_lang": config["translation"]["tgt_lang"],
                 "layers": self.arch["layers"], "heads": self.arch["heads"], "device": config["device"],
-                **{key: self.lm.entry[key] for key in ("kv_heads", "dtype", "src_code", "tgt_code", "towers")
+                **{key: self.lm.entry[key] for key in ("kv_heads", "dtype", "src_code", "tgt_code", "source_prefix", "towers")
                    if key in self.lm.entry}}
 
     def resource(self, rule_name, key):

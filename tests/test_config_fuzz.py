@@ -318,6 +318,7 @@ USABLE = [
            "models.*.question models.*.value_digits models.*.chat_template models.*.seed", "delete",
            "headprune.studies.RETRIEVAL_DEFAULTS"),
     usable("models.*.answer_prefix", "empty", "no prefix, the default"),
+    usable("models.*.source_prefix", "empty", "translation: no prefix before the sources (load_seq2seq)"),
     usable("models.*.num_fewshot", "delete zero", "lm_eval: zero-shot, the default (a count of examples, 0 and up)"),
     usable("models.*.limit", "delete null", "lm_eval: every item of the task (documented null)"),
     usable("models.*.limit", "number", "lm_eval: the task's first items, a count of 1 or more"),

@@ -103,3 +103,55 @@ def test_an_audio_wrapper_of_a_language_model_loads_in_its_own_class(tmp_path, m
     assert guess_kind(tmp_path / model_type) == "language_modeling"
     loaded = load_pruned_weights(language_model_class(tmp_path / model_type), tmp_path / model_type)
     assert type(loaded) is type(model)
+
+
+def test_whisper_is_gated_and_pruned_on_its_heads():
+    """Whisper (audio in, text out) through the generic encoder-decoder adapter: its three stacks' heads; a gate of 0
+    equals zeroing that head's features at the output projection, by a hook this test places on the module it finds
+    itself; the pruned model equals the gated one."""
+    from transformers import WhisperConfig, WhisperForConditionalGeneration
+
+    from headprune.models.heads import adapter_for, full_gates, gated
+    from headprune.models.prune import prune_heads
+
+    config = WhisperConfig(vocab_size=96, d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                           decoder_attention_heads=4, encoder_ffn_dim=16, decoder_ffn_dim=16, num_mel_bins=8,
+                           max_source_positions=16, max_target_positions=16, pad_token_id=0, bos_token_id=1,
+                           eos_token_id=2, decoder_start_token_id=1)
+    torch.manual_seed(0)
+    model = WhisperForConditionalGeneration(config).eval()
+    features, tokens = torch.randn(2, 8, 32), torch.randint(3, 90, (2, 5))
+
+    def logits():
+        with torch.no_grad():
+            return model(input_features=features, decoder_input_ids=tokens).logits
+
+    sites = adapter_for(model).sites(model)
+    assert [(s.attn_type, s.layer, s.num_heads) for s in sites] == [
+        (t, layer, 4) for t in ("enc_self", "enc_dec", "dec_self") for layer in (0, 1)]
+    full = logits()
+    references = {"enc_self": model.model.encoder.layers[1].self_attn.out_proj,
+                  "enc_dec": model.model.decoder.layers[1].encoder_attn.out_proj,
+                  "dec_self": model.model.decoder.layers[1].self_attn.out_proj}
+    for attn_type, output in references.items():
+        def zero_head_2(module, args):
+            head = args[0].clone()
+            head[..., 2 * 4:3 * 4] = 0  # head 2 of 4, 4 features each
+            return (head,)
+
+        handle = output.register_forward_pre_hook(zero_head_2)
+        expected = logits()
+        handle.remove()
+        gates = full_gates(model)
+        gates[attn_type][1, 2] = 0
+        with gated(model, gates):
+            torch.testing.assert_close(logits(), expected, atol=1e-6, rtol=0)
+        assert (expected - full).abs().max() > 1e-4, attn_type
+    gates = full_gates(model)
+    for attn_type in gates:
+        gates[attn_type][0, 1] = 0
+    gates["enc_dec"][1, :] = 0
+    with gated(model, gates):
+        expected = logits()
+    prune_heads(model, {"enc_self": {0: [1]}, "dec_self": {0: [1]}, "enc_dec": {0: [1], 1: [0, 1, 2, 3]}})
+    torch.testing.assert_close(logits(), expected, atol=1e-6, rtol=0)

@@ -253,6 +253,26 @@ def test_llama_config_dry_run():
     assert gpus["ablate_head"] == "4" and gpus["importance"] == gpus["prune"] == "2"
 
 
+def test_encoders_t5_config_dry_run():
+    """configs/encoders_t5.yaml: ModernBERT on MNLI (fine-tuned by the pipeline, its heads enc_self) and Flan-T5
+    translating, each one models: entry, with the job count its comments state; T5's prefix is a study parameter,
+    so changing it reruns the study."""
+    result = snakemake("-n", "--configfile", "configs/encoders_t5.yaml")
+    assert result.returncode == 0, result.stderr
+    counts = job_stats(result.stdout)
+    assert sum(counts.values()) == 156
+    # three orders each, and Figure 4 prunes each of the T5 study's attention types alone
+    assert counts["ablate_head"] == 22 + 3 * 12 and counts["finetune"] == 1 and counts["prune"] == 2 * 3 + 3
+    heads = set(re.findall(r"output: results/encoders_t5/(\w+)/ablation/(enc_self|enc_dec|dec_self)-", result.stdout))
+    assert heads == {("modernbert_mnli", "enc_self"), ("flan_t5_en_fr", "enc_self"), ("flan_t5_en_fr", "enc_dec"),
+                     ("flan_t5_en_fr", "dec_self")}
+    from headprune.studies import Pipeline
+
+    pipeline = Pipeline.from_file(ROOT / "configs" / "encoders_t5.yaml")
+    assert pipeline.study("flan_t5_en_fr").params["source_prefix"] == "translate English to French: "
+    assert "source_prefix" not in pipeline.study("modernbert_mnli").params
+
+
 def write_config_from(base, change):
     import tempfile
 

@@ -169,11 +169,15 @@ def attention_backend(model, name: str):
             set_backend(model, before)
 
 
-def load_seq2seq(path, device="cpu", dtype: str = "float32", gpus: int = 1, src_code=None, tgt_code=None):
-    """(encoder-decoder, tokenizer) of transformers' own translation models (Marian, BART/mBART, M2M100/NLLB).
+def load_seq2seq(path, device="cpu", dtype: str = "float32", gpus: int = 1, src_code=None, tgt_code=None,
+                 source_prefix: str | None = None, languages: tuple[str, str] | None = None):
+    """(encoder-decoder, tokenizer) of transformers' own translation models (Marian, BART/mBART, M2M100/NLLB, T5).
 
     ``src_code``/``tgt_code`` are the tokenizer's language codes of the multilingual ones (NLLB:
     eng_Latn, fra_Latn): the source side is tagged with the first, the target forced to start with the second.
+    ``source_prefix`` is put before every source sentence (T5's "translate English to French: "); None: the one the
+    checkpoint's config declares for ``languages`` (``task_specific_params["translation_en_to_fr"]["prefix"]``, as
+    transformers' translation pipeline reads it), else none.
     """
     from transformers import AutoTokenizer
 
@@ -184,7 +188,33 @@ def load_seq2seq(path, device="cpu", dtype: str = "float32", gpus: int = 1, src_
     tokenizer = AutoTokenizer.from_pretrained(path, **({"src_lang": src_code} if src_code else {}))
     if tgt_code:
         model.generation_config.forced_bos_token_id = tokenizer.convert_tokens_to_ids(tgt_code)
+    if source_prefix is None and languages is not None:
+        task = (getattr(model.config, "task_specific_params", None) or {}).get("translation_{}_to_{}".format(*languages))
+        source_prefix = (task or {}).get("prefix")
+    if source_prefix:
+        tokenizer = PrefixedSources(tokenizer, source_prefix)
     return model.eval(), tokenizer
+
+
+class PrefixedSources:
+    """A tokenizer that puts ``prefix`` before every source text it is called with (its first argument; targets come
+    as ``text_target``) and is the wrapped tokenizer in everything else (decoding, saving, special tokens)."""
+
+    def __init__(self, tokenizer, prefix: str):
+        self.__dict__["tokenizer"], self.__dict__["prefix"] = tokenizer, prefix
+
+    def __call__(self, text=None, *args, **kwargs):
+        if isinstance(text, str):
+            text = self.prefix + text
+        elif text is not None:
+            text = [self.prefix + t for t in text]
+        return self.tokenizer(text, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["tokenizer"], name)
+
+    def __len__(self):
+        return len(self.tokenizer)
 
 
 def seq2seq_class(path):

@@ -59,7 +59,9 @@ class Kind(base.Kind):
 
         if converted_from_fairseq(path):
             return load_translation(path, study["src_lang"], study["tgt_lang"], device)
-        return load_seq2seq(path, device, src_code=study.get("src_code"), tgt_code=study.get("tgt_code"), **options)
+        return load_seq2seq(path, device, src_code=study.get("src_code"), tgt_code=study.get("tgt_code"),
+                            source_prefix=study.get("source_prefix"),
+                            languages=(study.get("src_lang", "en"), study.get("tgt_lang", "fr")), **options)
 
     # --- resolution ---------------------------------------------------------------------------
 
