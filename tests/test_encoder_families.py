@@ -37,6 +37,7 @@ import pytest
 import torch
 
 from encoder_zoo import HEADS, LAYERS, NOT_BUILT, VOCAB, class_name, encoder_types, tiny_model
+import models_table
 from headprune.models import families
 from headprune.models.export import save_pruned
 from headprune.models.families.encoder import EncoderAdapter
@@ -45,8 +46,6 @@ from headprune.models.heads import adapter_for, full_gates, gated
 from headprune.models.masking import Mean, Streaming, Uniform
 from headprune.models.prune import load_pruned_weights, prune_heads
 
-ROOT = Path(__file__).resolve().parents[1]
-DOCS = ROOT / "docs" / "models.md"
 BEGIN, END = "<!-- encoder-families: begin (tests/test_encoder_families.py) -->", "<!-- encoder-families: end -->"
 OUTCOMES = ("passes", "gating only", "refused", "fails", "not an encoder", "not built")
 REMOVE = {0: [1], 1: [0, 1, 2, 3]}  # layer 1 keeps no head; under 2 key/value heads, layer 0 reads them unevenly
@@ -305,21 +304,11 @@ def render(results: dict[str, tuple[str, str]]) -> str:
 
 
 def documented() -> dict[str, str]:
-    text = DOCS.read_text()
-    if BEGIN not in text:
-        return {}
-    block = text[text.index(BEGIN):text.index(END)]
-    return {m.group(1): m.group(2) for m in re.finditer(r"^\| (\S+) \| ([a-z -]+) \|", block, re.MULTILINE)}
+    return models_table.documented(BEGIN, END)
 
 
 def write_table(results) -> None:
-    text = DOCS.read_text()
-    block = render(results)
-    if BEGIN in text:
-        text = text[:text.index(BEGIN)] + block + text[text.index(END) + len(END):]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    DOCS.write_text(text)
+    models_table.write_block(BEGIN, END, render(results))
 
 
 def test_every_encoder_family_of_the_registry(tmp_path):

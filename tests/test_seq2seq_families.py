@@ -40,6 +40,7 @@ import pytest
 import torch
 
 from seq2seq_zoo import HEADS, LAYERS, NOT_TEXT, VOCAB, model_types, tiny_config, tiny_model
+import models_table
 from headprune.models import families
 from headprune.models.export import save_pruned
 from headprune.models.families.seq2seq import Seq2SeqAdapter
@@ -48,8 +49,6 @@ from headprune.models.heads import adapter_for, full_gates, gated
 from headprune.models.masking import Mean, Streaming, Uniform
 from headprune.models.prune import load_pruned_weights, prune_heads
 
-ROOT = Path(__file__).resolve().parents[1]
-DOCS = ROOT / "docs" / "models.md"
 BEGIN, END = "<!-- seq2seq-families: begin (tests/test_seq2seq_families.py) -->", "<!-- seq2seq-families: end -->"
 OUTCOMES = ("passes", "gating only", "refused", "fails", "not built")
 STACKS = ("enc_self", "enc_dec", "dec_self")
@@ -303,21 +302,11 @@ def render(results: dict[str, tuple[str, str]]) -> str:
 
 
 def documented() -> dict[str, str]:
-    text = DOCS.read_text()
-    if BEGIN not in text:
-        return {}
-    block = text[text.index(BEGIN):text.index(END)]
-    return {m.group(1): m.group(2) for m in re.finditer(r"^\| (\S+) \| ([a-z -]+) \|", block, re.MULTILINE)}
+    return models_table.documented(BEGIN, END)
 
 
 def write_table(results) -> None:
-    text = DOCS.read_text()
-    block = render(results)
-    if BEGIN in text:
-        text = text[:text.index(BEGIN)] + block + text[text.index(END) + len(END):]
-    else:
-        text = text.rstrip("\n") + "\n\n## Encoder-decoder families\n\n" + block + "\n"
-    DOCS.write_text(text)
+    models_table.write_block(BEGIN, END, render(results))
 
 
 def test_every_encoder_decoder_of_the_registry(tmp_path):

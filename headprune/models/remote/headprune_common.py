@@ -176,3 +176,21 @@ class EncoderDecoderModel(PrunedModel):
                    attention.out_proj)
         attention.__class__ = pruned_class(self.headless, type(attention))
         attention.num_heads = len(heads)
+
+
+def classes_made_on_demand(module_name: str, mixin: type, classes) -> "callable":
+    """A modeling file's module ``__getattr__``: ``Pruned<class>`` for each transformers class in ``classes``, made
+    on first use as that class with ``mixin`` first (the name config.json's ``auto_map`` gives)."""
+    import transformers
+
+    made: dict[str, type] = {}
+
+    def __getattr__(name: str):
+        base = name.removeprefix("Pruned")
+        if not name.startswith("Pruned") or base not in classes:
+            raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
+        if name not in made:
+            made[name] = type(name, (mixin, getattr(transformers, base)), {"__module__": module_name})
+        return made[name]
+
+    return __getattr__

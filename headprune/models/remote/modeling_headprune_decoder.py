@@ -13,11 +13,10 @@ from_pretrained loads them. The attention type is "dec_self".
 """
 from __future__ import annotations
 
-import transformers
 from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
                                                     MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES, MODEL_MAPPING_NAMES)
 
-from .headprune_common import ADDED_BIAS_KEY, DEC_SELF, add_bias, kept_heads
+from .headprune_common import ADDED_BIAS_KEY, DEC_SELF, add_bias, classes_made_on_demand, kept_heads
 from .headprune_attention import keep_heads, needs_headprune_attention, run_through_headprune
 from .headprune_decoder import layouts
 
@@ -41,14 +40,4 @@ class PrunedDecoder:
 
 _CLASSES = (set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values()) | set(MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES.values())
             | set(MODEL_MAPPING_NAMES.values()))
-_made: dict[str, type] = {}
-
-
-def __getattr__(name: str):
-    base = name.removeprefix("Pruned")
-    if not name.startswith("Pruned") or base not in _CLASSES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    if name not in _made:
-        family = getattr(transformers, base)
-        _made[name] = type(name, (PrunedDecoder, family), {"__module__": __name__})
-    return _made[name]
+__getattr__ = classes_made_on_demand(__name__, PrunedDecoder, _CLASSES)

@@ -14,10 +14,9 @@ from_pretrained loads them. The attention type is "enc_self".
 """
 from __future__ import annotations
 
-import transformers
 from transformers.models.auto.modeling_auto import MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES, MODEL_MAPPING_NAMES
 
-from .headprune_common import ADDED_BIAS_KEY, ENC_SELF, add_bias, kept_heads
+from .headprune_common import ADDED_BIAS_KEY, ENC_SELF, add_bias, classes_made_on_demand, kept_heads
 from .headprune_attention import run_through_headprune
 from .headprune_decoder import DecoderLayout
 from .headprune_encoder import encoder_layouts, keep_encoder_heads
@@ -42,14 +41,4 @@ class PrunedEncoder:
 
 
 _CLASSES = set(MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES.values()) | set(MODEL_MAPPING_NAMES.values())
-_made: dict[str, type] = {}
-
-
-def __getattr__(name: str):
-    base = name.removeprefix("Pruned")
-    if not name.startswith("Pruned") or base not in _CLASSES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    if name not in _made:
-        family = getattr(transformers, base)
-        _made[name] = type(name, (PrunedEncoder, family), {"__module__": __name__})
-    return _made[name]
+__getattr__ = classes_made_on_demand(__name__, PrunedEncoder, _CLASSES)

@@ -29,14 +29,13 @@ import inspect
 import types
 import weakref
 
-import transformers
 from torch import nn
 from transformers.models.auto.modeling_auto import MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES, MODEL_MAPPING_NAMES
 
 from .headprune_attention import _output_projection, keep_heads, register
-from .headprune_common import pruned_class
 from .modeling_headprune_fsmt import PrunedAttention as PrunedFSMTAttention
-from .headprune_common import ADDED_BIAS_KEY, DEC_SELF, ENC_DEC, ENC_SELF, add_bias, cache_without_heads, kept_heads
+from .headprune_common import (ADDED_BIAS_KEY, DEC_SELF, ENC_DEC, ENC_SELF, add_bias, cache_without_heads,
+                               classes_made_on_demand, kept_heads, pruned_class)
 from .headprune_decoder import POSITION_BIASES, PREFIX, DecoderLayout, LayerConfig, _out_features
 
 LAYER_LISTS = ("layers", "block", "layer")
@@ -246,13 +245,4 @@ class PrunedSeq2Seq:
 
 
 _CLASSES = set(MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES.values()) | set(MODEL_MAPPING_NAMES.values())
-_made: dict[str, type] = {}
-
-
-def __getattr__(name: str):
-    base = name.removeprefix("Pruned")
-    if not name.startswith("Pruned") or base not in _CLASSES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    if name not in _made:
-        _made[name] = type(name, (PrunedSeq2Seq, getattr(transformers, base)), {"__module__": __name__})
-    return _made[name]
+__getattr__ = classes_made_on_demand(__name__, PrunedSeq2Seq, _CLASSES)
