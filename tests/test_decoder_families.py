@@ -32,8 +32,6 @@ import contextlib
 import copy
 import os
 import re
-import subprocess
-import sys
 import textwrap
 import warnings
 from pathlib import Path
@@ -45,6 +43,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from decoder_zoo import (HEADS, LAYERS, NOT_BUILT, VOCAB, TooLarge, class_name, meta_model, model_types, same_class,
                          tiny_model, wrapper_types)
+import registry_checks
 from headprune.models import families
 from headprune.models.export import save_pruned
 from headprune.models.families.decoder import DecoderAdapter, layout_problem
@@ -205,19 +204,19 @@ def check_family(model_type: str, folder: Path, wrapper: bool = False) -> tuple[
             model = tiny_model(model_type, wrapper)
         except TooLarge as error:  # what the adapter makes of its layout, on the meta device
             problem = layout_problem(meta_model(model_type, wrapper))
-            return ("refused", problem) if problem else ("not built", _line(error))
+            return ("refused", problem) if problem else ("not built", registry_checks.one_line(error))
         except Exception as error:  # the builder could not make this type at tiny size
-            return "not built", _line(error)
+            return "not built", registry_checks.one_line(error)
     ids, mask = _batch()
     try:
         plain = _logits(model, ids, mask)
     except Exception as error:  # the builder's tiny config does not run for this type
-        return "not built", f"its tiny model does not run: {_line(error)}"
+        return "not built", f"its tiny model does not run: {registry_checks.one_line(error)}"
     adapter = DecoderAdapter()
     try:
         sites = adapter.sites(model)
     except (ValueError, AttributeError, TypeError) as error:
-        return "refused", _line(error)
+        return "refused", registry_checks.one_line(error)
     step = "heads"
     try:
         reference = reference_layers(model)
@@ -287,15 +286,9 @@ def check_family(model_type: str, folder: Path, wrapper: bool = False) -> tuple[
         torch.save({"ids": ids, "mask": mask, "logits": reference_logits, "generated": got,
                     "auto": "AutoModelForCausalLM" if not wrapper else None}, folder / "expected.pt")
     except Exception as error:
-        return "fails", f"{step}: {_line(error)}"
+        return "fails", f"{step}: {registry_checks.one_line(error)}"
     return "passes", "; ".join(refused)
 
-
-def _line(error) -> str:
-    cause = error.__cause__ if type(error).__name__ == "StrictDataclassClassValidationError" else None
-    text = str(cause or error).strip()  # a config validator's own words, not the dataclass wrapper's
-    text = text.splitlines()[0] if text else type(error).__name__
-    return f"{type(cause or error).__name__}: {text}"[:200]
 
 
 EXPORT_CHECK = textwrap.dedent("""
@@ -345,11 +338,7 @@ def family_tables(tmp_path) -> dict[str, dict[str, tuple[str, str]]]:
     exported = [tmp_path / "causal" / t for t, (outcome, _) in tables["causal"].items() if outcome == "passes"]
     exported += [tmp_path / "wrappers" / t for t in EXPORT_WRAPPERS
                  if tables["wrappers"][t][0] == "passes" and not same_class(t)]
-    run = subprocess.run([sys.executable, "-c", EXPORT_CHECK, *map(str, exported)], capture_output=True, text=True,
-                         cwd=tmp_path, timeout=600, env={**os.environ, "PYTHONPATH": "", "OMP_NUM_THREADS": "1"})
-    for folder in exported:
-        verdict = re.search(rf"^EXPORT {re.escape(str(folder))} (.*)$", run.stdout, re.MULTILINE)
-        verdict = verdict.group(1) if verdict else f"no answer ({run.stderr.strip()[-150:]})"
+    for folder, verdict in registry_checks.export_verdicts(EXPORT_CHECK, exported, tmp_path).items():
         if verdict != "ok":
             tables[folder.parent.name][folder.name] = ("fails", f"export: {verdict}")
     for model_type in wrapper_types():  # a shared row after its export verdict

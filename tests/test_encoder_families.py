@@ -25,9 +25,6 @@ import contextlib
 import copy
 import inspect
 import os
-import re
-import subprocess
-import sys
 import textwrap
 import warnings
 from pathlib import Path
@@ -37,7 +34,7 @@ import pytest
 import torch
 
 from encoder_zoo import HEADS, LAYERS, NOT_BUILT, VOCAB, class_name, encoder_types, tiny_model
-import models_table
+import registry_checks
 from headprune.models import families
 from headprune.models.export import save_pruned
 from headprune.models.families.encoder import EncoderAdapter
@@ -182,19 +179,19 @@ def check_family(model_type: str, folder: Path) -> tuple[str, str]:
         try:
             model = tiny_model(model_type)
         except Exception as error:
-            return "not built", _line(error)
+            return "not built", registry_checks.one_line(error)
     if _declares_causal(model):  # its config says bidirectional, its attention modules say causal (GPT-NeoX)
         return "not an encoder", "its attention modules declare is_causal"
     ids, mask = _batch()
     try:
         plain = _logits(model, ids, mask)
     except Exception as error:
-        return "not built", f"its tiny model does not run: {_line(error)}"
+        return "not built", f"its tiny model does not run: {registry_checks.one_line(error)}"
     adapter = EncoderAdapter(model_type)
     try:
         sites = adapter.sites(model)
     except (ValueError, AttributeError, TypeError) as error:
-        return "refused", _line(error)
+        return "refused", registry_checks.one_line(error)
     step = "heads"
     try:
         reference = reference_layers(model)
@@ -241,15 +238,9 @@ def check_family(model_type: str, folder: Path) -> tuple[str, str]:
         assert gap < GATED_CLOSE, f"reloaded != pruned ({gap:.1e})"
         torch.save({"ids": ids, "mask": mask, "logits": masked}, folder / "expected.pt")
     except Exception as error:
-        return "fails", f"{step}: {_line(error)}"
+        return "fails", f"{step}: {registry_checks.one_line(error)}"
     return "passes", "; ".join(notes)
 
-
-def _line(error) -> str:
-    cause = error.__cause__ if type(error).__name__ == "StrictDataclassClassValidationError" else None
-    text = str(cause or error).strip()
-    text = text.splitlines()[0] if text else type(error).__name__
-    return f"{type(cause or error).__name__}: {text}"[:200]
 
 
 EXPORT_CHECK = textwrap.dedent("""
@@ -285,11 +276,7 @@ def family_table(tmp_path) -> dict[str, tuple[str, str]]:
     finally:
         torch.set_num_threads(threads)
     exported = [tmp_path / t for t, (outcome, _) in results.items() if outcome == "passes"]
-    run = subprocess.run([sys.executable, "-c", EXPORT_CHECK, *map(str, exported)], capture_output=True, text=True,
-                         cwd=tmp_path, timeout=600, env={**os.environ, "PYTHONPATH": "", "OMP_NUM_THREADS": "1"})
-    for folder in exported:
-        verdict = re.search(rf"^EXPORT {re.escape(str(folder))} (.*)$", run.stdout, re.MULTILINE)
-        verdict = verdict.group(1) if verdict else f"no answer ({run.stderr.strip()[-150:]})"
+    for folder, verdict in registry_checks.export_verdicts(EXPORT_CHECK, exported, tmp_path).items():
         if verdict != "ok":
             results[folder.name] = ("fails", f"export: {verdict}")
     return results
@@ -304,11 +291,11 @@ def render(results: dict[str, tuple[str, str]]) -> str:
 
 
 def documented() -> dict[str, str]:
-    return models_table.documented(BEGIN, END)
+    return registry_checks.documented(BEGIN, END)
 
 
 def write_table(results) -> None:
-    models_table.write_block(BEGIN, END, render(results))
+    registry_checks.write_block(BEGIN, END, render(results))
 
 
 def test_every_encoder_family_of_the_registry(tmp_path):

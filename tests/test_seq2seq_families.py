@@ -28,9 +28,6 @@ from __future__ import annotations
 
 import copy
 import os
-import re
-import subprocess
-import sys
 import textwrap
 import warnings
 from pathlib import Path
@@ -40,7 +37,7 @@ import pytest
 import torch
 
 from seq2seq_zoo import HEADS, LAYERS, NOT_TEXT, VOCAB, model_types, tiny_config, tiny_model
-import models_table
+import registry_checks
 from headprune.models import families
 from headprune.models.export import save_pruned
 from headprune.models.families.seq2seq import Seq2SeqAdapter
@@ -164,12 +161,12 @@ def check_family(model_type: str, folder: Path) -> tuple[str, str]:
             batch = _batch()
             plain = _logits(model, batch)
         except Exception as error:  # the tiny config does not build or run for this type
-            return "not built", _line(error)
+            return "not built", registry_checks.one_line(error)
     adapter = adapter_for(model)
     try:
         sites = adapter.sites(model)
     except (ValueError, AttributeError, TypeError) as error:
-        return "refused", _line(error)
+        return "refused", registry_checks.one_line(error)
     step = "heads"
     try:
         reference = reference_attention(model)
@@ -232,14 +229,9 @@ def check_family(model_type: str, folder: Path) -> tuple[str, str]:
         assert gap < GATED_CLOSE, f"reloaded != pruned ({gap:.1e})"
         torch.save({"batch": batch, "logits": gated_logits, "generated": got}, folder / "expected.pt")
     except Exception as error:
-        return "fails", f"{step}: {_line(error)}"
+        return "fails", f"{step}: {registry_checks.one_line(error)}"
     return "passes", "; ".join(notes)
 
-
-def _line(error) -> str:
-    text = str(error).strip()
-    text = text.splitlines()[0] if text else type(error).__name__
-    return f"{type(error).__name__}: {text}"[:200]
 
 
 EXPORT_CHECK = textwrap.dedent("""
@@ -278,11 +270,7 @@ def family_table(tmp_path) -> dict[str, tuple[str, str]]:
     finally:
         torch.set_num_threads(threads)
     exported = [tmp_path / t for t, (outcome, _) in results.items() if outcome == "passes"]
-    run = subprocess.run([sys.executable, "-c", EXPORT_CHECK, *map(str, exported)], capture_output=True, text=True,
-                         cwd=tmp_path, timeout=600, env={**os.environ, "PYTHONPATH": "", "OMP_NUM_THREADS": "1"})
-    for folder in exported:
-        verdict = re.search(rf"^EXPORT {re.escape(str(folder))} (.*)$", run.stdout, re.MULTILINE)
-        verdict = verdict.group(1) if verdict else f"no answer ({run.stderr.strip()[-150:]})"
+    for folder, verdict in registry_checks.export_verdicts(EXPORT_CHECK, exported, tmp_path).items():
         if verdict != "ok":
             results[folder.name] = ("fails", f"export: {verdict}")
     return results
@@ -302,11 +290,11 @@ def render(results: dict[str, tuple[str, str]]) -> str:
 
 
 def documented() -> dict[str, str]:
-    return models_table.documented(BEGIN, END)
+    return registry_checks.documented(BEGIN, END)
 
 
 def write_table(results) -> None:
-    models_table.write_block(BEGIN, END, render(results))
+    registry_checks.write_block(BEGIN, END, render(results))
 
 
 def test_every_encoder_decoder_of_the_registry(tmp_path):
