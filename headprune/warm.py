@@ -56,10 +56,12 @@ PRELOAD = ("numpy", "pandas", "torch", "transformers", "matplotlib.figure", "mat
            "headprune.experiments.stats", "headprune.experiments.figures", "headprune.data.batching",
            "headprune.data.bpe", "headprune.experiments.beam_search", "headprune.experiments.shared_layers",
            "headprune.experiments.perplexity",
-           # what a job's first model load imports (0.1-0.3 s of a 0.5 s ablation job on the demo; the model
-           # code of every family comes with headprune.models.families, in serve):
+           # what a job's first model load imports (0.1-0.3 s of a 0.5 s ablation job on the demo; FSMT's model
+           # code comes with headprune.models.families, in serve, M2M100's with headprune.models.prenorm, BERT's,
+           # which no family file imports since the generic encoder adapter serves it, here):
            "transformers.models.auto.tokenization_auto", "transformers.tokenization_utils_tokenizers",
            "transformers.modeling_layers", "transformers.models.bert.tokenization_bert", "transformers.models.align",
+           "transformers.models.bert.modeling_bert",
            # what every job's Snakemake preamble imports (0.05-0.15 s), what a figure's PDF and a BLEU
            # significance test import (0.3 s: fontTools; 1.2 s: compare_mt pulls in nltk)
            "snakemake.script", "matplotlib.backends.backend_pdf", "compare_mt.scorers",
@@ -263,7 +265,7 @@ def serve(folder_path: str, name: str, idle: float = IDLE_SECONDS, lock: int | N
             importlib.import_module(module)
     from headprune.models.families import families
 
-    families()  # every family's adapter and transformers model code: a job's first adapter lookup imports them
+    families()  # every family's adapter (and FSMT's model code): a job's first adapter lookup imports them
     _first_ops()
     with contextlib.suppress(Exception):  # an optimization only: transformers builds this table (900 regular
         # expressions, 0.2 s) on a process's first from_pretrained and caches it; build it here, once for all jobs

@@ -287,19 +287,20 @@ def test_plain_transformers_loads_the_pruned_model(exported, family):
 
 
 def test_every_family_headprune_prunes_is_exported():
+    from headprune.models.export import DECODER_FILE, ENCODER_FILE, SEQ2SEQ_FILE, remote_file
     from headprune.models.families import families
 
-    from headprune.models.export import DECODER_FILE, remote_file
-
     served = {t for module in families().values() for t in getattr(module, "MODEL_TYPES", ())}
-    assert served == set(REMOTE_FILES)
+    assert served == set(REMOTE_FILES) == {"fsmt"}  # the one family with an adapter of its own
     built = {CASES[f][0]().config.model_type: CASES[f][0]() for f in CASES}
     assert served <= set(built)
-    # the decoder-only families (here llama, mistral, qwen2, gpt2) through the generic file
-    # (tests/test_decoder_families.py exports every family of the registry that passes)
-    decoders = {t for t, model in built.items() if t not in served}
-    assert decoders == {"llama", "mistral", "qwen2", "gpt2"}
-    assert {remote_file(built[t]).name for t in decoders} == {DECODER_FILE}
+    # every other family through the generic adapter's file (tests/test_decoder_families.py,
+    # test_encoder_families.py and test_seq2seq_families.py export every family of the registries that passes)
+    files = {t: remote_file(model).name for t, model in built.items() if t not in served}
+    assert {t for t, name in files.items() if name == DECODER_FILE} == {"llama", "mistral", "qwen2", "gpt2"}
+    assert {t for t, name in files.items() if name == ENCODER_FILE} == {"bert", "roberta", "xlm-roberta", "electra",
+                                                                        "distilbert", "deberta-v2"}
+    assert {t for t, name in files.items() if name == SEQ2SEQ_FILE} == {"m2m_100", "bart", "mbart", "marian"}
 
 
 @pytest.mark.parametrize("family", list(CASES))
@@ -351,7 +352,7 @@ def test_the_exported_config_and_modeling_files(exported):
                                               for t, layers in ENCODER_DECODER.items()}
     # headprune's pre-norm transformer: its own class, no base model (its source vocabulary sits above it)
     prenorm = json.loads((exported["prenorm"][3] / "config.json").read_text())
-    assert prenorm["auto_map"] == {"AutoModelForSeq2SeqLM": "modeling_headprune_bart.PrunedPreNormTransformer"}
+    assert prenorm["auto_map"] == {"AutoModelForSeq2SeqLM": "modeling_headprune_seq2seq.PrunedPreNormTransformer"}
     assert prenorm["architectures"] == ["PreNormTransformer"]
 
 
@@ -375,8 +376,13 @@ def test_modeling_files_import_only_torch_transformers_and_the_common_module(nam
 
 @pytest.mark.parametrize("name, siblings", [
     ("modeling_headprune_decoder.py", {"headprune_common", "headprune_decoder", "headprune_attention"}),
-    ("headprune_decoder.py", set()), ("headprune_attention.py", {"headprune_common", "headprune_decoder"})])
-def test_the_generic_decoder_files_import_only_torch_and_transformers(name, siblings):
+    ("headprune_decoder.py", set()), ("headprune_attention.py", {"headprune_common", "headprune_decoder"}),
+    ("modeling_headprune_encoder.py", {"headprune_common", "headprune_attention", "headprune_decoder",
+                                       "headprune_encoder"}),
+    ("headprune_encoder.py", {"headprune_attention", "headprune_decoder"}),
+    ("modeling_headprune_seq2seq.py", {"headprune_common", "headprune_attention", "headprune_decoder",
+                                       "modeling_headprune_fsmt"})])
+def test_the_generic_files_import_only_torch_and_transformers(name, siblings):
     packages, found = imports_of(name)
     assert packages <= {"__future__", "functools", "inspect", "sys", "types", "weakref", "torch", "transformers"}
     assert found == siblings

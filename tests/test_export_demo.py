@@ -120,7 +120,7 @@ def test_the_demo_translation_models_are_fairseqs_two_layouts(exported):
     prenorm = exported["prenorm"][0]
     assert type(prenorm).__name__ == "PreNormTransformer" and prenorm.config.tie_word_embeddings
     config = json.loads((exported["prenorm"][4] / "config.json").read_text())
-    assert config["auto_map"]["AutoModelForSeq2SeqLM"] == "modeling_headprune_bart.PrunedPreNormTransformer"
+    assert config["auto_map"]["AutoModelForSeq2SeqLM"] == "modeling_headprune_seq2seq.PrunedPreNormTransformer"
 
 
 def test_headprune_prune_exports_the_demo_llama_with_its_model_card(demo, tmp_path):

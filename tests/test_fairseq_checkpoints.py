@@ -323,7 +323,7 @@ def pre_norm_folder(tmp_path, layout, **overrides):
 def test_pre_norm_checkpoint_matches_reference(tmp_path, layout):
     folder, state, args = pre_norm_folder(tmp_path, layout)
     model, _ = fs.load_fairseq_translation_model(folder)
-    assert model.config.model_type == "m2m_100" and adapter_for(model).family == "m2m100"
+    assert model.config.model_type == "m2m_100" and adapter_for(model).family == "m2m_100"
     assert_matches_reference(folder, model, state, args)
     shares_output = PRE_NORM_LAYOUTS[layout][2]
     assert (model.lm_head.weight is model.model.decoder.embed_tokens.weight) == shares_output

@@ -1,8 +1,8 @@
 """Every true encoder-decoder of text in transformers' seq2seq registry through the generic adapter (issue #45).
 
 Each model type is a tiny random model (tests/seq2seq_zoo.py: 2 layers per stack, 4 heads), built once. The generic
-adapter (``headprune.models.families.seq2seq.Seq2SeqAdapter``, forced even where a hand-written family file serves
-the type) must:
+adapter (``headprune.models.families.seq2seq.Seq2SeqAdapter``, forced even where FSMT's family file serves the type)
+must:
 
 1. find the heads of each stack and layer, as many as the config says, and they are the attention modules this
    test finds by its own rules (``reference_attention``: get_encoder()/get_decoder(), the stack's list of as many
@@ -18,8 +18,9 @@ the type) must:
 6. the exported folder loads in plain transformers (AutoModelForSeq2SeqLM) with headprune blocked from import (one
    subprocess for every passing type), with the same logits and generate().
 
-And on marian, bart, mbart and m2m_100 the generic adapter gives the gated and pruned outputs of their hand-written
-family files (the reference for removing those files).
+And on m2m_100 (headprune's PreNormTransformer and NLLB's dense layout), bart, mbart and marian the generic adapter
+computes what their hand-written family files did before they were deleted (tests/family_reference.py: gated, masked
+and pruned logits, importance scores, beam search and generate() on the pruned model).
 
 docs/models.md's "Encoder-decoder families" table holds the outcomes: this test fails when a type it lists as
 passing no longer passes, and rewrites the table with HEADPRUNE_WRITE_MODELS_TABLE=1.
@@ -36,7 +37,9 @@ from unittest import mock
 import pytest
 import torch
 
+from conftest import SWITCHED
 from seq2seq_zoo import HEADS, LAYERS, NOT_TEXT, VOCAB, model_types, tiny_config, tiny_model
+import family_reference
 import registry_checks
 from headprune.models import families
 from headprune.models.export import save_pruned
@@ -57,7 +60,6 @@ CHANGED = 1e-7
 # Pruning is checked under eager too where the family's eager and sdpa paths differ in what headprune changes
 # (T5's position bias reaches each backend its own way) and on a sample of the BART-style ones
 EAGER_SAMPLE = ("t5", "mt5", "umt5", "longt5", "switch_transformers", "bart", "pegasus")
-HAND_WRITTEN = ("marian", "bart", "mbart", "m2m_100")
 
 
 def generic_adapter():
@@ -310,25 +312,9 @@ def test_every_encoder_decoder_of_the_registry(tmp_path):
         assert results[must][0] == "passes", (must, results[must])
 
 
-# --- The generic adapter against the hand-written family files ----------------------------------------------
+# --- The generic adapter against the hand-written family files it replaced ------------------------------------
 
-@pytest.mark.parametrize("model_type", HAND_WRITTEN)
-def test_generic_adapter_equals_the_family_file(model_type):
-    torch.manual_seed(0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model = tiny_model(model_type)
-    batch = _batch()
-    own = adapter_for(model)
-    assert not isinstance(own, Seq2SeqAdapter), f"{model_type} is served by {type(own).__name__}"
-    with generic_adapter():
-        generic_gated = _gated_logits(model, REMOVE, batch)
-        generic_pruned = prune_heads(copy.deepcopy(model), REMOVE)
-        generic_logits, generic_tokens = _logits(generic_pruned, batch), _generate(generic_pruned, batch)
-    own_gated = _gated_logits(model, REMOVE, batch)
-    assert torch.equal(generic_gated, own_gated)
-    assert _close(generic_gated, _logits(model, batch)) > CHANGED  # the gates act
-    own_pruned = prune_heads(model, REMOVE)
-    assert type(own_pruned.model.encoder.layers[1].self_attn).__name__.startswith("Prunable")  # its own pruning
-    assert _close(generic_logits, _logits(own_pruned, batch)) < GATED_CLOSE
-    assert torch.equal(generic_tokens, _generate(own_pruned, batch))
+@pytest.mark.skipif(SWITCHED, reason="the reference was written on the CPU in float32")
+@pytest.mark.parametrize("family", family_reference.SEQ2SEQ)
+def test_generic_adapter_keeps_the_family_files_outputs(family):
+    family_reference.assert_keeps_reference(family, "Seq2SeqAdapter")

@@ -132,7 +132,7 @@ def test_pruned_bert_predicts_what_the_gated_bert_predicts():
     pruned = speed.pruned_copy(model, removed)
     batch = bert_batch(batch=4)
     inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
-    check = speed.check_pruned_equals_gated(model, pruned, removed, [speed.Batch(inputs, 4)], "bert")
+    check = speed.check_pruned_equals_gated(model, pruned, removed, [speed.Batch(inputs, 4)])
     assert check["check_items"] == 4 and check["check_agreement"] == 1.0
     assert check["check_max_abs_diff"] < 1e-5
     # and the check notices a model that is not the gated one
@@ -144,7 +144,7 @@ def test_pruned_bert_predicts_what_the_gated_bert_predicts():
         expected = model(**inputs).logits
     with torch.no_grad():
         got = other(**inputs).logits
-    differs = speed.check_pruned_equals_gated(model, other, removed, [speed.Batch(inputs, 4)], "bert")
+    differs = speed.check_pruned_equals_gated(model, other, removed, [speed.Batch(inputs, 4)])
     assert differs["check_max_abs_diff"] == pytest.approx(float((expected - got).abs().max()))
     assert differs["check_max_abs_diff"] > 1e-3
 
@@ -160,7 +160,7 @@ def test_pruned_translation_model_generates_what_the_gated_one_generates():
     ids[2, 2] = EOS
     inputs = {"input_ids": ids, "attention_mask": (ids != PAD).long()}
     make = lambda m: speed.translate_step(m, beam=3, max_len_b=5)  # noqa: E731
-    check = speed.check_pruned_equals_gated(model, pruned, removed, [speed.Batch(inputs, 3)], "fsmt", make)
+    check = speed.check_pruned_equals_gated(model, pruned, removed, [speed.Batch(inputs, 3)], make)
     assert check["check_items"] == 3 and check["check_agreement"] == 1.0
     assert math.isnan(check["check_max_abs_diff"])
     clock = FakeClock(itertools.count(0, 0.5))

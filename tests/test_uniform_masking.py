@@ -263,5 +263,5 @@ def test_unknown_masking_capture_and_relative_positions_are_refused():
     model.config.position_embedding_type = "absolute"
     forward(model, batch, full_gates(model))
     site_of(model, "enc_self", 1).attention.distance_embedding = torch.nn.Embedding(3, 4)
-    with pytest.raises(ValueError, match="enc_self layer 1 .* adds distance_embedding"):
+    with pytest.raises(ValueError, match=r"layer 1 \(BertSelfAttention\) has distance_embedding beside"):
         forward(model, batch, full_gates(model))

@@ -298,14 +298,15 @@ def _strip(ids: torch.Tensor, pad: int | None) -> list[int]:
 
 @torch.no_grad()
 def check_pruned_equals_gated(original, pruned, heads: Sequence[HeadId], batches: Sequence[Batch],
-                              family: str, step_factory: Callable | None = None, logits: bool | None = None) -> dict:
+                              step_factory: Callable | None = None, logits: bool | None = None) -> dict:
     """Does the pruned model predict what the full model with those heads gated off predicts?
 
-    Logits (classification, an LM's prefill): agreement of the argmax over items (tokens) and the largest
-    |logit difference|. Generation: share of items whose output ids are identical (max diff NaN).
+    Logits (classification, an LM's prefill; the default but for a translation model): agreement of the argmax
+    over items (tokens) and the largest |logit difference|. Generation: share of items whose output ids are
+    identical (max diff NaN).
     """
     gates = gates_without(original, heads)
-    logits = family == "bert" if logits is None else logits
+    logits = task_of(original) != "translate" if logits is None else logits
     make = step_factory or (classify_step if logits else translate_step)
     gated_step, pruned_step = make(original), make(pruned)
     pad = getattr(original.config, "pad_token_id", None)
@@ -393,8 +394,7 @@ def speed_study(study: str, model, tokenizer, evalset, importance: pd.DataFrame,
     check_unit = UNITS[task][0]
     check_batches = [b.to(device) for b in batches_by_size[check_unit, max(settings.batch_sizes)]]
     step = None if task != "translate" else (lambda m: translate_step(m, settings.beam, settings.lenpen))
-    check = check_pruned_equals_gated(model, pruned, removed, check_batches, family, step,
-                                      logits=task in ("classify", "lm"))
+    check = check_pruned_equals_gated(model, pruned, removed, check_batches, step, logits=task in ("classify", "lm"))
     if log:
         log.info("%s: pruned = gated on %.1f%% of %d items (max |logit diff| %s)", study,
                  100 * check["check_agreement"], check["check_items"], check["check_max_abs_diff"])
@@ -469,8 +469,7 @@ def table4_markdown(summary: pd.DataFrame, evalset_name: str | None = None,
     percent = f"{first['prune_percent']:g}" if not pd.isna(first["prune_percent"]) else \
         f"{100 * first['heads_pruned'] / first['heads_total']:g}"
     units = list(dict.fromkeys(summary["unit"]))
-    model = ("BERT" if first["family"] == "bert" else f"causal LM ({first['family']})" if "decode tokens" in units
-             else "translation model, beam search" if first["unit"] == "sentences" else first["family"])
+    model = _model_words(first["family"], units)
     on = f" of {evalset_name}" if evalset_name else ""
     lines = [
         f"**Table 4** ({first['study']}, {model}): {' and '.join(units)} per second, mean ± std over {int(first['runs'])} "
@@ -491,8 +490,7 @@ def table4_markdown(summary: pd.DataFrame, evalset_name: str | None = None,
     if len(units) == 1 and (summary["batch_size"] > items).any():
         lines += ["", f"Batch sizes above {items} run one batch of all {items} {first['unit']}."]
     if not pd.isna(first["check_items"]):
-        what = ("predictions" if first["family"] == "bert" else "next-token predictions" if len(units) > 1
-                else "translations")
+        what = {"examples": "predictions", "sentences": "translations"}.get(units[0], "next-token predictions")
         line = (f"Check: the pruned model's {what} equal the gated full model's on "
                 f"{round(first['check_agreement'] * first['check_items'])} of {int(first['check_items'])} "
                 f"{first['unit']}")
@@ -501,6 +499,15 @@ def table4_markdown(summary: pd.DataFrame, evalset_name: str | None = None,
         lines += ["", line + "."]
     lines.append("")
     return "\n".join(lines)
+
+
+def _model_words(family: str, units: list[str]) -> str:
+    """What Table 4's caption calls the model: by what it was timed on, and its family (the model type)."""
+    if units == UNITS["classify"]:
+        return "BERT" if family == "bert" else f"encoder classifier ({family})"
+    if units == UNITS["translate"]:
+        return "translation model, beam search"
+    return f"causal LM ({family})"
 
 
 def table4(runs: pd.DataFrame, facts: dict, out_runs, out_csv, out_md, evalset_name: str | None = None) -> pd.DataFrame:

@@ -7,7 +7,7 @@ with the helper module it imports (``headprune_common.py``), copied as they are:
 torch and transformers, named in config.json's ``auto_map``. Then, on a machine without headprune,
 
     AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)                # every decoder-only family
-    AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True)   # the BERT family
+    AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True)   # the encoders
     AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)               # the translation models
     AutoModel.from_pretrained(folder, trust_remote_code=True)                            # the base model (not pre-norm)
 
@@ -19,16 +19,19 @@ folder as before, and ``from_config`` without ``trust_remote_code`` still builds
 are safetensors only.
 
 Families exported (config.model_type -> modeling file): every decoder-only family the generic adapter serves
-(``modeling_headprune_decoder.py`` with ``headprune_decoder.py`` and ``headprune_attention.py``: llama, mistral, qwen2/3, gemma 2/3, gpt2,
-gpt_neox, ...; grouped-query attention, uneven kv groups after pruning, layers with no heads), every encoder the
-generic encoder adapter serves (``modeling_headprune_encoder.py`` with ``headprune_encoder.py`` beside the decoder's
-files: modernbert, camembert, mpnet, ...), ``bert`` (the classification
-encoders: bert, roberta, xlm-roberta, electra, distilbert, deberta-v2), ``fsmt`` (fairseq's post-norm
-transformer) and ``bart`` (bart, mbart, marian, m2m_100, and headprune's ``PreNormTransformer``, fairseq's
-pre-norm transformer, rebuilt there from its config), and every other encoder-decoder the generic seq2seq adapter
-serves (``modeling_headprune_seq2seq.py`` with the decoder's helper files: t5, mt5, umt5, pegasus, ...; also a bart,
-mbart, marian, m2m_100 or fsmt model pruned through it). The encoder-decoders are pruned in all three attention
-types, each layer on its own.
+(``modeling_headprune_decoder.py`` with ``headprune_decoder.py`` and ``headprune_attention.py``: llama, mistral,
+qwen2/3, gemma 2/3, gpt2, gpt_neox, ...; grouped-query attention, uneven kv groups after pruning, layers with no
+heads), every encoder the generic encoder adapter serves (``modeling_headprune_encoder.py`` with
+``headprune_encoder.py`` beside the decoder's files: bert, roberta, xlm-roberta, electra, distilbert, deberta-v2,
+modernbert, camembert, mpnet, ...), every encoder-decoder the generic seq2seq adapter serves
+(``modeling_headprune_seq2seq.py`` with the decoder's helper files: m2m_100, bart, mbart, marian, t5, mt5, umt5,
+pegasus, ..., and headprune's ``PreNormTransformer``, fairseq's pre-norm transformer, rebuilt there from its config)
+and ``fsmt`` (fairseq's post-norm transformer, ``modeling_headprune_fsmt.py``). The encoder-decoders are pruned in
+all three attention types, each layer on its own.
+
+Folders saved before issue #45 name ``modeling_headprune_bert.py`` or ``modeling_headprune_bart.py`` in their
+``auto_map``: they carry their own copies of those files, so plain transformers still loads them, and headprune's
+``load_pruned_weights`` builds transformers' class and prunes it by the config, never reading the folder's code.
 """
 from __future__ import annotations
 
@@ -42,15 +45,8 @@ from headprune.models.attention_types import AUDIO_SELF, DEC_SELF, ENC_DEC, ENC_
 
 REMOTE = Path(__file__).resolve().parent / "remote"  # the modeling files (package data)
 
-# config.model_type -> the modeling file that serves it
-REMOTE_FILES = {
-    "bert": "modeling_headprune_bert.py", "roberta": "modeling_headprune_bert.py",
-    "xlm-roberta": "modeling_headprune_bert.py", "electra": "modeling_headprune_bert.py",
-    "distilbert": "modeling_headprune_bert.py", "deberta-v2": "modeling_headprune_bert.py",
-    "fsmt": "modeling_headprune_fsmt.py",
-    "bart": "modeling_headprune_bart.py", "mbart": "modeling_headprune_bart.py",
-    "marian": "modeling_headprune_bart.py", "m2m_100": "modeling_headprune_bart.py",
-}
+# config.model_type -> the modeling file that serves it, for the families with an adapter of their own
+REMOTE_FILES = {"fsmt": "modeling_headprune_fsmt.py"}
 
 # The Auto classes a pruned model loads with, and transformers' table of the classes each builds (by model type)
 AUTO_CLASSES = {"AutoModelForCausalLM": "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
@@ -71,44 +67,22 @@ ENCODER_FILE = "modeling_headprune_encoder.py"  # every encoder the generic enco
 
 
 def _modeling_name(model) -> str | None:
-    model_type = getattr(model.config, "model_type", None)
-    if getattr(model.config, "is_encoder_decoder", False) and _generic_seq2seq(model):
-        return SEQ2SEQ_FILE
-    if _generic_encoder(model):
-        return ENCODER_FILE
-    if model_type in REMOTE_FILES:
-        return REMOTE_FILES[model_type]
+    """The modeling file of the adapter that serves ``model`` (it rebuilds what that adapter cut), None if none does
+    or its family is not exported."""
     from headprune.models.families.decoder import DecoderAdapter
-    from headprune.models.heads import adapter_for
-
-    try:
-        return DECODER_FILE if isinstance(adapter_for(model), DecoderAdapter) else None
-    except ValueError:  # no adapter at all
-        return None
-
-
-def _generic_encoder(model) -> bool:
-    """Whether the generic encoder adapter serves ``model`` (also a type a hand-written file exports, when the
-    generic adapter pruned it: its modeling file rebuilds what that adapter cut)."""
     from headprune.models.families.encoder import EncoderAdapter
-    from headprune.models.heads import adapter_for
-
-    try:
-        return isinstance(adapter_for(model), EncoderAdapter)
-    except ValueError:
-        return False
-
-
-def _generic_seq2seq(model) -> bool:
-    """Whether the generic encoder-decoder adapter serves ``model`` (before a hand-written family's file: a model
-    pruned by it is cut as its modeling file rebuilds)."""
     from headprune.models.families.seq2seq import Seq2SeqAdapter
     from headprune.models.heads import adapter_for
 
     try:
-        return isinstance(adapter_for(model), Seq2SeqAdapter)
-    except ValueError:
-        return False
+        adapter = adapter_for(model)
+    except ValueError:  # no adapter at all
+        return None
+    generic = ((DecoderAdapter, DECODER_FILE), (EncoderAdapter, ENCODER_FILE), (Seq2SeqAdapter, SEQ2SEQ_FILE))
+    for adapter_class, name in generic:
+        if isinstance(adapter, adapter_class):
+            return name
+    return REMOTE_FILES.get(getattr(model.config, "model_type", None))
 
 
 def remote_file(model) -> Path:
@@ -116,7 +90,8 @@ def remote_file(model) -> Path:
     model_type = getattr(model.config, "model_type", None)
     if _modeling_name(model) is None:
         raise ValueError(f"a pruned {type(model).__name__} (model type {model_type!r}) cannot be exported for plain "
-                         f"transformers; exported model types: {', '.join(sorted(REMOTE_FILES))}")
+                         "transformers; exported: the model types the generic decoder, encoder and encoder-decoder "
+                         f"adapters serve (docs/models.md) and {', '.join(sorted(REMOTE_FILES))}")
     return REMOTE / _modeling_name(model)
 
 

@@ -1,29 +1,29 @@
-"""One head adapter per model family, one file each: a new family is a new file here and nothing else.
+"""The head adapters: one generic adapter each for decoders, encoders and encoder-decoders, and a file per family
+they cannot serve (FSMT's); such a family is a new file here and nothing else.
 
 Every family answers one question, ``match(model)``: its adapter for ``model`` (a ``headprune.models.heads.HeadAdapter``
 subclass: where the heads are, how a batch flows, how a site is physically pruned), or None. A family module
-either defines ``match`` itself (the generic decoder adapter: by the layout transformers declares; BERT: by model
-type or by BERT's layout) or declares ``ADAPTER`` and ``MODEL_TYPES`` (the ``config.model_type`` values it
-serves), which ``match`` here reads. ``adapter_for_model`` asks the family named after the model type first (a
-job then imports no other family's transformers code), then the generic encoder adapter for an encoder (as
-transformers declares it: ``headprune_encoder.is_encoder``) or the generic decoder adapter for any other model,
-then the others. A refusal names the model type, its class and what it was read as (an encoder, an
-encoder-decoder, a decoder-only LM).
+either defines ``match`` itself (the generic adapters: by the layout transformers declares) or declares ``ADAPTER``
+and ``MODEL_TYPES`` (the ``config.model_type`` values it serves), which ``match`` here reads. ``adapter_for_model``
+asks the family named after the model type first (``fsmt``: a job then imports no other family's transformers
+code), then the generic adapter for what transformers declares the model to be: an encoder-decoder
+(``config.is_encoder_decoder``), an encoder (``headprune_encoder.is_encoder``) or a decoder-only LM; then the
+others. A refusal names the model type, its class and what it was read as.
 
 Families (and the model types they serve):
 
 - encoders for classification, encoder self-attention only: ``encoder``, ONE generic adapter for every encoder
-  whose layout it finds that no file below names (ModernBERT, CamemBERT, ALBERT, MPNet, ...: docs/models.md);
-  ``bert`` (bert, and for gating BERT-layout types the generic one does not find: ConvBERT),
-  ``roberta`` (roberta, xlm-roberta), ``electra`` (electra), ``distilbert`` (distilbert), ``deberta_v2``
-  (deberta-v2, which DeBERTa-v3 checkpoints are: disentangled relative-position attention);
-- encoder-decoders for translation, all three attention types: ``fsmt`` (fsmt: fairseq's post-norm
-  transformer), ``m2m100`` (m2m_100: fairseq's pre-norm transformer, M2M100, and NLLB-200's dense
-  models, which are m2m_100 too), ``bart`` (bart), ``mbart`` (mbart), ``marian`` (marian: opus-mt);
+  whose layout it finds (BERT, RoBERTa, XLM-R, ELECTRA, DistilBERT, DeBERTa-v2/v3, ModernBERT, CamemBERT, ALBERT,
+  MPNet, ConvBERT's attention heads for gating, ...: docs/models.md);
+- encoder-decoders for translation, all three attention types: ``seq2seq``, ONE generic adapter for every
+  encoder-decoder whose layout it finds (M2M100 and NLLB-200's dense models, headprune's ``PreNormTransformer``
+  (fairseq's pre-norm transformer, model type m2m_100), BART, mBART, Marian, T5, Pegasus, ...: docs/models.md);
+  ``fsmt`` (fsmt: fairseq's post-norm transformer, the study's fairseq checkpoints, with its own time-major beam
+  steps);
 - decoder-only LMs: ``decoder``, ONE generic adapter for every family of transformers' causal-LM registry whose
   layout it finds, multimodal wrappers through their language model (llama, mistral, qwen2/3, gemma 2/3,
   gpt2, gpt_neox, gpt_oss, phi3, deepseek_v3, ...: docs/models.md), by layout, not by model type;
-  ``causal_lm`` holds the causal-LM batch and loss.
+  ``causal_lm`` holds the causal-LM batch and loss, ``classifier`` the encoders'.
 """
 from __future__ import annotations
 
@@ -47,8 +47,8 @@ def families() -> dict[str, object]:
 
 
 def _named_after(model_type) -> object | None:
-    """The family module named after the model type (``bert``, ``deberta_v2``), if there is one: a job that
-    finds its family there does not import the other families' transformers code (0.3-0.5 s)."""
+    """The family module named after the model type (``fsmt``), if there is one: a job that finds its family
+    there does not import the other families' transformers code (0.3-0.5 s)."""
     name = str(model_type).replace("-", "_")
     return importlib.import_module(f"{__name__}.{name}") if name in family_names() else None
 
@@ -67,22 +67,13 @@ def adapter_for_model(model):
     adapter = match(named, model) if named is not None else None
     if adapter is not None:
         return adapter
-    # An encoder (as transformers declares it) through the generic encoder adapter, a decoder-only LM through the
-    # generic decoder adapter, without importing the other families' code
-    encoder = importlib.import_module(f"{__name__}.encoder")
-    decoder = importlib.import_module(f"{__name__}.decoder")
-    reads_as_encoder = encoder.layout_of.is_encoder(model)
-    if reads_as_encoder:  # a hand-written encoder family keeps the types it names (xlm-roberta is roberta's)
-        for module in families().values():
-            if model_type in getattr(module, "MODEL_TYPES", ()) and module is not named:
-                adapter = match(module, model)
-                if adapter is not None:
-                    return adapter
-    adapter = (encoder if reads_as_encoder else decoder).match(model)
+    # The generic adapter for what transformers declares the model to be, without importing the other families' code
+    generic = importlib.import_module(f"{__name__}.{_generic_family(model)}")
+    adapter = generic.match(model)
     if adapter is not None:
         return adapter
-    # The family that names the type (m2m_100 is m2m100's), then those that recognise a layout (BERT's)
-    others = [m for m in families().values() if m is not named and m not in (decoder, encoder)]
+    # A family that names the type, then those that recognise a layout the generic adapter does not find
+    others = [m for m in families().values() if m is not named and m is not generic]
     for module in sorted(others, key=lambda m: model_type not in getattr(m, "MODEL_TYPES", ())):
         adapter = match(module, model)
         if adapter is not None:
@@ -90,16 +81,20 @@ def adapter_for_model(model):
     raise ValueError(refusal(model))
 
 
-def refusal(model) -> str:
-    """Why no family serves ``model``, naming its model type, its class and what it was read as."""
+def _generic_family(model) -> str:
+    """The generic family module for what transformers declares ``model`` to be."""
     from headprune.models.remote.headprune_encoder import is_encoder
 
-    model_type = getattr(model.config, "model_type", None)
     if getattr(model.config, "is_encoder_decoder", False):
-        read, problem = "an encoder-decoder", importlib.import_module(f"{__name__}.seq2seq").layout_problem(model)
-    elif is_encoder(model):
-        read, problem = "an encoder", importlib.import_module(f"{__name__}.encoder").layout_problem(model)
-    else:
-        read, problem = "a decoder-only LM", importlib.import_module(f"{__name__}.decoder").layout_problem(model)
+        return "seq2seq"
+    return "encoder" if is_encoder(model) else "decoder"
+
+
+def refusal(model) -> str:
+    """Why no family serves ``model``, naming its model type, its class and what it was read as."""
+    model_type = getattr(model.config, "model_type", None)
+    family = _generic_family(model)
+    read = {"seq2seq": "an encoder-decoder", "encoder": "an encoder", "decoder": "a decoder-only LM"}[family]
+    problem = importlib.import_module(f"{__name__}.{family}").layout_problem(model)
     return (f"no head adapter for model type {model_type!r} ({type(model).__name__}), read as {read}: "
             + (problem or "add a file to headprune/models/families/"))

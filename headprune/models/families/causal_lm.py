@@ -1,7 +1,7 @@
-"""What the decoder-only families share (``gpt2``, ``llama``): the batch, the next-token loss and the masks
-of a causal LM (every attention is decoder self-attention, ``DEC_SELF``), ``ValueView``, and the
-parameter slicing their ``prune_site`` use. Streaming masking (``headprune.models.heads.Streaming``) runs on
-them: their attention modules take the causal mask as an ``attention_mask`` argument.
+"""What the decoder-only LMs share (the generic ``decoder`` adapter's): the batch, the next-token loss and the masks
+of a causal LM (every attention is decoder self-attention, ``DEC_SELF``), and ``ValueView`` (the generic adapters'
+view of grouped or fused values). Streaming masking (``headprune.models.heads.Streaming``) runs on them: their
+attention modules take the causal mask as an ``attention_mask`` argument.
 
 A causal-LM batch is a dict of (batch, time) tensors: ``input_ids``, ``attention_mask`` (1 on real
 tokens; left or right padding) and optionally ``labels``, aligned with ``input_ids`` as in
@@ -135,18 +135,3 @@ class ValueView:
 
     def __repr__(self):
         return f"ValueView({type(self.module).__name__})"
-
-
-def head_rows(positions_: list[int], head_dim: int, device) -> torch.Tensor:
-    """Indices of the features of the heads at ``positions_`` in a head-major (heads * head_dim) axis."""
-    return torch.tensor([p * head_dim + i for p in positions_ for i in range(head_dim)], dtype=torch.long,
-                        device=device)
-
-
-def keep_indices(module: nn.Module, name: str, dim: int, index: torch.Tensor):
-    """Replace parameter ``name`` of ``module`` by its slice along ``dim``, keeping dtype, device, requires_grad."""
-    old = getattr(module, name)
-    if old is None:
-        return
-    setattr(module, name, nn.Parameter(old.detach().index_select(dim, index.to(old.device)).clone(),
-                                       requires_grad=old.requires_grad))

@@ -1,4 +1,4 @@
-"""What every encoder for classification shares (``bert`` and its hand-written copies, the generic ``encoder``):
+"""What every encoder for classification shares (the generic ``encoder`` adapter's):
 the batch, the classification loss and the masks. Every attention is encoder self-attention (``ENC_SELF``):
 bidirectional, over the real tokens.
 

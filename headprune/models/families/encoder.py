@@ -7,14 +7,17 @@ Both travel with an exported model (``modeling_headprune_encoder.py``). This ada
 self-attention, ``ENC_SELF``), the classification batch and loss (``ClassifierAdapter``, BERT's), and what a family
 cannot do, each refused in one line that names why:
 
-- uniform masking zeroes a head's query at its query projection; it is exact where the attention calls
-  transformers' attention interface (scores are query . key plus the mask) and nothing with parameters sits beside
-  the projections, refused elsewhere (DeBERTa's relative positions, MPNet's bias, Longformer's windows);
+- uniform masking zeroes a head's query at its query projection; it is exact where the scores are query . key plus
+  the mask: the attention calls transformers' attention interface (or is of ``OWN_SCORES``), nothing with parameters
+  sits beside the projections and the config adds no relative positions (``relative_positions``); refused elsewhere
+  (DeBERTa's relative positions, MPNet's bias, Longformer's windows);
 - streaming masking is a causal-LM idea, refused for every encoder;
-- pruning is refused where a layer's modules span all heads (``DecoderLayout.pruning_problem``).
+- pruning is refused where a layer's modules span all heads (``DecoderLayout.pruning_problem``) or its class cannot
+  run with fewer heads (``headprune_encoder.NOT_PRUNABLE``).
 
-The hand-written encoder families (bert, roberta, electra, distilbert, deberta_v2) keep their model types; this
-adapter serves every other encoder (``match``: an encoder as transformers declares it, ``headprune_encoder.is_encoder``).
+It serves every encoder (``match``: an encoder as transformers declares it, ``headprune_encoder.is_encoder``): BERT and
+its copies (RoBERTa, XLM-R, ELECTRA), DistilBERT and DeBERTa-v2/v3 included, whose hand-written adapters it replaced
+(their outputs kept: tests/data/hand_written_families_reference.pt).
 """
 from __future__ import annotations
 
@@ -24,6 +27,10 @@ from headprune.models.families.classifier import ClassifierAdapter
 from headprune.models.remote import headprune_attention as attention_of
 from headprune.models.remote import headprune_encoder as layout_of
 from headprune.models.sites import AttentionSite
+
+# Attention classes whose own forward (not transformers' attention interface) scores query . key, scaled, plus the
+# mask, and beyond that only the relative-position terms their config turns on (``relative_positions``): DeBERTa's
+OWN_SCORES = ("DisentangledSelfAttention",)
 
 
 class EncoderAdapter(ClassifierAdapter):
@@ -38,6 +45,9 @@ class EncoderAdapter(ClassifierAdapter):
         return [_site(layout) for layout in layout_of.encoder_layouts(model)]
 
     def prune_site(self, site: AttentionSite, keep: list[int]):
+        problem = layout_of.pruning_problem(site.layout)
+        if problem is not None:
+            raise ValueError(f"layer {site.layer}: {problem}")
         layout_of.keep_encoder_heads(site.layout, keep)
 
     def finish_pruning(self, model):
@@ -54,9 +64,13 @@ class EncoderAdapter(ClassifierAdapter):
         return None
 
     def uniform_masking_problem(self, model, sites):
+        problem = relative_positions(layout_of.text_config(model))
+        if problem is not None:
+            return problem
         for site in sites:
             where = f"layer {site.layer} ({type(site.attention).__name__})"
-            if not attention_of.uses_attention_interface(site.attention):
+            own_scores = type(site.attention).__name__ in OWN_SCORES
+            if not own_scores and not attention_of.uses_attention_interface(site.attention):
                 return f"{where} does not call transformers' attention interface, so its scores may be more than query . key"
             layout = site.layout
             if layout.with_queries:
@@ -73,6 +87,21 @@ class EncoderAdapter(ClassifierAdapter):
     def streaming_masking_problem(self, model, sites):
         return (f"{self.family} is an encoder: its self-attention is bidirectional, and streaming heads are a "
                 "causal-LM idea")
+
+
+def relative_positions(config) -> str | None:
+    """Why the config's relative positions keep a zero query from attending uniformly (None: it adds none), whatever
+    computes the scores: BERT's copies' position_embedding_type other than "absolute" (transformers 5's BERT ignores
+    it: a checkpoint asking for it is refused rather than masked as a model it is not), DeBERTa's pos_att_type terms
+    under relative_attention."""
+    kind = getattr(config, "position_embedding_type", None)
+    if kind not in (None, "absolute"):
+        return (f"the model's config asks for position_embedding_type={kind!r}: relative positions add to the "
+                "attention scores")
+    terms = getattr(config, "pos_att_type", None) or []
+    if getattr(config, "relative_attention", False) and terms:
+        return f"DeBERTa's disentangled attention adds relative-position terms ({', '.join(terms)}) to its scores"
+    return None
 
 
 def layout_problem(model) -> str | None:
@@ -102,6 +131,7 @@ def _site(layout) -> AttentionSite:
     values = ValueView(value, layout.value_features) if grouped else value
     site = AttentionSite(ENC_SELF, layout.layer, layout.attention, query, key, values, output,
                          head_dim=layout.head_dim, original_num_heads=layout.original_heads, time_major=False)
+    site.extra_features = layout.extra_features  # ConvBERT's convolution heads: passed as they are
     site.layout = layout
     return site
 

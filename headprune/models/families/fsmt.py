@@ -22,8 +22,7 @@ class FSMTAdapter(Seq2SeqBatch):
     """transformers' FSMT: fairseq's post-norm transformer, run on fairseq checkpoints.
 
     Its layers hold ``self_attn`` and ``encoder_attn`` modules with q/k/v/out projections, as
-    fairseq's do; subclasses for other encoder-decoder classes with that layout change only
-    how the tensors are laid out. The translation batch and loss are every encoder-decoder's
+    fairseq's do, in (time, batch, dim). The translation batch and loss are every encoder-decoder's
     (``Seq2SeqBatch``, shared with the generic adapter).
     """
 
@@ -49,13 +48,9 @@ class FSMTAdapter(Seq2SeqBatch):
     @contextlib.contextmanager
     def beam_decoding(self, model):
         """Beam search's steps through ``beam_step`` (one query per row; a sentence's beams share its source's
-        keys and values), unless the decoder's attention is not FSMT's (the families that reuse this
-        adapter's layout): then their own forward."""
+        keys and values)."""
         base = model.model if hasattr(model, "model") else model
         attentions = [a for layer in base.decoder.layers for a in (layer.self_attn, layer.encoder_attn)]
-        if any(not isinstance(a, FSMTAttention) for a in attentions):
-            yield False
-            return
         for attention in attentions:
             attention.forward = types.MethodType(beam_step, attention)
         try:

@@ -1,12 +1,14 @@
-"""Every encoder-decoder of transformers through one adapter: ``Seq2SeqAdapter`` (T5, mT5, umT5, Pegasus, ...).
+"""Every encoder-decoder of transformers through one adapter: ``Seq2SeqAdapter`` (M2M100 and headprune's
+``PreNormTransformer``, BART, mBART, Marian, T5, mT5, umT5, Pegasus, ...; FSMT has an adapter of its own, ``fsmt.py``).
 
 Where the heads are, how a layer loses some and what a layer left without heads runs travel with an exported model
 (``headprune/models/remote/modeling_headprune_seq2seq.py``: the encoder and decoder transformers' get_encoder() and
 get_decoder() give, each one's layers, per layer its self-attention and the decoder's cross-attention, each a
 ``headprune_decoder.DecoderLayout``); the attention function a pruned T5 runs is ``headprune_attention.py``'s.
 This adapter adds what headprune needs on top: the sites of the three attention types and the translation batch
-and loss (``Seq2SeqBatch``, which the hand-written FSMT adapter and its BART-style subclasses share: batch-major
-tensors, summed token cross entropy, padding and causal masks). Its family is the model type.
+and loss (``Seq2SeqBatch``, which FSMT's adapter shares: batch-major tensors, summed token cross entropy, padding and
+causal masks). Its family is the model type. M2M100, BART, mBART and Marian had adapters of their own until issue
+#45; this one computes what they did (tests/data/hand_written_families_reference.pt).
 
 What a family cannot do is refused in one line: uniform masking where the scores add a relative position bias
 (T5's: a zero query does not attend uniformly), streaming masking (a causal-LM idea), pruning a layer that reads a

@@ -3,11 +3,12 @@
 A pruned model's config is transformers' own, with the original head counts and one more entry:
 ``headprune_pruned_heads``, {attention type: {"<layer>": [removed heads, original indices]}}, the attention
 types being "enc_self" (encoder self-attention), "dec_self" (decoder or causal self-attention) and
-"enc_dec" (cross-attention). Each modeling file subclasses transformers' model classes with ``PrunedModel``
-mixed in first: the model is built as transformers builds it, then every attention with heads removed
-gets the shapes of the saved weights (the kept heads' rows of the query, key and value projections,
-columns of the output projection), so that from_pretrained loads them. Only the shapes change, not the
-order: the kept heads were saved in their original order. Imports only torch and transformers.
+"enc_dec" (cross-attention). Each modeling file subclasses transformers' model classes with a mixin first
+(FSMT's ``PrunedModel`` here, the generic files' their own, made on demand by ``classes_made_on_demand``): the
+model is built as transformers builds it, then every attention with heads removed gets the shapes of the saved
+weights (the kept heads' rows of the query, key and value projections, columns of the output projection), so
+that from_pretrained loads them. Only the shapes change, not the order: the kept heads were saved in their
+original order. Imports only torch and transformers.
 
 A model pruned with bias compensation (headprune's ``prune_heads(..., constants=)``: the removed heads'
 constant outputs folded into their output projection's bias) may have biases its family's projections lack
@@ -86,43 +87,6 @@ def cache_without_heads(cache, is_cross: bool, layer_idx: int, batch: int, lengt
         cache.is_updated[layer_idx] = True
 
 
-class HeadlessAttention:
-    """Mixed in before a BART-style attention class (BART, mBART, Marian, M2M100 and the pre-norm layout): it also
-    runs with no heads left. Its output is then the output projection's bias, and its cache entry keeps the
-    decoded length (``cache_without_heads``). headprune's own pruning uses this class too."""
-
-    def forward(self, hidden_states, key_value_states=None, past_key_values=None, attention_mask=None, **kwargs):
-        if self.num_heads > 0:
-            return super().forward(hidden_states, key_value_states=key_value_states,
-                                   past_key_values=past_key_values, attention_mask=attention_mask, **kwargs)
-        is_cross = key_value_states is not None
-        source = key_value_states if is_cross else hidden_states  # (batch, time, dim)
-        cache_without_heads(past_key_values, is_cross, self.layer_idx, source.shape[0], source.shape[1],
-                            self.head_dim, source)
-        return self.out_proj(hidden_states.new_zeros(*hidden_states.shape[:-1], 0)), None
-
-
-class HeadlessSelfAttention:
-    """A BERT- or DeBERTa-style self-attention that also runs with no heads left: its output is then empty
-    (the output projection, outside it, adds its bias alone)."""
-
-    def forward(self, hidden_states, *args, **kwargs):
-        if self.num_attention_heads > 0:
-            return super().forward(hidden_states, *args, **kwargs)
-        queries = kwargs.get("query_states")  # DeBERTa's enhanced mask decoder queries other states
-        queries = hidden_states if queries is None else queries
-        return queries.new_zeros(*queries.shape[:-1], 0), None
-
-
-class HeadlessDistilBertAttention:
-    """With no heads left its output is ``out_lin``'s bias."""
-
-    def forward(self, hidden_states, *args, **kwargs):
-        if self.n_heads > 0:
-            return super().forward(hidden_states, *args, **kwargs)
-        return self.out_lin(hidden_states.new_zeros(*hidden_states.shape[:-1], 0)), None
-
-
 class PrunedModel:
     """Mixed in before a transformers model class: builds the model as that class does, then cuts each
     attention with heads removed to the heads the config keeps.
@@ -157,8 +121,8 @@ class PrunedModel:
 
 class EncoderDecoderModel(PrunedModel):
     """An encoder-decoder whose layers hold ``self_attn`` (and, in the decoder, ``encoder_attn``) modules with
-    q/k/v/out projections and ``num_heads``, as fairseq's do: FSMT and BART's copies (BART, mBART, Marian,
-    M2M100). ``headless`` is the mixin the family's attention runs with when heads are removed."""
+    q/k/v/out projections and ``num_heads``, as fairseq's do: FSMT. ``headless`` is the mixin the family's attention
+    runs with when heads are removed."""
 
     headless = None
 

@@ -239,10 +239,13 @@ class DecoderLayout:
     position_biases: tuple[str, ...] = ()  # POSITION_BIASES where headprune_attention picks each layer's heads
 
     def __init__(self, layer: int, attention: nn.Module, config, model_type: str | None = None, *,
-                 declared: Declared | None = None, owner: tuple | None = None, output: tuple | None = None):
+                 declared: Declared | None = None, owner: tuple | None = None, output: tuple | None = None,
+                 extra_features: int = 0):
         self.layer, self.attention, self.owner = layer, attention, owner
         # (module, attribute) of an output projection outside the attention module (BERT's attention.output.dense)
         self.outside = output
+        # Input features of the output projection after the heads' that are no head's (ConvBERT's convolution heads)
+        self.extra_features = extra_features
         self.fused = None
         declared_outputs = [n for n in (declared.outputs if declared else ()) if _is_projection(getattr(attention, n, None))]
         output_names = tuple(declared_outputs[:1]) + OUTPUT_NAMES if len(declared_outputs) == 1 else OUTPUT_NAMES
@@ -280,7 +283,7 @@ class DecoderLayout:
         self.original_heads = int(getattr(attention, PREFIX + "original_heads", None)
                                   or _config_value(config, ("num_attention_heads", "n_head", "num_heads")))
         self.kept = list(getattr(attention, PREFIX + "kept_heads", range(self.original_heads)))
-        width = _out_features(self.output, inputs=True)
+        width = _out_features(self.output, inputs=True) - extra_features
         self.head_dim = width // len(self.kept) if self.kept else int(getattr(attention, PREFIX + "head_dim"))
         if self.kept and width != len(self.kept) * self.head_dim:
             raise ValueError(f"layer {layer}: the output projection reads {width} features, not a multiple of "

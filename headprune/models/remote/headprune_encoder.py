@@ -15,7 +15,8 @@ transformers 5 declares no tensor- or pipeline-parallel plan for its encoders, s
   outside it: ``OUTSIDE`` names where, beside the q/k/v module in their common parent (``attention.output.dense``);
 - per-head projections read with the queries (DeBERTa's positions, Longformer's global attention) are
   ``headprune_decoder.WITH_QUERIES``; ALBERT's one layer, run by every layer, is found through its config's
-  ``num_hidden_groups`` (each layer one run of it: gated on its own, never pruned).
+  ``num_hidden_groups`` (each layer one run of it: gated on its own, never pruned); ConvBERT's output projection
+  reads its convolution heads' features after its attention heads' (``EXTRA_OUTPUT_FEATURES``: gated, never pruned).
 
 What else a family differs by is declared data below (``HEAD_BIASES``, ``NOT_PRUNABLE``, ``HEADLESS_RESULTS``,
 ``PER_HEAD_CHANNELS``), applied by ``keep_encoder_heads`` (headprune's pruning and the exported modeling file alike).
@@ -45,8 +46,13 @@ LAYER_COUNTS = ("num_hidden_layers", "n_layers", "num_layers")
 # scores (MPNet's relative position bias, LayoutLMv3's 1-D and 2-D ones, computed once for every layer): a pruned
 # layer takes its kept heads' slices (``pick_head_biases``)
 HEAD_BIASES = ("position_bias", "rel_pos", "rel_2d_pos")
+# Attention classes whose output projection, beside them, reads features after their heads' that are no head's:
+# ConvBERT's convolution heads (its config's num_attention_heads counts them too; the module's own count does not)
+EXTRA_OUTPUT_FEATURES = ("ConvBertSelfAttention",)
 # Attention classes that cannot run with fewer heads, and why (their forward's own assumptions)
 NOT_PRUNABLE = {
+    "ConvBertSelfAttention": "has an output projection that also reads its convolution heads' features, and a "
+                             "convolution that reads every head's query: its attention heads are gated, not pruned",
     "LongformerSelfAttention": "reshapes its heads' output to the hidden size (embed_dim), so it cannot run with "
                                "fewer heads",
     "LSHSelfAttention": "(Reformer's LSH attention) is not checked with fewer heads (the tiny models of "
@@ -100,20 +106,36 @@ def _reads_other_config(attention, config) -> bool:
     return hasattr(own, "to_dict") and own is not config and type(own) is not type(config)
 
 
+def _query_width(attention: nn.Module) -> int | None:
+    return next((_out_features(getattr(attention, q)) for q, _, _ in SEPARATE
+                 if _is_projection(getattr(attention, q, None))), None)
+
+
 def _outside_output(layer: nn.Module, name: str, attention: nn.Module):
     """(module, attribute) of the output projection beside ``attention`` (``OUTSIDE``), where it has none itself and
-    its parent is not the layer (whose own ``output`` is the feed-forward's)."""
+    its parent is not the layer (whose own ``output`` is the feed-forward's); it reads the heads' features alone, or
+    after them features of ``EXTRA_OUTPUT_FEATURES``."""
     if any(_is_projection(getattr(attention, n, None)) for n in OUTPUT_NAMES) or "." not in name:
         return None
     parent = layer.get_submodule(name.rpartition(".")[0])
-    width = next((_out_features(getattr(attention, q)) for q, _, _ in SEPARATE
-                  if _is_projection(getattr(attention, q, None))), None)
+    width = _query_width(attention)
+    wider = type(attention).__name__ in EXTRA_OUTPUT_FEATURES
     for child, names in OUTSIDE:
         holder = getattr(parent, child, None)
         for out in names:
-            if _is_projection(getattr(holder, out, None)) and _out_features(getattr(holder, out), inputs=True) == width:
+            if not _is_projection(getattr(holder, out, None)):
+                continue
+            inputs = _out_features(getattr(holder, out), inputs=True)
+            if inputs == width or (wider and width is not None and inputs > width):
                 return holder, out
     return None
+
+
+def _extra_features(attention: nn.Module, output) -> int:
+    """Input features of the output projection beside ``attention`` after its heads' (``EXTRA_OUTPUT_FEATURES``)."""
+    if output is None or type(attention).__name__ not in EXTRA_OUTPUT_FEATURES:
+        return 0
+    return _out_features(getattr(*output), inputs=True) - _query_width(attention)
 
 
 def layer_list(model) -> tuple[object, nn.ModuleList]:
@@ -167,9 +189,11 @@ def encoder_layouts(model) -> list[DecoderLayout]:
         output = _outside_output(layer, name, attention)
         if output is None and not any(_is_projection(getattr(attention, n, None)) for n in OUTPUT_NAMES):
             raise ValueError(f"layer {i}: {type(attention).__name__} has no output projection of its own "
-                             f"({', '.join(OUTPUT_NAMES)}) nor one beside it that reads its heads' features alone "
-                             "(ConvBERT's reads its convolution heads' too)")
-        found.append(DecoderLayout(i, attention, config, model_type, owner=owner, output=output))
+                             f"({', '.join(OUTPUT_NAMES)}) nor one beside it that reads its heads' features")
+        extra = _extra_features(attention, output)
+        # where the output reads more than the heads, the module's own head count (ConvBERT's config counts more)
+        found.append(DecoderLayout(i, attention, attention if extra else config, model_type, owner=owner,
+                                   output=output, extra_features=extra))
     for layout in found:  # a module that several layers run (ALBERT): each layer is one of its applications
         runs = [other for other in found if other.attention is layout.attention]
         layout.applications, layout.application = len(runs), runs.index(layout)

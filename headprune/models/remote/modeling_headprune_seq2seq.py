@@ -21,6 +21,9 @@ each one a ``headprune_decoder.DecoderLayout``. What differs between families is
 - a layer left without heads runs ``headless_forward``: its output projection's bias, its cache entry kept as long
   as the others' (self- or cross-attention), and, where the family's forward returns a position bias (T5's takes a
   ``position_bias`` argument), the bias it would have passed on.
+
+One class is written out, not made on demand: ``PrunedPreNormTransformer``, headprune's fairseq pre-norm transformer
+(``headprune.models.prenorm.PreNormTransformer``, model type m2m_100), which is no class of transformers.
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ import weakref
 
 from torch import nn
 from transformers.models.auto.modeling_auto import MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES, MODEL_MAPPING_NAMES
+from transformers.models.m2m_100 import modeling_m2m_100
 
 from .headprune_attention import _output_projection, keep_heads, register
 from .modeling_headprune_fsmt import PrunedAttention as PrunedFSMTAttention
@@ -111,7 +115,7 @@ _LAYOUTS: "weakref.WeakKeyDictionary[nn.Module, list]" = weakref.WeakKeyDictiona
 
 def layouts(model) -> list[tuple[str, DecoderLayout]]:
     """(attention type, layout) of every attention of the three stacks: enc_self, enc_dec, dec_self, each in layer
-    order (as headprune's hand-written translation adapters list them); computed once per model."""
+    order (as FSMT's adapter lists them); computed once per model."""
     cached = _LAYOUTS.get(model)
     if cached is not None and all(layout.current() for _, layout in cached):
         return cached
@@ -242,6 +246,42 @@ class PrunedSeq2Seq:
                 add_bias(layout.output)
         if needs_headprune_attention(self):
             run_through_headprune(self)
+
+
+class PrunedPreNormTransformer(PrunedSeq2Seq, modeling_m2m_100.M2M100ForConditionalGeneration):
+    """fairseq's pre-norm transformer (headprune.models.prenorm.PreNormTransformer): M2M100, with a source
+    vocabulary of its own (the config's ``source_vocab_size``; ``vocab_size`` is the target one) and fairseq's
+    three ways of sharing embeddings:
+
+    - ``tie_word_embeddings`` (``--share-all-embeddings``): one matrix for source, target and output, M2M100
+      as it is;
+    - ``share_decoder_input_output_embed`` alone: the output projection is the target embedding matrix, the
+      source has its own;
+    - neither: three matrices.
+    """
+
+    def __init__(self, config):
+        super().__init__(config)
+        if config.tie_word_embeddings:
+            return
+        base = self.model
+        source_vocab_size = getattr(config, "source_vocab_size", None) or config.vocab_size
+        source_embeddings = modeling_m2m_100.M2M100ScaledWordEmbedding(
+            source_vocab_size, config.d_model, config.pad_token_id, embed_scale=base.encoder.embed_tokens.embed_scale)
+        # M2M100's "shared" table is only a tying anchor: here it is the source one, which the encoder reads.
+        base.encoder.embed_tokens = base.shared = source_embeddings
+        if getattr(config, "share_decoder_input_output_embed", False):
+            self.lm_head.weight = base.decoder.embed_tokens.weight
+
+    def get_expanded_tied_weights_keys(self, all_submodels=False):
+        """What is one matrix under several names (save_pretrained writes it once; from_pretrained must not
+        count the others missing): M2M100's own tying with ``tie_word_embeddings``, else the above."""
+        if all_submodels or self.config.tie_word_embeddings:
+            return super().get_expanded_tied_weights_keys(all_submodels)
+        tied = {"model.encoder.embed_tokens.weight": "model.shared.weight"}
+        if getattr(self.config, "share_decoder_input_output_embed", False):
+            tied["lm_head.weight"] = "model.decoder.embed_tokens.weight"
+        return tied
 
 
 _CLASSES = set(MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES.values()) | set(MODEL_MAPPING_NAMES.values())
