@@ -2,7 +2,7 @@
 
     headprune score MODEL --data FILE            I_h and the other criteria: importance.csv
     headprune sweep MODEL --data FILE            the single-head sweep with significance: ablation.csv
-    headprune prune MODEL --data FILE (--percent N | --heads L-H,...) --out FOLDER
+    headprune prune MODEL --data FILE (--percent N | --heads L-H,...) [--layout free|uniform] --out FOLDER
 
 MODEL is a hub id, a model folder or a fairseq tarball. FILE is a text corpus (.txt: language
 modelling, perplexity over windows of --window tokens) or a GLUE-format TSV (.tsv: header
@@ -17,6 +17,7 @@ import logging
 import sys
 from pathlib import Path
 
+from headprune.experiments.layouts import FREE, LAYOUTS, UNIFORM  # no torch: the CLI starts fast
 from headprune.io import atomic
 from headprune.io.machine_failures import machine_failure
 
@@ -115,6 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
     prune.add_argument("--step", type=percent, default=10.0, help="the curve's step in %% of the heads (default: 10)")
     prune.add_argument("--curve", metavar="CSV", help="where the pruning curve goes (default: FOLDER/pruning.csv)")
     prune.add_argument("--seed", type=int, default=0, help="the random order's seed (default: 0)")
+    prune.add_argument("--layout", choices=LAYOUTS, default=FREE,
+                       help="free (default): the least important heads wherever they are, saved with remote code "
+                            "(trust_remote_code=True); uniform: every layer loses as many heads (whole key/value "
+                            "groups), each layer's least important first, the curve one group per layer a step "
+                            "(--step unused), saved as a stock checkpoint any transformers loads (--heads named so "
+                            "too)")
     return parser
 
 
@@ -277,6 +284,7 @@ def cut_point(args, model, tokenizer, evalset, testset, curve, removed, total_he
 
 def run_prune(args):
     from headprune.experiments.criteria import criterion_order, importance_on_pruned, iterative_order
+    from headprune.experiments.layouts import uniform_removal
     from headprune.experiments.runs import all_heads
     from headprune.experiments.sweeps import evalset_batches, pruning_tables, remove_heads, single_head_sweep
 
@@ -296,16 +304,30 @@ def run_prune(args):
                         if args.criterion == "oracle" else None)
             order = criterion_order(args.criterion, importance, heads, ablation=ablation, seed=args.seed)
         curve, _ = pruning_tables(model, tokenizer, evalset, {args.criterion: order}, step_percent=args.step,
-                                  settings=settings(args), study=study_name(args), total_heads=len(heads))
-        removed = order[:int(round(args.percent * len(heads) / 100.0))]
+                                  settings=settings(args), study=study_name(args), total_heads=len(heads),
+                                  layouts=(args.layout,))
+        if args.layout == UNIFORM:
+
+            removed = uniform_removal(order, model, args.percent)
+            log.info("--layout uniform: %d of %d heads (%.1f%%), as many in every layer, for --percent %g",
+                     len(removed), len(heads), 100.0 * len(removed) / len(heads), args.percent)
+        else:
+            removed = order[:int(round(args.percent * len(heads) / 100.0))]
         point = cut_point(args, model, tokenizer, evalset, testset, curve, removed, len(heads))
     from headprune.models.export import save_pruned
+    from headprune.models.stock import save_stock
 
     remove_heads(model, removed)
-    # loads in headprune, and in transformers (trust_remote_code); its model card says how it was pruned
+    # its model card says how it was pruned
     chosen = {} if args.heads is not None else {"criterion": args.criterion, "masking": settings(args).masking,
                                                   "curve_point": point}
-    out = save_pruned(model, tokenizer, args.out, base_model=args.model, **chosen)
+    if args.layout == UNIFORM:  # transformers' own class and config: loads anywhere, no remote code
+        try:
+            out = save_stock(model, tokenizer, args.out, base_model=args.model, **chosen)
+        except ValueError as error:  # the heads or the family a stock class cannot hold
+            raise UsageError(f"--layout uniform: {error}") from None
+    else:  # layers keep their own heads: loads in headprune, and in transformers with trust_remote_code
+        out = save_pruned(model, tokenizer, args.out, base_model=args.model, layout=args.layout, **chosen)
     if args.heads is None:  # after the model: save_pruned replaces the folder
         write_csv(curve, args.curve or out / "pruning.csv")
     log.info("removed %d of %d heads (%s); saved the pruned model to %s", len(removed), len(heads),

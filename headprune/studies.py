@@ -347,6 +347,7 @@ class Dynamics:
                 "settings": {"batch_size": section["batch_size"], "beam": section["beam"], "lenpen": section["lenpen"],
                              "bleu": pruning["bleu"]},
                 "step_percent": section.get("step_percent", pruning["step_percent"]),
+                "layouts": ["free"],  # Figure 5 follows the paper's layout
                 "random_seed": pruning["random_seed"]}
 
     @property

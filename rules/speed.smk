@@ -1,4 +1,5 @@
-"""Table 4: inference speed with 50% of the heads physically removed, against the full model (one job per study)."""
+"""Table 4: inference speed with 50% of the heads physically removed, against the full model (one job per study);
+speed.variants adds the uniform layout and its stock checkpoint."""
 
 
 rule speed:

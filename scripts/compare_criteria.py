@@ -8,13 +8,14 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 import pandas as pd
 
 from headprune.experiments.criteria import summarize
+from headprune.experiments.layouts import free_layout
 from headprune.io import atomic
 from headprune.workflow import load_evalset, logged, read_json
 
 with logged(snakemake) as log:
     study, params = snakemake.params.study, snakemake.params.comparison
     criteria = params["criteria"]
-    scores = pd.concat([pd.read_csv(path) for path in snakemake.input.scores], ignore_index=True)
+    scores = free_layout(pd.concat([pd.read_csv(path) for path in snakemake.input.scores], ignore_index=True))
     curves = (scores[scores["order"].isin(criteria)].rename(columns={"order": "criterion"})
               [["study", "criterion", "step", "percent_pruned", "heads_pruned", "heads_left", "score", "metric"]])
     curves = curves.set_index("criterion").loc[criteria].reset_index()  # the config's order

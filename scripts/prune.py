@@ -63,9 +63,10 @@ with logged(snakemake) as log:
         orders_of[name] = order
     started = time.perf_counter()
     table, step_outputs = pruning_tables(model, tokenizer, evalset, orders_of, step_percent=params["step_percent"],
-                                         settings=settings, study=study["name"], scope=scope, total_heads=len(heads))
-    log.info("eval time %.2f s: %d orders x %d steps, scored", time.perf_counter() - started, len(orders_of),
-             len(table) // len(orders_of))
+                                         settings=settings, study=study["name"], scope=scope, total_heads=len(heads),
+                                         layouts=params["layouts"])
+    log.info("eval time %.2f s: %d orders, %d steps in all, scored", time.perf_counter() - started, len(orders_of),
+             len(table))
     if ablation is not None and table_basis(ablation) != "exhaustive":  # the oracle order stands on a screened Table 1
         table["table1"] = ["screened" if order == "oracle" else "" for order in table["order"]]
     atomic.write_csv(table, snakemake.output.scores, index=False)

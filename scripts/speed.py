@@ -1,4 +1,5 @@
-"""Table 4: time the study's model with its least important heads physically removed against the full model.
+"""Table 4: time the study's model with its least important heads physically removed against the full model
+(and, as speed.variants asks, the uniform and stock variants).
 
 input.model, input.data, input.importance; params.study, params.speed ({eval, settings});
 output.runs (tidy, one row per variant, batch size and run), output.table_csv, output.table_md.
@@ -10,7 +11,8 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 import pandas as pd
 
 from headprune.models.loading import pick_device
-from headprune.experiments.speed import SpeedSettings, speed_study, table4
+from headprune.experiments import table4
+from headprune.experiments.speed import SpeedSettings, speed_study
 from headprune.workflow import load_evalset, load_study_model, logged, threads_for_torch
 
 with logged(snakemake) as log:  # noqa: F821 (snakemake is injected)
@@ -20,9 +22,10 @@ with logged(snakemake) as log:  # noqa: F821 (snakemake is injected)
     model, tokenizer = load_study_model(study, device)
     evalset = load_evalset(params["eval"])
     settings = SpeedSettings(**params["settings"])
-    runs, facts = speed_study(study["name"], model, tokenizer, evalset, pd.read_csv(snakemake.input.importance),  # noqa: F821
-                              settings, device, log)
-    summary = table4(runs, facts, output.runs, output.table_csv, output.table_md, evalset_name=params["eval"]["name"])
+    importance = pd.read_csv(snakemake.input.importance)  # noqa: F821
+    runs, facts = speed_study(study["name"], model, tokenizer, evalset, importance, settings, device, log)
+    summary = table4.write(runs, facts, output.runs, output.table_csv, output.table_md, evalset_name=params["eval"]["name"])
     for row in summary.itertuples():
-        log.info("%s batch %d: original %.1f +- %.1f, pruned %.1f +- %.1f %s/s (%+.1f%%)", row.study, row.batch_size,
-                 row.original_mean, row.original_std, row.pruned_mean, row.pruned_std, row.unit, row.speedup_percent)
+        log.info("%s batch %d: original %.1f +- %.1f, pruned %.1f +- %.1f %s/s (%+.1f%%, %g%% interval %+.1f%% to "
+                 "%+.1f%%)", row.study, row.batch_size, row.original_mean, row.original_std, row.pruned_mean,
+                 row.pruned_std, row.unit, row.speedup_percent, 100 * row.confidence, row.speedup_low, row.speedup_high)

@@ -4,6 +4,7 @@ bad inputs answered with a message naming them and exit status 2."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -133,6 +134,67 @@ def test_prune_named_heads_of_a_classifier(bert, data, tmp_path):
     assert not (out / "pruning.csv").exists()
     model, _ = hp.load_model(out)
     assert model.config.headprune_pruned_heads == {"enc_self": {"0": [1], "1": [0]}}
+
+
+def removed_in_card(folder) -> list[tuple[str, int, int]]:
+    """The heads the model card's table lists as removed."""
+    rows = re.findall(r"^\| .* \((\w+)\) \| (\d+) \| \d+ of \d+ \| ([\d, ]+) \|$", (folder / "README.md").read_text(),
+                      re.MULTILINE)
+    return [(t, int(layer), int(h)) for t, layer, heads in rows for h in heads.split(", ")]
+
+
+def test_prune_with_a_uniform_layout_writes_a_stock_checkpoint(llama, data, tmp_path):
+    """--layout uniform (#46): one whole key/value group off every layer (the Llama has 4 query heads on 2 kv heads
+    a layer), the curve one group a layer a step, and a folder of transformers' own LlamaForCausalLM that loads
+    without remote code and computes the full model with those heads gated off."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    import headprune as hp
+
+    out = tmp_path / "stock"
+    result = headprune("prune", llama, "--data", data["corpus.txt"], "--window", 16, "--percent", 50, "--layout",
+                       "uniform", "--criterion", "entropy_low", "--out", out)
+    assert result.returncode == 0, result.stderr
+    curve = pd.read_csv(out / "pruning.csv")
+    assert set(curve.layout) == {"uniform"} and curve.heads_left.tolist() == [8, 4, 0]
+    assert not list(out.glob("*.py")) and "auto_map" not in (out / "config.json").read_text()
+    card = (out / "README.md").read_text()
+    assert "layout: uniform" in card and "trust_remote_code" not in card and "- pruning curve: cut at 50%" in card
+    removed = removed_in_card(out)
+    groups = {(layer, h // 2) for _, layer, h in removed}  # kv head h // 2: both its query heads gone, one a layer
+    assert len(removed) == 4 and len(groups) == 2 and {layer for layer, _ in groups} == {0, 1}
+    stock = AutoModelForCausalLM.from_pretrained(out, trust_remote_code=False).eval()
+    assert type(stock).__module__.startswith("transformers.") and stock.config.num_attention_heads == 2
+    full, _ = hp.load_model(llama)
+    ids = torch.tensor([[1, 5, 9, 3, 7, 2, 4]])
+    with torch.no_grad(), hp.gated(full, hp.gates_without(full, removed)):
+        expected = full(input_ids=ids).logits
+    with torch.no_grad():
+        assert (stock(input_ids=ids).logits - expected).abs().max() < 1e-5
+
+
+def test_prune_with_a_free_layout_says_so_in_its_card(llama, data, tmp_path):
+    out = tmp_path / "free"
+    result = headprune("prune", llama, "--data", data["corpus.txt"], "--heads", "0-1,0-2,1-3", "--out", out)
+    assert result.returncode == 0, result.stderr
+    card = (out / "README.md").read_text()
+    assert "- layout: free (each layer keeps its own heads): loads as remote code" in card
+    assert "trust_remote_code=True" in card and "auto_map" in (out / "config.json").read_text()
+
+
+@pytest.mark.parametrize("model, heads, message", [
+    ("llama", "0-0,0-1", "dec_self layers keep different head counts (layer 0: 2 on 1 kv, layer 1: 4 on 2 kv)"),
+    ("llama", "0-0,1-0", "layer 0 keeps 3 query heads on 2 key/value heads unevenly"),
+    ("bert", "0-1,1-0", "BertSelfAttention derives its head size from hidden_size / heads"),
+])
+def test_a_uniform_layout_the_model_cannot_hold_is_named(model, heads, message, llama, bert, data, tmp_path):
+    folder, text = {"llama": (llama, data["corpus.txt"]), "bert": (bert, data["dev.tsv"])}[model]
+    result = headprune("prune", folder, "--data", text, "--heads", heads, "--layout", "uniform",
+                       "--out", tmp_path / "o")
+    assert result.returncode == 2 and "headprune: error: --layout uniform: a pruned" in result.stderr, result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert not (tmp_path / "o").exists()
 
 
 @pytest.mark.parametrize("args, message", [

@@ -324,7 +324,7 @@ USABLE = [
     usable("models.*.limit", "number", "lm_eval: the task's first items, a count of 1 or more"),
     usable("models.*.fewshot_seed models.*.selection_task", "delete", "lm_eval: 1234 (lm-eval's), the task itself"),
     usable("models.*.context_lengths.[] models.*.depths.[] concrete.penalties.[] speed.batch_sizes.[] "
-           "retrieval_heads.k.[] pruning.orders.[] dynamics.train.checkpoint_epochs.[]", "delete",
+           "retrieval_heads.k.[] pruning.orders.[] pruning.layouts.[] dynamics.train.checkpoint_epochs.[]", "delete",
            "one setting fewer, each its own items or jobs (the list stays non-empty and in order)"),
     usable("models.*.depths.[]", "zero fraction", "a depth in percent of the haystack, 0..100"),
     usable("models.*.max_windows models.*.importance_windows concrete.max_items roles.max_sentences "

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import EOS, PAD, bert_batch, tiny_bert, tiny_fsmt
-from headprune.experiments import speed
+from headprune.experiments import speed, table4, timing
 from headprune.experiments.runs import all_heads
 from headprune.models.heads import adapter_for, full_gates, gated
 from headprune.models.prune import count_heads, pruned_heads
@@ -48,13 +48,13 @@ def counting_step(log, name):
 
 
 def test_items_per_second_from_the_clock_warmup_not_timed_runs_alternate():
-    batches = [speed.Batch({"i": i}, size) for i, size in enumerate([4, 4, 2])]  # 10 items per run
+    batches = [timing.Batch({"i": i}, size) for i, size in enumerate([4, 4, 2])]  # 10 items per run
     calls = []
     steps = {"original": counting_step(calls, "original"), "pruned": counting_step(calls, "pruned")}
     # start/stop per timed run: original 2 s, pruned 1 s | pruned 0.5 s, original 4 s | original 5 s, pruned 2 s
     clock = FakeClock([0, 2, 2, 3, 10, 10.5, 20, 24, 30, 35, 35, 37])
     syncs = []
-    rows = speed.time_variants(steps, batches, repeats=3, warmup_batches=2, clock=clock,
+    rows = timing.time_variants(steps, batches, repeats=3, warmup_batches=2, clock=clock,
                                synchronize=lambda: syncs.append(1))
     assert clock.reads == 12  # the warmup reads no clock
     # warmup: the first two batches of each variant, then every batch per timed run
@@ -70,9 +70,9 @@ def test_items_per_second_from_the_clock_warmup_not_timed_runs_alternate():
 
 
 def test_a_clock_that_does_not_advance_is_an_error():
-    batches = [speed.Batch({"i": 0}, 1)]
+    batches = [timing.Batch({"i": 0}, 1)]
     with pytest.raises(RuntimeError, match="clock does not advance"):
-        speed.time_variants({"original": lambda inputs: None}, batches, repeats=1, clock=lambda: 1.0)
+        timing.time_variants({"original": lambda inputs: None}, batches, repeats=1, clock=lambda: 1.0)
 
 
 def test_measure_on_a_tiny_bert_gives_one_row_per_variant_batch_size_and_run():
@@ -81,17 +81,17 @@ def test_measure_on_a_tiny_bert_gives_one_row_per_variant_batch_size_and_run():
     pruned = speed.pruned_copy(model, removed)
     batch = bert_batch(batch=4)
     inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
-    by_size = {1: [speed.Batch({k: v[i:i + 1] for k, v in inputs.items()}, 1) for i in range(4)],
-               4: [speed.Batch(inputs, 4)]}
+    by_size = {1: [timing.Batch({k: v[i:i + 1] for k, v in inputs.items()}, 1) for i in range(4)],
+               4: [timing.Batch(inputs, 4)]}
     clock = FakeClock(itertools.count(0, 0.25))  # every timed run takes 0.25 s
-    runs = speed.measure(model, pruned, by_size, speed.SpeedSettings(repeats=3, warmup_batches=1), "bert", "cpu",
-                         clock=clock)
+    runs = speed.measure({"original": model, "pruned": pruned}, by_size,
+                         speed.SpeedSettings(repeats=3, warmup_batches=1), "bert", "cpu", clock=clock)
     assert len(runs) == 2 * 2 * 3
     assert set(runs.variant) == {"original", "pruned"} and set(runs.batch_size) == {1, 4}
     assert (runs["items"] == 4).all() and (runs.items_per_s == 16.0).all()
     assert set(runs.heads[runs.variant == "pruned"]) == {4} and set(runs.heads[runs.variant == "original"]) == {8}
     assert (runs.unit == "examples").all() and (runs.device_type == "cpu").all()
-    assert (runs.device == speed.cpu_name()).all() and (runs.torch_threads == torch.get_num_threads()).all()
+    assert (runs.device == timing.cpu_name()).all() and (runs.torch_threads == torch.get_num_threads()).all()
     assert (runs.dtype == "float32").all()
 
 
@@ -132,7 +132,7 @@ def test_pruned_bert_predicts_what_the_gated_bert_predicts():
     pruned = speed.pruned_copy(model, removed)
     batch = bert_batch(batch=4)
     inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
-    check = speed.check_pruned_equals_gated(model, pruned, removed, [speed.Batch(inputs, 4)])
+    check = speed.check_pruned_equals_gated(model, pruned, removed, [timing.Batch(inputs, 4)])
     assert check["check_items"] == 4 and check["check_agreement"] == 1.0
     assert check["check_max_abs_diff"] < 1e-5
     # and the check notices a model that is not the gated one
@@ -144,7 +144,7 @@ def test_pruned_bert_predicts_what_the_gated_bert_predicts():
         expected = model(**inputs).logits
     with torch.no_grad():
         got = other(**inputs).logits
-    differs = speed.check_pruned_equals_gated(model, other, removed, [speed.Batch(inputs, 4)])
+    differs = speed.check_pruned_equals_gated(model, other, removed, [timing.Batch(inputs, 4)])
     assert differs["check_max_abs_diff"] == pytest.approx(float((expected - got).abs().max()))
     assert differs["check_max_abs_diff"] > 1e-3
 
@@ -160,12 +160,12 @@ def test_pruned_translation_model_generates_what_the_gated_one_generates():
     ids[2, 2] = EOS
     inputs = {"input_ids": ids, "attention_mask": (ids != PAD).long()}
     make = lambda m: speed.translate_step(m, beam=3, max_len_b=5)  # noqa: E731
-    check = speed.check_pruned_equals_gated(model, pruned, removed, [speed.Batch(inputs, 3)], make)
+    check = speed.check_pruned_equals_gated(model, pruned, removed, [timing.Batch(inputs, 3)], make)
     assert check["check_items"] == 3 and check["check_agreement"] == 1.0
     assert math.isnan(check["check_max_abs_diff"])
     clock = FakeClock(itertools.count(0, 0.5))
-    runs = speed.measure(model, pruned, {3: [speed.Batch(inputs, 3)]}, speed.SpeedSettings(repeats=3, beam=3),
-                         "fsmt", "cpu", clock=clock)
+    runs = speed.measure({"original": model, "pruned": pruned}, {3: [timing.Batch(inputs, 3)]},
+                         speed.SpeedSettings(repeats=3, beam=3), "fsmt", "cpu", clock=clock)
     assert (runs.unit == "sentences").all() and (runs.items_per_s == 6.0).all()
     assert set(runs.heads) == {24, 12}
 
@@ -199,7 +199,7 @@ FACTS = {"heads_pruned": 4, "prune_percent": 50, "check_items": 20, "check_agree
 
 
 def test_summary_mean_sample_std_and_speedup_by_hand():
-    summary = speed.summarize(toy_runs(), FACTS)
+    summary = table4.summarize(toy_runs(), FACTS)
     assert list(summary.columns) == speed.SUMMARY_COLUMNS
     small, large = summary.iloc[0], summary.iloc[1]
     assert (small.batch_size, large.batch_size) == (1, 64)
@@ -210,7 +210,7 @@ def test_summary_mean_sample_std_and_speedup_by_hand():
     assert large.pruned_mean == 120 and large.pruned_std == pytest.approx(10.0)  # sqrt((100 + 0 + 100) / 2)
     assert large.speedup_percent == pytest.approx(20.0)
     assert (summary.runs == 3).all() and (summary.heads_pruned == 4).all() and (summary.heads_total == 8).all()
-    assert speed.measured_ratio(summary) == {1: pytest.approx(1.0), 64: pytest.approx(1.2)}
+    assert table4.measured_ratio(summary) == {1: pytest.approx(1.0), 64: pytest.approx(1.2)}
 
 
 def test_paper_numbers_give_the_paper_speedup():
@@ -218,19 +218,21 @@ def test_paper_numbers_give_the_paper_speedup():
     runs = toy_runs()
     runs.loc[(runs.batch_size == 64) & (runs.variant == "original"), "items_per_s"] = 124.7
     runs.loc[(runs.batch_size == 64) & (runs.variant == "pruned"), "items_per_s"] = 146.6
-    large = speed.summarize(runs, FACTS).iloc[1]
+    large = table4.summarize(runs, FACTS).iloc[1]
     assert f"{large.speedup_percent:+.1f}%" == "+17.6%"  # the paper rounds its means first (+17.5%)
 
 
 def test_markdown_table_names_the_device_and_the_check(tmp_path):
     runs = toy_runs()
-    summary = speed.table4(runs, FACTS, tmp_path / "speed.csv", tmp_path / "table4.csv", tmp_path / "table4.md",
+    summary = table4.write(runs, FACTS, tmp_path / "speed.csv", tmp_path / "table4.csv", tmp_path / "table4.md",
                            evalset_name="dev")
     md = (tmp_path / "table4.md").read_text()
     assert "Toy CPU 3000" in md and "2 torch threads" in md and "float32" in md
-    assert "| Batch size | Original | Pruned 50% | Speedup |" in md
-    assert "| 1 | 12.0 ± 2.0 | 12.0 ± 1.0 | +0.0% |" in md
-    assert "| 64 | 100.0 ± 0.0 | 120.0 ± 10.0 | +20.0% |" in md
+    assert "| Batch size | Original | Pruned 50% | Speedup (95% CI) |" in md
+    # the intervals: test_interval_of_the_toy_runs_by_hand
+    assert "| 1 | 12.0 ± 2.0 | 12.0 ± 1.0 | +0.0% (-18.4, +24.4) |" in md
+    assert "| 64 | 100.0 ± 0.0 | 120.0 ± 10.0 | +20.0% (-2.7, +47.3) |" in md
+    assert "Memory, MiB" not in md and "Not timed" not in md  # nothing measured, nothing skipped
     assert "4 of 8 heads (50%)" in md and "mean ± std over 3 runs" in md and "20 examples of dev" in md
     assert "equal the gated full model's on 20 of 20 examples" in md
     written = pd.read_csv(tmp_path / "table4.csv")
@@ -243,15 +245,15 @@ def test_markdown_table_names_the_device_and_the_check(tmp_path):
 def test_a_slower_pruned_model_shows_a_negative_speedup():
     runs = toy_runs()
     runs.loc[runs.variant == "pruned", "items_per_s"] /= 2
-    summary = speed.summarize(runs, FACTS)
+    summary = table4.summarize(runs, FACTS)
     assert summary.speedup_percent.iloc[1] == pytest.approx(-40.0)
-    assert "| 64 | 100.0 ± 0.0 | 60.0 ± 5.0 | -40.0% |" in speed.table4_markdown(summary)
+    assert "| 64 | 100.0 ± 0.0 | 60.0 ± 5.0 | -40.0% (-51.4, -26.3) |" in table4.table4_markdown(summary)
 
 
 def test_summary_needs_both_variants():
     runs = toy_runs()
     with pytest.raises(ValueError, match="no pruned runs at batch size 1"):
-        speed.summarize(runs[~((runs.variant == "pruned") & (runs.batch_size == 1))])
+        table4.summarize(runs[~((runs.variant == "pruned") & (runs.batch_size == 1))])
 
 
 # --------------------------------------------------------------------------- the machine
@@ -259,20 +261,20 @@ def test_summary_needs_both_variants():
 
 def test_cpu_name_from_cpuinfo_and_fallback(monkeypatch):
     cpuinfo = "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC  9654 96-Core Processor\n"
-    assert speed.cpu_name(cpuinfo) == "AMD EPYC 9654 96-Core Processor"
-    assert speed.cpu_name("processor\t: 0\nHardware\t: BCM2835\n") == "BCM2835"
-    monkeypatch.setattr(speed.platform, "processor", lambda: "")
-    monkeypatch.setattr(speed.platform, "machine", lambda: "aarch64")
-    assert speed.cpu_name("processor\t: 0\n") == "aarch64"
+    assert timing.cpu_name(cpuinfo) == "AMD EPYC 9654 96-Core Processor"
+    assert timing.cpu_name("processor\t: 0\nHardware\t: BCM2835\n") == "BCM2835"
+    monkeypatch.setattr(timing.platform, "processor", lambda: "")
+    monkeypatch.setattr(timing.platform, "machine", lambda: "aarch64")
+    assert timing.cpu_name("processor\t: 0\n") == "aarch64"
 
 
 def test_device_name_and_environment_on_this_machine():
     model = tiny_bert()
-    env = speed.environment(model, "cpu")
-    assert env["device"] == speed.device_name("cpu") == speed.cpu_name() != ""
+    env = timing.environment(model, "cpu")
+    assert env["device"] == timing.device_name("cpu") == timing.cpu_name() != ""
     assert env["device_type"] == "cpu" and env["torch_threads"] >= 1 and env["attn_implementation"] == "eager"
     if torch.cuda.is_available():
-        assert speed.device_name("cuda") == torch.cuda.get_device_name(0)
+        assert timing.device_name("cuda") == torch.cuda.get_device_name(0)
 
 
 def test_what_the_model_does_decides_the_unit():
@@ -306,9 +308,9 @@ def test_causal_lm_is_timed_in_prefill_and_decode_tokens():
     assert (prefill["items"] == 6 * 12).all() and (decode["items"] == 6 * 5).all()
     assert facts["heads_pruned"] == len(heads) // 2 and facts["check_agreement"] == 1.0
     assert facts["check_items"] == 6 * 12 and facts["check_max_abs_diff"] < 1e-4
-    summary = speed.summarize(runs, facts)
+    summary = table4.summarize(runs, facts)
     assert len(summary) == 4 and set(summary["unit"]) == {"prefill tokens", "decode tokens"}
-    table = speed.table4_markdown(summary)
+    table = table4.table4_markdown(summary)
     assert "prefill tokens and decode tokens per second" in table and "| 4 (decode tokens) |" in table
 
 

@@ -16,13 +16,15 @@ Only pandas is imported: the scorecard job starts in a second.
 """
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
+from headprune.experiments.layouts import FREE, UNIFORM, free_layout
 from headprune.experiments.metrics import better_sign
 from headprune.models.attention_types import TYPE_LABELS
 
 REPRODUCED, NOT_REPRODUCED, NOT_RUN = "reproduced", "not reproduced", "not run"
-UNDECIDED = "undecided"  # a screened Table 1 whose bound leaves the claim open (C1)
+UNDECIDED = "undecided"  # a screened Table 1 whose bound leaves the claim open (C1); overlapping intervals (C6)
 COLUMNS = ("claim", "study", "statement", "evidence", "this_run", "paper", "rule", "verdict")
 
 # --- the thresholds of the rules ---------------------------------------------------------------
@@ -46,6 +48,7 @@ RETRIEVAL_HEAD = 0.1  # W1: a retrieval head scores above this (Wu et al.; headp
 FAR_MORE = 20.0  # W2: points of retrieval accuracy the top-K heads cost beyond K random heads
 LITTLE = 5.0  # W3: % of the full model's perplexity masking the top-K retrieval heads may add
 TASK_MORE = 5.0  # W4: points of a task's score the top-K heads cost beyond K random heads
+UNIFORM_AT = 50.0  # U1: the % of heads pruned the two layouts are compared at
 
 # --- the claims, their rules and the paper's numbers (as the paper reports them) -------------
 
@@ -63,6 +66,8 @@ CLAIMS = {
     "W3": ("Masking the retrieval heads moves perplexity little (perplexity does not see them)", "retrieval_heads.csv"),
     "W4": ("Wu et al.: a task that reads its answer from the context suffers from masking the retrieval heads far "
            "more than from masking as many random heads", "retrieval_heads.csv of a task"),
+    "U1": ("Uniform pruning (the same heads kept in every layer: a stock checkpoint) costs little against free "
+           "pruning at equal heads removed", "pruning.csv, layout"),
 }
 
 RULES = {
@@ -80,9 +85,11 @@ RULES = {
     "C5": f"% of the unpruned BLEU kept at {DYNAMICS_PRUNED:.0f}% of the heads pruned (the last step at or "
           f"below), per checkpoint: reproduced if the last checkpoint keeps >= {DYNAMICS_KEPT:.0f}% and more "
           "than the first",
-    "C6": "reproduced if the speedup at the largest batch size timed is positive and larger than at the "
-          "smallest (a batch size above the number of items timed runs them all as one smaller batch: "
-          "left out)",
+    "C6": "on the pruned model's speedup and its 95% interval over the paired runs (table4.csv's speedup_low, "
+          "speedup_high; a table without them: the speedup alone): reproduced if the interval at the largest batch "
+          "size timed lies above 0 and above the smallest batch size's interval, not reproduced if it lies at or "
+          "below 0 or at or below the smallest's, else undecided (a batch size above the number of items timed "
+          "runs them all as one smaller batch: left out)",
     "W1": f"reproduced if fewer than {FEW_RETRIEVAL_HEADS:g}% of the query heads score above {RETRIEVAL_HEAD:g} "
           "(Wu et al.'s retrieval score, the authors' code's definition)",
     "W2": f"at the largest K run: reproduced if masking the top-K heads leaves a retrieval accuracy at least "
@@ -92,6 +99,9 @@ RULES = {
     "W4": f"at the largest K run: reproduced if masking the top-K retrieval heads costs the task's score at least "
           f"{TASK_MORE:g} points more than the mean of the random K-head sets, significantly (p < alpha against the "
           "full model)",
+    "U1": f"importance order, whole model: at the % pruned nearest {UNIFORM_AT:g}% where both layouts have a step (else "
+          f"the free curve interpolated there), reproduced if the uniform layout's score is at most {WITHIN_POINTS:g} "
+          "point worse than the free layout's (a point as in C3)",
 }
 
 # The paper's numbers, by claim and by the paper's model a study stands for (rules/report.smk:
@@ -119,6 +129,8 @@ WU = {"W1": "Llama-2-7B-80K, Yi, Qwen, Mistral (Wu et al., Figure 2): under 5% o
       "W3": "not measured by Wu et al.: this project's question (perplexity alone would not show it)",
       "W4": "Mistral-7B-Instruct-v0.2 (Wu et al., Table 3): 100 retrieval heads masked, extractive QA F1 56.7 -> "
             "32.3, GSM8K chain-of-thought 45.1 -> 2.0"}
+# Beyond both papers: this project's own questions
+OURS = {"U1": "not in the paper (it prunes freely): what Minitron-style width pruning costs, this project's question"}
 
 
 # --- helpers -----------------------------------------------------------------------------------
@@ -127,6 +139,8 @@ WU = {"W1": "Llama-2-7B-80K, Yi, Qwen, Mistral (Wu et al., Figure 2): under 5% o
 def paper_number(claim: str, model: str | None) -> str:
     if claim in WU:
         return WU[claim]
+    if claim in OURS:
+        return OURS[claim]
     return PAPER[claim].get(model, NO_PAPER_NUMBER)
 
 
@@ -186,6 +200,7 @@ def importance_curves(pruning: pd.DataFrame, scopes) -> pd.DataFrame:
     """The pruning steps of the importance order (I_h) within ``scopes`` ('all': the whole model)."""
     if pruning.empty:
         return pruning
+    pruning = free_layout(pruning)
     return pruning[(pruning["order"] == "importance") & pruning["scope"].isin(scopes)]
 
 
@@ -377,21 +392,78 @@ def c6_speed(speed: pd.DataFrame, paper_models: dict) -> list[dict]:
 
 
 def c6_one(label: str, table: pd.DataFrame, paper_models: dict, study: str) -> dict:
-    """One study (and unit) of Table 4: the speedup at the largest batch size timed against the smallest."""
+    """One study (and unit) of Table 4: the speedup's interval at the largest batch size timed against 0 and
+    against the smallest's (``c6_verdict``)."""
     table = table.sort_values("batch_size")
     items = int(table["items"].iloc[0])
     timed = table[table["batch_size"] <= items]
     left_out = table[table["batch_size"] > items]
-    smallest, largest = timed.iloc[0], timed.iloc[-1]
-    this_run = ", ".join(f"{r.speedup_percent:+.1f}% (batch {r.batch_size})" for r in timed.itertuples())
+    this_run = ", ".join(f"{c6_text(r)} (batch {r['batch_size']})" for _, r in timed.iterrows())
     if not left_out.empty:
         this_run += (f"; left out: batch {', '.join(str(b) for b in left_out['batch_size'])} (one batch of "
                      f"the {items} items timed)")
     this_run += f"; {table['device'].iloc[0]}" if "device" in table else ""
     if len(timed) < 2:
         return not_run("C6", label, this_run + "; one batch size: nothing to compare")
-    passed = largest["speedup_percent"] > 0 and largest["speedup_percent"] > smallest["speedup_percent"]
-    return row("C6", label, this_run, paper_number("C6", paper_models.get(study)), verdict(passed))
+    outcome = c6_verdict(timed.iloc[-1], timed.iloc[0])
+    return row("C6", label, this_run, paper_number("C6", paper_models.get(study)), outcome)
+
+
+def c6_interval(table_row: pd.Series) -> tuple[float, float]:
+    """(low, high) of a Table 4 row's speedup (%): its interval, or the speedup alone where it has none (one run,
+    or a table4.csv written before intervals)."""
+    low, high = table_row.get("speedup_low"), table_row.get("speedup_high")
+    if low is None or high is None or pd.isna(low) or pd.isna(high):
+        return float(table_row["speedup_percent"]), float(table_row["speedup_percent"])
+    return float(low), float(high)
+
+
+def c6_verdict(largest: pd.Series, smallest: pd.Series) -> str:
+    """Reproduced: the largest batch size's interval above 0 and above the smallest's; not reproduced: at or below
+    0, or at or below the smallest's; undecided: the intervals overlap, or the largest's holds 0 (RULES["C6"]).
+    Without intervals, the old rule on the speedups themselves (positive and larger: reproduced, else not)."""
+    (low, high), (small_low, small_high) = c6_interval(largest), c6_interval(smallest)
+    if low > 0 and low > small_high:
+        return REPRODUCED
+    if high <= 0 or high <= small_low:
+        return NOT_REPRODUCED
+    return UNDECIDED
+
+
+def c6_text(table_row: pd.Series) -> str:
+    """'+17.5% [+12.1, +23.2]': a Table 4 row's speedup and its interval, where it has one."""
+    low, high = c6_interval(table_row)
+    text = f"{table_row['speedup_percent']:+.1f}%"
+    return text if low == high == table_row["speedup_percent"] else f"{text} [{low:+.1f}, {high:+.1f}]"
+
+
+# --- U1: what the uniform layout costs -----------------------------------------------------------
+
+
+def u1_uniform_layout(pruning: pd.DataFrame) -> list[dict]:
+    """Per study pruned in both layouts (importance order, whole model): the uniform layout's score against the
+    free one's at the % pruned nearest UNIFORM_AT. No row where no study was pruned uniformly."""
+    if pruning.empty or "layout" not in pruning or not (pruning["layout"] == UNIFORM).any():
+        return []
+    curves = pruning[(pruning["order"] == "importance") & (pruning["scope"] == "all")]
+    rows = []
+    for study, curve in by_study(curves[curves["study"].isin(curves.loc[curves["layout"] == UNIFORM, "study"])]):
+        free = curve[curve["layout"] == FREE].sort_values("percent_pruned")
+        uniform = curve[curve["layout"] == UNIFORM].sort_values("percent_pruned")
+        inside = uniform[(uniform["percent_pruned"] > 0) & (uniform["percent_pruned"] < 100)]
+        if free.empty or inside.empty:
+            continue
+        shared = inside[inside["percent_pruned"].round(6).isin(free["percent_pruned"].round(6))]
+        candidates = shared if not shared.empty else inside
+        at = candidates.loc[(candidates["percent_pruned"] - UNIFORM_AT).abs().idxmin()]
+        percent, metric = float(at["percent_pruned"]), at["metric"]
+        free_score = float(np.interp(percent, free["percent_pruned"].to_numpy(float), free["score"].to_numpy(float)))
+        cost = points_worse(free_score, float(at["score"]), metric)
+        how = "" if not shared.empty else " (free interpolated)"
+        this_run = (f"at {percent:.1f}% of the heads{how}: free {show(free_score, metric)}, uniform "
+                    f"{show(at['score'], metric)} ({abs(cost):.2f} points {'worse' if cost > 0 else 'better'})")
+        rows.append(row("U1", study, this_run, OURS["U1"], verdict(cost <= WITHIN_POINTS)))
+    return rows
 
 
 # --- W1-W3: Wu et al.'s retrieval heads ----------------------------------------------------------
@@ -483,7 +555,7 @@ def scorecard(ablation: pd.DataFrame, one_head: pd.DataFrame, pruning: pd.DataFr
         one_head = pd.concat([one_head, modes_one_head], ignore_index=True)
     rows = [*c1_single_heads(ablation, paper_models, confidence), *c2_one_head_per_layer(one_head, paper_models),
             *c3_pruning(pruning, paper_models), *c4_attention_types(attention_types, paper_models),
-            *c5_training_dynamics(dynamics, paper_models), *c6_speed(speed, paper_models)]
+            *c5_training_dynamics(dynamics, paper_models), *c6_speed(speed, paper_models), *u1_uniform_layout(pruning)]
     if roles is not None or retrieval_heads is not None:
         rows += [*w1_few_retrieval_heads(pd.DataFrame() if roles is None else roles),
                  *w2_w3_masking(pd.DataFrame() if retrieval_heads is None else retrieval_heads),

@@ -8,27 +8,43 @@ second, beam search as the evaluation runs it) or a causal LM (tokens per second
 forward over whole windows; and decode, greedy generation of ``decode_tokens`` tokens after a
 prompt of the window's first ``PROMPT_TOKENS`` tokens, the KV cache on).
 
+The models timed (``speed.variants``; ``build_variants``): ``original`` (the full model) and ``pruned`` (the
+paper's free layout: the least important heads wherever they are, so layers keep different head counts) always;
+on request ``uniform`` (about as many heads removed, the same number from every layer, whole key/value groups with
+grouped-query attention: ``layouts.uniform_removal``) and ``stock`` (that uniform model saved as a stock
+transformers checkpoint, ``headprune.models.stock.save_stock``, and reloaded with its own Auto class without
+remote code; skipped, with the reason recorded, for a family no stock class can hold with fewer heads).
+
 How a measurement is taken (``time_variants``):
 
-- both models see the very same batches, tokenized and moved to the device beforehand
+- every model sees the very same batches, tokenized and moved to the device beforehand
   (tokenization is not timed; BERT inputs are padded to ``max_length`` as the authors'
   ``run_classifier.py`` does, unless ``padding="longest"``);
 - a warmup of a few batches per model and batch size is run and not timed;
-- runs alternate between the two models (ABBA: original, pruned, pruned, original, ...) so
-  that slow drift of the machine (clock, temperature, other load) hits both alike;
-- one run is one pass over all items; ``torch.no_grad``, ``time.perf_counter``, and
-  ``torch.cuda.synchronize`` before reading the clock on a GPU.
+- runs alternate between the models (ABBA: original, pruned, pruned, original, ...) so
+  that slow drift of the machine (clock, temperature, other load) hits them alike;
+- one run is one pass over all items, under ``torch.no_grad``. On a GPU it is timed by CUDA events recorded on
+  the stream around it (the GPU's own clock, after a synchronize so that nothing queued before counts); on the
+  CPU by ``time.perf_counter``;
+- on a GPU, the peak memory a run allocated above what was allocated when it began (``peak_gpu_bytes``: the
+  activations and the KV cache; every model's weights stay on the GPU throughout, ``weight_bytes``); when decoding,
+  the bytes of the KV cache after one batch's generation (``kv_cache_bytes``, the cache's key and value tensors).
 
-The pruned model is also checked against the gated one (the full model with the same heads'
-gates at 0): the same predictions, or translations, for every timed item.
+Table 4's speedup is 100 (mean pruned / mean original - 1), as the paper's. Its interval (``speedup_interval``) is
+a t-interval over the paired runs of the ABBA design: run r times every model once, back to back, so the ratio
+pruned / original of run r is one paired observation; the interval of the mean log ratio (Student's t, n - 1
+degrees of freedom, ``CONFIDENCE``) is mapped back to percent. Logs, because a ratio's noise is multiplicative.
+
+Each variant is also checked against the gated model (the full model with the same heads' gates at 0): the same
+predictions, or translations, for every item checked.
 """
 from __future__ import annotations
 
 import copy
 import logging
 import math
-import platform
-import time
+import shutil
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,14 +54,17 @@ import torch
 
 from headprune.experiments.beam_search import beam_search, supports
 from headprune.experiments.runs import HeadId, gates_without, importance_order
-from headprune.io import atomic
+from headprune.experiments.timing import (Batch, device_name, environment, gpu_memory_meter, kv_cache_bytes,
+                                         stopwatch_for, synchronizer, time_variants, weight_bytes)
 from headprune.io.progress import Progress
 from headprune.models.beam_cache import SourceSharingCache
 from headprune.models.heads import adapter_for, gated
 from headprune.models.prune import count_heads, prune_heads
 
-ORIGINAL, PRUNED = "original", "pruned"
-VARIANTS = (ORIGINAL, PRUNED)
+ORIGINAL, PRUNED, UNIFORM, STOCK = "original", "pruned", "uniform", "stock"
+VARIANTS = (ORIGINAL, PRUNED, UNIFORM, STOCK)  # every variant there is, in the order a run times them
+DEFAULT_VARIANTS = (ORIGINAL, PRUNED)  # the paper's comparison, and what the pipeline times unless told more
+LABELS = {PRUNED: "Pruned", UNIFORM: "Uniform", STOCK: "Stock"}
 # What a study's model does decides what is timed (``task_of``): classify, translate, or generate text.
 UNITS = {"classify": ["examples"], "translate": ["sentences"], "lm": ["prefill tokens", "decode tokens"]}
 PROMPT_TOKENS = 32
@@ -60,12 +79,32 @@ def task_of(model) -> str:
 # One row per (study, variant, batch size, run): the tidy CSV behind Table 4.
 RUN_COLUMNS = ["study", "family", "unit", "variant", "batch_size", "run", "position", "items", "seconds",
                "items_per_s", "heads", "heads_total", "device", "device_type", "torch_threads", "dtype",
-               "attn_implementation", "torch_version"]
-# One row per (study, batch size): Table 4 as the paper prints it, plus what it was measured on.
+               "attn_implementation", "torch_version", "timer", "peak_gpu_bytes", "weight_bytes",
+               "kv_cache_bytes"]
+# One row per (study, batch size): Table 4 as the paper prints it, plus what it was measured on; the pruned
+# variant's interval, memory and check. A variant beyond original and pruned adds ``variant_columns(variant)``.
 SUMMARY_COLUMNS = ["study", "family", "unit", "batch_size", "runs", "original_mean", "original_std",
                    "pruned_mean", "pruned_std", "speedup_percent", "heads_total", "heads_pruned",
                    "prune_percent", "items", "device", "torch_threads", "dtype", "check_items",
-                   "check_agreement", "check_max_abs_diff"]
+                   "check_agreement", "check_max_abs_diff", "speedup_low", "speedup_high", "confidence", "timer",
+                   "original_kv_cache_bytes", "pruned_kv_cache_bytes", "original_peak_gpu_mib", "pruned_peak_gpu_mib",
+                   "skipped"]
+# A variant's statistics in the summary; the pruned variant's speedup and check keep Table 4's first names
+STATS = ("mean", "std", "speedup_percent", "speedup_low", "speedup_high", "heads_pruned", "check_items",
+         "check_agreement", "check_max_abs_diff", "kv_cache_bytes", "peak_gpu_mib")
+UNPREFIXED = ("speedup_percent", "speedup_low", "speedup_high", "heads_pruned", "check_items", "check_agreement",
+              "check_max_abs_diff")
+
+
+def column(variant: str, stat: str) -> str:
+    """The summary's column of a variant's statistic: ``uniform_speedup_low``; the pruned variant's speedup and
+    check columns unprefixed (``speedup_low``), as Table 4 named them before there were other variants."""
+    return stat if variant == PRUNED and stat in UNPREFIXED else f"{variant}_{stat}"
+
+
+def variant_columns(variant: str) -> list[str]:
+    """The columns a variant beyond original and pruned adds to the summary."""
+    return [column(variant, stat) for stat in STATS]
 
 
 # --------------------------------------------------------------------------- which heads
@@ -97,18 +136,78 @@ def pruned_copy(model, heads: Sequence[HeadId]):
     return pruned
 
 
-# --------------------------------------------------------------------------- inputs
-
-
 @dataclass
-class Batch:
-    """Model inputs of one batch (already on the device) and how many items it holds."""
+class Variant:
+    """A model timed, and the heads of the full model it lacks (what the gated model it is checked against
+    switches off)."""
 
-    inputs: dict[str, torch.Tensor]
-    size: int
+    model: object
+    removed: list[HeadId]
 
-    def to(self, device) -> "Batch":
-        return Batch({k: v.to(device) for k, v in self.inputs.items()}, self.size)
+
+def check_variant_names(names: Sequence[str]) -> list[str]:
+    """The variants asked for, in ``VARIANTS``' order; original and pruned always (Table 4's comparison)."""
+    unknown = [name for name in names if name not in VARIANTS]
+    if unknown:
+        raise ValueError(f"unknown speed variants {unknown}; known: {', '.join(VARIANTS)}")
+    if ORIGINAL not in names or PRUNED not in names:
+        raise ValueError(f"speed.variants must include {ORIGINAL!r} and {PRUNED!r} (Table 4's comparison), "
+                         f"not {list(names)}")
+    return [name for name in VARIANTS if name in names]
+
+
+def build_variants(model, tokenizer, importance: pd.DataFrame, names: Sequence[str], percent: float,
+                   device) -> tuple[dict[str, Variant], dict[str, str]]:
+    """The models ``names`` asks for (see the module docstring), on ``device``: ({name: Variant}, {name: why
+    skipped}). ``model`` itself is the original, untouched."""
+    names = check_variant_names(names)
+    order = importance_order(importance)
+    variants, skipped = {ORIGINAL: Variant(model, [])}, {}
+    free = order[:int(round(percent * len(order) / 100.0))]  # heads_to_prune's
+    variants[PRUNED] = Variant(pruned_copy(model, free).to(device), free)
+    if UNIFORM in names or STOCK in names:
+        from headprune.experiments.layouts import uniform_removal
+
+        removed = uniform_removal(order, model, percent)
+        uniform = pruned_copy(model, removed).to(device)
+        if UNIFORM in names:
+            variants[UNIFORM] = Variant(uniform, removed)
+        if STOCK in names:
+            stock, why = stock_copy(uniform, tokenizer, device)
+            if stock is None:
+                skipped[STOCK] = why
+            else:
+                variants[STOCK] = Variant(stock, removed)
+    return variants, skipped
+
+
+def stock_copy(model, tokenizer, device) -> tuple[object | None, str | None]:
+    """``model`` (uniformly pruned) saved as a stock transformers checkpoint and loaded back by its own Auto class,
+    without remote code, in its dtype and attention backend: (the stock model, None), or (None, why) where
+    ``save_stock`` refuses the family (GPT-2, BERT, Marian derive a head's size from hidden_size / heads). The
+    folder is a temporary one (under $TMPDIR), deleted once loaded."""
+    import transformers
+
+    from headprune.models.export import auto_class
+    from headprune.models.remote.headprune_decoder import PREFIX as THROUGH
+    from headprune.models.stock import save_stock
+
+    folder = Path(tempfile.mkdtemp(prefix="headprune-stock-")) / "model"
+    try:
+        try:
+            save_stock(model, tokenizer, folder)
+        except ValueError as error:  # what a stock class cannot hold: a reason, not a failure of the timing
+            return None, str(error)
+        auto = getattr(transformers, auto_class(type(model)))
+        backend = (getattr(model.config, "_attn_implementation", None) or "eager").removeprefix(THROUGH)
+        stock = auto.from_pretrained(folder, trust_remote_code=False, dtype=next(model.parameters()).dtype,
+                                     attn_implementation=backend)
+        return stock.to(device).eval(), None
+    finally:
+        shutil.rmtree(folder.parent, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- inputs
 
 
 def classification_inputs(tokenizer, pairs: Sequence[tuple[str, str]], batch_size: int, max_length: int = 128,
@@ -197,98 +296,6 @@ def make_step(task: str, unit: str, settings) -> Callable:
     return lambda m: translate_step(m, settings.beam, settings.lenpen)
 
 
-# --------------------------------------------------------------------------- timing
-
-
-def synchronizer(device) -> Callable[[], None]:
-    """Waits for the GPU's queued work (CUDA runs asynchronously); nothing to wait for on the CPU."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        return lambda: torch.cuda.synchronize(device)
-    return lambda: None
-
-
-def run_order(variants: Sequence[str], run: int) -> list[str]:
-    """ABBA: the given order on even runs, reversed on odd runs."""
-    return list(variants) if run % 2 == 0 else list(variants)[::-1]
-
-
-@torch.no_grad()
-def time_variants(steps: dict[str, Callable[[dict], object]], batches: Sequence[Batch], repeats: int,
-                  warmup_batches: int = 2, clock: Callable[[], float] = time.perf_counter,
-                  synchronize: Callable[[], None] = lambda: None,
-                  done: Callable[[int], None] | None = None) -> list[dict]:
-    """Time every variant over all ``batches``, ``repeats`` runs each, alternating variants; ``done(1)`` is
-    told each timed run, after its clock stopped (a ``Progress``'s update).
-
-    Returns one dict per (variant, run): run, position (0 or 1 within the run), items,
-    seconds, items_per_s = items / seconds. The warmup (the first ``warmup_batches``
-    batches, each variant) is run before and not timed.
-    """
-    if repeats < 1:
-        raise ValueError(f"repeats must be at least 1, not {repeats}")
-    if not batches:
-        raise ValueError("no batches to time")
-    items = sum(batch.size for batch in batches)
-    for step in steps.values():
-        for batch in batches[:warmup_batches]:
-            step(batch.inputs)
-    synchronize()
-    rows = []
-    for run in range(repeats):
-        for position, name in enumerate(run_order(list(steps), run)):
-            step = steps[name]
-            synchronize()
-            start = clock()
-            for batch in batches:
-                step(batch.inputs)
-            synchronize()
-            seconds = clock() - start
-            if seconds <= 0:
-                raise RuntimeError(f"{name}: run {run} took {seconds} s; the clock does not advance")
-            rows.append({"variant": name, "run": run, "position": position, "items": items, "seconds": seconds,
-                         "items_per_s": items / seconds})
-            if done is not None:
-                done(1)
-    return rows
-
-
-# --------------------------------------------------------------------------- the machine
-
-
-def cpu_name(cpuinfo: str | None = None) -> str:
-    """The CPU model: 'model name' in /proc/cpuinfo (Linux), else platform.processor() or the architecture."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
-        except OSError:
-            cpuinfo = ""
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip().lower() in ("model name", "hardware", "cpu model") and value.strip():
-            return " ".join(value.split())
-    return platform.processor() or platform.machine() or "unknown CPU"
-
-
-def device_name(device) -> str:
-    """'NVIDIA H200' for a GPU (torch.cuda.get_device_name), the CPU model for the CPU."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    if device.type == "mps":
-        return f"Apple {platform.processor() or 'GPU'} (mps)"
-    return cpu_name()
-
-
-def environment(model, device) -> dict:
-    """What the speed depends on besides the model's size, recorded in every row."""
-    device = torch.device(device)
-    return {"device": device_name(device), "device_type": device.type, "torch_threads": torch.get_num_threads(),
-            "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
-            "attn_implementation": getattr(model.config, "_attn_implementation", None) or "eager",
-            "torch_version": torch.__version__}
-
-
 # --------------------------------------------------------------------------- correctness
 
 
@@ -328,6 +335,21 @@ def check_pruned_equals_gated(original, pruned, heads: Sequence[HeadId], batches
             "check_max_abs_diff": max_diff}
 
 
+def check_variants(variants: dict[str, Variant], batches: Sequence[Batch],
+                   step_factory: Callable | None = None, logits: bool | None = None) -> dict:
+    """Every variant but the original checked against the gated full model (``check_pruned_equals_gated``), as
+    facts for the summary: {column(variant, "check_agreement"): ..., column(variant, "heads_pruned"): ...}."""
+    original = variants[ORIGINAL].model
+    facts = {}
+    for name, variant in variants.items():
+        if name == ORIGINAL:
+            continue
+        check = check_pruned_equals_gated(original, variant.model, variant.removed, batches, step_factory, logits)
+        facts.update({column(name, key): value for key, value in check.items()})
+        facts[column(name, "heads_pruned")] = len(set(variant.removed))
+    return facts
+
+
 # --------------------------------------------------------------------------- one study
 
 
@@ -342,186 +364,87 @@ class SpeedSettings:
     beam: int = 5  # translation
     lenpen: float = 1.0
     decode_tokens: int = 32  # causal LM: tokens generated per row when timing decoding
+    variants: Sequence[str] = DEFAULT_VARIANTS  # the models timed (ORIGINAL and PRUNED always)
 
 
-def measure(original, pruned, batches_by_size: dict[int, list[Batch]], settings: SpeedSettings, family: str,
-            device, clock: Callable[[], float] = time.perf_counter) -> pd.DataFrame:
-    """Tidy timings, one row per (unit, variant, batch size, run), both models on ``device``.
+def measure(models: dict, batches_by_size: dict, settings: SpeedSettings, family: str, device,
+            clock: Callable[[], float] | None = None) -> pd.DataFrame:
+    """Tidy timings, one row per (unit, variant, batch size, run), every model of ``models`` ({variant: model},
+    the original first) on ``device``. ``clock``: time with it (tests) instead of ``stopwatch_for``'s choice.
 
     ``batches_by_size``: {batch size: batches}, or {(unit, batch size): batches} for a study timed in
     several units (an LM: prefill and decode tokens)."""
+    original = models[ORIGINAL]
     task = task_of(original)
-    heads = {ORIGINAL: count_heads(original), PRUNED: count_heads(pruned)}
+    heads = {name: count_heads(model) for name, model in models.items()}
+    weights = {name: weight_bytes(model) for name, model in models.items()}
     env = environment(original, device)
+    stopwatch, timer = stopwatch_for(device, clock)
+    memory = gpu_memory_meter(device)
     rows = []
-    counter = Progress(len(batches_by_size) * settings.repeats * 2,
+    counter = Progress(len(batches_by_size) * settings.repeats * len(models),
                        f"speed of {family}, {len(batches_by_size)} batch settings x {settings.repeats} runs x "
-                       "original and pruned", "timed runs", log=logging.getLogger(__name__))
+                       f"{' and '.join(models)}", "timed runs", log=logging.getLogger(__name__))
     for key, batches in batches_by_size.items():
         unit, batch_size = key if isinstance(key, tuple) else (UNITS[task][0], key)
         make = make_step(task, unit, settings)
-        steps = {ORIGINAL: make(original), PRUNED: make(pruned)}
-        timed = time_variants(steps, [b.to(device) for b in batches], settings.repeats, settings.warmup_batches,
-                              clock=clock, synchronize=synchronizer(device), done=counter.update)
+        on_device = [b.to(device) for b in batches]
+        timed = time_variants({name: make(model) for name, model in models.items()}, on_device, settings.repeats,
+                              settings.warmup_batches, synchronize=synchronizer(device), done=counter.update,
+                              stopwatch=stopwatch, memory=memory)
+        # the cache after one batch's generation, outside the timed runs (decoding only)
+        kv = {name: float(kv_cache_bytes(model, on_device[0].inputs, settings.decode_tokens))
+              if unit == "decode tokens" else math.nan for name, model in models.items()}
         for row in timed:
+            name = row["variant"]
             rows.append({"family": family, "unit": unit, "batch_size": int(batch_size), **row,
-                         "heads": heads[row["variant"]], "heads_total": heads[ORIGINAL], **env})
+                         "heads": heads[name], "heads_total": heads[ORIGINAL], **env, "timer": timer,
+                         "weight_bytes": weights[name], "kv_cache_bytes": kv[name]})
     counter.close()
     return pd.DataFrame(rows)
 
 
-def speed_study(study: str, model, tokenizer, evalset, importance: pd.DataFrame, settings: SpeedSettings, device,
-                log=None) -> tuple[pd.DataFrame, dict]:
-    """Everything Table 4 needs for one study: (tidy runs, facts for the table)."""
-    family, task = adapter_for(model).family, task_of(model)
-    removed = heads_to_prune(importance, settings.prune_percent)
-    if len(importance) != count_heads(model):
-        raise ValueError(f"{study}: importance.csv has {len(importance)} heads, the model {count_heads(model)}")
-    pruned = pruned_copy(model, removed).to(device)
-
+def study_batches(task: str, tokenizer, evalset, settings: SpeedSettings) -> dict[tuple[str, int], list[Batch]]:
+    """{(unit, batch size): batches} of the eval set, as the study's task is timed."""
     def make_batches(unit, size):
         if task == "classify":
             return classification_inputs(tokenizer, evalset.sources, size, settings.max_length, settings.padding)
         if task == "lm":
             return lm_inputs(evalset.sources, size, unit, settings.decode_tokens)
         return translation_inputs(tokenizer, evalset.sources, size)
-    batches_by_size = {(unit, int(size)): make_batches(unit, int(size))
-                       for unit in UNITS[task] for size in settings.batch_sizes}
+    return {(unit, int(size)): make_batches(unit, int(size)) for unit in UNITS[task] for size in settings.batch_sizes}
+
+
+def speed_study(study: str, model, tokenizer, evalset, importance: pd.DataFrame, settings: SpeedSettings, device,
+                log=None) -> tuple[pd.DataFrame, dict]:
+    """Everything Table 4 needs for one study: (tidy runs, facts for the table)."""
+    family, task = adapter_for(model).family, task_of(model)
+    if len(importance) != count_heads(model):
+        raise ValueError(f"{study}: importance.csv has {len(importance)} heads, the model {count_heads(model)}")
+    variants, skipped = build_variants(model, tokenizer, importance, settings.variants, settings.prune_percent,
+                                       device)
+    for name, why in skipped.items():
+        (log or logging.getLogger(__name__)).warning("%s: the %s variant is not timed: %s", study, name, why)
+    batches_by_size = study_batches(task, tokenizer, evalset, settings)
     if log:
-        log.info("%s: %d of %d heads removed; %d items; batch sizes %s; %d runs each on %s", study, len(removed),
-                 count_heads(model), len(evalset), list(settings.batch_sizes), settings.repeats, device_name(device))
+        log.info("%s: %s timed; %d of %d heads removed (pruned); %d items; batch sizes %s; %d runs each on %s", study,
+                 ", ".join(variants), len(variants[PRUNED].removed), count_heads(model), len(evalset),
+                 list(settings.batch_sizes), settings.repeats, device_name(device))
     # the check: logits where the timing reads logits (classification, an LM's prefill), outputs otherwise
     check_unit = UNITS[task][0]
     check_batches = [b.to(device) for b in batches_by_size[check_unit, max(settings.batch_sizes)]]
     step = None if task != "translate" else (lambda m: translate_step(m, settings.beam, settings.lenpen))
-    check = check_pruned_equals_gated(model, pruned, removed, check_batches, step, logits=task in ("classify", "lm"))
-    if log:
-        log.info("%s: pruned = gated on %.1f%% of %d items (max |logit diff| %s)", study,
-                 100 * check["check_agreement"], check["check_items"], check["check_max_abs_diff"])
-        if check["check_agreement"] < 1:
-            log.warning("%s: the pruned model disagrees with the gated one on some items (rounding in beam "
-                        "search ties, or a pruning bug): see table4.csv's check_* columns", study)
-    runs = measure(model, pruned, batches_by_size, settings, family, device)
+    checks = check_variants(variants, check_batches, step, logits=task in ("classify", "lm"))
+    for name in variants:
+        if name != ORIGINAL and log:
+            log.info("%s: %s = gated on %.1f%% of %d items (max |logit diff| %s)", study, name,
+                     100 * checks[column(name, "check_agreement")], checks[column(name, "check_items")],
+                     checks[column(name, "check_max_abs_diff")])
+        if name != ORIGINAL and checks[column(name, "check_agreement")] < 1 and log:
+            log.warning("%s: the %s model disagrees with the gated one on some items (rounding in beam search "
+                        "ties, or a pruning bug): see table4.csv's check columns", study, name)
+    runs = measure({name: v.model for name, v in variants.items()}, batches_by_size, settings, family, device)
     runs.insert(0, "study", study)
-    facts = {"study": study, "family": family, "heads_total": count_heads(model), "heads_pruned": len(removed),
-             "prune_percent": settings.prune_percent, "items": len(evalset), **check}
+    facts = {"study": study, "family": family, "heads_total": count_heads(model),
+             "prune_percent": settings.prune_percent, "items": len(evalset), **checks, "skipped": skipped}
     return runs[RUN_COLUMNS], facts
-
-
-# --------------------------------------------------------------------------- Table 4
-
-
-def summarize(runs: pd.DataFrame, facts: dict | None = None) -> pd.DataFrame:
-    """One row per (study, batch size): mean and sample std (ddof=1) of items/s per variant, speedup.
-
-    speedup_percent = 100 * (mean pruned / mean original - 1), as the paper's Table 4.
-    """
-    facts = facts or {}
-    rows = []
-    for (study, unit, batch_size), group in runs.groupby(["study", "unit", "batch_size"], sort=False):
-        stats = {}
-        for variant in VARIANTS:
-            values = group.loc[group["variant"] == variant, "items_per_s"].to_numpy(dtype=float)
-            if len(values) == 0:
-                raise ValueError(f"{study}: no {variant} runs at batch size {batch_size}")
-            stats[variant] = (values.mean(), values.std(ddof=1) if len(values) > 1 else math.nan, len(values))
-        first = group.iloc[0]
-        rows.append({
-            "study": study, "family": first["family"], "unit": unit, "batch_size": int(batch_size),
-            "runs": min(n for _, _, n in stats.values()),
-            "original_mean": stats[ORIGINAL][0], "original_std": stats[ORIGINAL][1],
-            "pruned_mean": stats[PRUNED][0], "pruned_std": stats[PRUNED][1],
-            "speedup_percent": 100.0 * (stats[PRUNED][0] / stats[ORIGINAL][0] - 1.0),
-            "heads_total": int(first["heads_total"]),
-            "heads_pruned": facts.get("heads_pruned", int(first["heads_total"]) - int(
-                group.loc[group["variant"] == PRUNED, "heads"].iloc[0])),
-            "prune_percent": facts.get("prune_percent", math.nan), "items": int(first["items"]),
-            "device": first["device"], "torch_threads": int(first["torch_threads"]), "dtype": first["dtype"],
-            "check_items": facts.get("check_items", math.nan), "check_agreement": facts.get("check_agreement", math.nan),
-            "check_max_abs_diff": facts.get("check_max_abs_diff", math.nan),
-        })
-    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
-
-
-def _mean_std(mean: float, std: float) -> str:
-    return f"{mean:.1f} ± {std:.1f}" if not math.isnan(std) else f"{mean:.1f}"
-
-
-def _threads(n: int) -> str:
-    return f"{n} torch thread" + ("" if n == 1 else "s")
-
-
-def _percent(value: float) -> str:
-    text = f"{value:+.1f}%"
-    return text.replace("-0.0%", "+0.0%")
-
-
-def table4_markdown(summary: pd.DataFrame, evalset_name: str | None = None,
-                    chosen: str = "in order of importance I_h") -> str:
-    """The paper's Table 4 (Batch size | Original | Pruned x% | Speedup) for one study, with a caption.
-
-    ``chosen`` says which heads were removed (the pipeline: the least important by I_h).
-    """
-    studies = summary["study"].unique()
-    if len(studies) != 1:
-        raise ValueError(f"table 4 is drawn per study; got {list(studies)}")
-    first = summary.iloc[0]
-    percent = f"{first['prune_percent']:g}" if not pd.isna(first["prune_percent"]) else \
-        f"{100 * first['heads_pruned'] / first['heads_total']:g}"
-    units = list(dict.fromkeys(summary["unit"]))
-    model = _model_words(first["family"], units)
-    on = f" of {evalset_name}" if evalset_name else ""
-    lines = [
-        f"**Table 4** ({first['study']}, {model}): {' and '.join(units)} per second, mean ± std over {int(first['runs'])} "
-        f"runs, with {int(first['heads_pruned'])} of {int(first['heads_total'])} heads ({percent}%) physically "
-        f"removed {chosen}, against the full model; {int(first['items'])} {first['unit']}{on}"
-        f"{' (and as many windows decoded)' if len(units) > 1 else ''}. "
-        f"Device: {first['device']} ({_threads(int(first['torch_threads']))}, {first['dtype']}).",
-        "",
-        f"| Batch size | Original | Pruned {percent}% | Speedup |",
-        "|---:|---:|---:|---:|",
-    ]
-    for row in summary.sort_values(["unit", "batch_size"], key=lambda c: c.map(units.index) if c.name == "unit"
-                                   else c).itertuples():
-        size = f"{row.batch_size} ({row.unit})" if len(units) > 1 else f"{row.batch_size}"
-        lines.append(f"| {size} | {_mean_std(row.original_mean, row.original_std)} | "
-                     f"{_mean_std(row.pruned_mean, row.pruned_std)} | {_percent(row.speedup_percent)} |")
-    items = int(first["items"])
-    if len(units) == 1 and (summary["batch_size"] > items).any():
-        lines += ["", f"Batch sizes above {items} run one batch of all {items} {first['unit']}."]
-    if not pd.isna(first["check_items"]):
-        what = {"examples": "predictions", "sentences": "translations"}.get(units[0], "next-token predictions")
-        line = (f"Check: the pruned model's {what} equal the gated full model's on "
-                f"{round(first['check_agreement'] * first['check_items'])} of {int(first['check_items'])} "
-                f"{first['unit']}")
-        if not pd.isna(first["check_max_abs_diff"]):
-            line += f" (largest logit difference {first['check_max_abs_diff']:.1e})"
-        lines += ["", line + "."]
-    lines.append("")
-    return "\n".join(lines)
-
-
-def _model_words(family: str, units: list[str]) -> str:
-    """What Table 4's caption calls the model: by what it was timed on, and its family (the model type)."""
-    if units == UNITS["classify"]:
-        return "BERT" if family == "bert" else f"encoder classifier ({family})"
-    if units == UNITS["translate"]:
-        return "translation model, beam search"
-    return f"causal LM ({family})"
-
-
-def table4(runs: pd.DataFrame, facts: dict, out_runs, out_csv, out_md, evalset_name: str | None = None) -> pd.DataFrame:
-    """Write the tidy runs CSV, Table 4's CSV (``summarize``) and its markdown; returns the summary."""
-    summary = summarize(runs, facts)
-    for path, write in ((out_runs, lambda p: atomic.write_csv(runs, p, index=False)),
-                        (out_csv, lambda p: atomic.write_csv(summary, p, index=False)),
-                        (out_md, lambda p: atomic.write_text(p, table4_markdown(summary, evalset_name)))):
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        write(path)
-    return summary
-
-
-def measured_ratio(summary: pd.DataFrame) -> dict[int, float]:
-    """{batch size: pruned / original mean throughput} (what benchmarks print)."""
-    return {int(r.batch_size): float(r.pruned_mean / r.original_mean) for r in summary.itertuples()}
-

@@ -12,9 +12,11 @@ The examples assume a causal LM and its tokenizer (``headprune.load_model``) and
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from headprune.experiments.kinds import kind_of
+from headprune.experiments.layouts import FREE, UNIFORM, layout_steps, removal_units
 from headprune.experiments.runs import (EvalSet, EvalSettings, HeadId, all_heads, compare_to_full, gates_without,
                                         pruning_steps, scored_variants)
 from headprune.io.progress import counted
@@ -25,7 +27,7 @@ if TYPE_CHECKING:
 # The columns of eval/ablation.csv and pruning.csv, in their order.
 ABLATION_COLUMNS = ("study", "testset", "attn_type", "layer", "head", "metric", "score_full", "score", "delta",
                     "p_bootstrap", "p_ttest", "significant", "alpha", "n_resamples")
-PRUNING_COLUMNS = ("study", "order", "scope", "step", "percent_pruned", "heads_pruned", "heads_left", "score",
+PRUNING_COLUMNS = ("study", "order", "scope", "layout", "step", "percent_pruned", "heads_pruned", "heads_left", "score",
                    "metric")
 
 
@@ -143,9 +145,12 @@ def one_head_per_layer(model, tokenizer, selection: EvalSet, test: EvalSet, sett
 
 def pruning_tables(model, tokenizer, evalset: EvalSet, orders: dict[str, list[HeadId]], *,
                    step_percent: float = 10.0, settings: EvalSettings | None = None, study: str = "",
-                   scope: str = "all", total_heads: int | None = None) -> tuple[pd.DataFrame, dict]:
-    """Prune in each order (name -> heads, first pruned first) in steps of ``step_percent`` % of its heads
-    and score every step: (the pruning.csv rows, per order the per-step removed heads and per-item outputs).
+                   scope: str = "all", total_heads: int | None = None,
+                   layouts: Sequence[str] = (FREE,)) -> tuple[pd.DataFrame, dict]:
+    """Prune in each order (name -> heads, first pruned first) in each of ``layouts`` (free: steps of
+    ``step_percent`` % of its heads; uniform: one head or key/value group of every layer a step,
+    ``headprune.experiments.layouts``) and score every step: (the pruning.csv rows, per order the free layout's
+    per-step removed heads and per-item outputs).
 
     Every step of every order is one gate setting and all share one pass over the set (identical settings
     are evaluated once). ``total_heads`` (default: the model's) is what heads_left counts down from.
@@ -155,7 +160,9 @@ def pruning_tables(model, tokenizer, evalset: EvalSet, orders: dict[str, list[He
     log = logging.getLogger(__name__)
     settings = settings or EvalSettings()
     total_heads = len(all_heads(model)) if total_heads is None else total_heads
-    steps = {name: pruning_steps(order, step_percent) for name, order in orders.items()}
+    units = removal_units(model, None if scope == "all" else scope) if UNIFORM in layouts else None
+    steps = {(name, layout): layout_steps(order, layout, step_percent=step_percent, units=units)
+             for layout in layouts for name, order in orders.items()}
     settings_of = {}  # one gate setting per distinct set of removed heads: every order starts from the full model
     for order_steps in steps.values():
         for _, removed in order_steps:
@@ -164,17 +171,18 @@ def pruning_tables(model, tokenizer, evalset: EvalSet, orders: dict[str, list[He
                               settings)
     outputs, scores = [r["outputs"] for r in results], [r["score"] for r in results]
     rows, step_outputs = [], {}
-    for name, order_steps in steps.items():
-        step_outputs[name] = []
+    for (name, layout), order_steps in steps.items():
         for step, (percent, removed) in enumerate(order_steps):
             index = settings_of[frozenset(removed)]
-            log.info("%s %s %s: %.0f%% pruned (%d heads): %s = %.4f", study, scope, name, percent, len(removed),
-                     evalset.metric, scores[index])
-            rows.append({"study": study, "order": name, "scope": scope, "step": step, "percent_pruned": percent,
-                         "heads_pruned": len(removed), "heads_left": total_heads - len(removed),
-                         "score": scores[index], "metric": evalset.metric})
-            step_outputs[name].append({"percent_pruned": percent, "removed": ["-".join(map(str, h)) for h in removed],
-                                       "outputs": outputs[index]})
+            log.info("%s %s %s (%s): %.0f%% pruned (%d heads): %s = %.4f", study, scope, name, layout, percent,
+                     len(removed), evalset.metric, scores[index])
+            rows.append({"study": study, "order": name, "scope": scope, "layout": layout, "step": step,
+                         "percent_pruned": percent, "heads_pruned": len(removed),
+                         "heads_left": total_heads - len(removed), "score": scores[index], "metric": evalset.metric})
+            if layout == FREE:  # what the criteria are compared on
+                step_outputs.setdefault(name, []).append({
+                    "percent_pruned": percent, "removed": ["-".join(map(str, h)) for h in removed],
+                    "outputs": outputs[index]})
     return pd.DataFrame(rows), step_outputs
 
 

@@ -139,7 +139,7 @@ def auto_map(model, source: str) -> dict[str, str]:
 
 
 def save_pruned(model, tokenizer, folder, *, base_model: str | None = None, criterion: str | None = None,
-                masking: str | None = None, curve_point: dict | None = None) -> Path:
+                masking: str | None = None, curve_point: dict | None = None, layout: str | None = None) -> Path:
     """Write ``model`` (pruned or not) and ``tokenizer`` (or None) to ``folder`` so that plain transformers loads
     it with ``trust_remote_code=True`` (see the module docstring); headprune's ``load_pruned_weights`` reads it
     too. Written to a temporary sibling and renamed, so a half-written folder is never seen. Returns the folder.
@@ -171,7 +171,7 @@ def save_pruned(model, tokenizer, folder, *, base_model: str | None = None, crit
     entries = auto_map(model, source)
     code_files = [modeling_file.name, *sibling_imports(source)]
     card = model_card(model, entries, folder.name, code_files, base_model=base_model, criterion=criterion,
-                      masking=masking, curve_point=curve_point)
+                      masking=masking, curve_point=curve_point, layout=layout)
     with atomic_dir(folder) as staging:
         # safetensors (transformers 5 writes nothing else), in the names the model has: a pruned folder loads by
         # load_state_dict or as remote code, neither of which renames legacy checkpoint keys (GPT-NeoX embed_out)
@@ -221,10 +221,18 @@ def heads_table(model) -> tuple[list[str], int, int]:
     return rows, removed, total
 
 
+# What a card says of the pruning layout (headprune.experiments.layouts), when it is known
+LAYOUT_LINES = {
+    "uniform": "- layout: uniform (every layer keeps as many heads and whole key/value groups): a stock checkpoint",
+    "free": "- layout: free (each layer keeps its own heads): loads as remote code (`trust_remote_code=True`); "
+            "`headprune prune --layout uniform` writes a stock checkpoint"}
+
+
 def model_card(model, entries: dict[str, str], name: str, code_files: list[str], *, base_model=None, criterion=None,
-               masking=None, curve_point=None) -> str:
+               masking=None, curve_point=None, layout: str | None = None, stock: bool = False) -> str:
     """README.md for the saved folder, as the hub's model cards are written: YAML front matter, then what the
-    model is, how to load it, and what was pruned and how."""
+    model is, how to load it, and what was pruned and how. ``stock``: transformers' own class and config with
+    fewer heads (``headprune.models.stock``), loaded without remote code; ``layout``: the pruning layout's line."""
     import transformers
 
     source = base_model or getattr(model, "name_or_path", None) or getattr(model.config, "_name_or_path", None)
@@ -236,21 +244,26 @@ def model_card(model, entries: dict[str, str], name: str, code_files: list[str],
 
     front = ["---", "library_name: transformers"] + ([f"base_model: {hub}"] if hub else [])
     front += ["tags:", "- headprune", "- attention-head-pruning", "- pruned", f"- {model.config.model_type}",
-              "- custom_code", f"pipeline_tag: {PIPELINE_TAGS[auto]}", "---", ""]
+              *([] if stock else ["- custom_code"]), f"pipeline_tag: {PIPELINE_TAGS[auto]}", "---", ""]
     about = (f"{f'`{source}`' if source else 'A model'} ({type(model).__name__}) with {removed} of its {total} "
              "attention heads removed physically with headprune (Michel, Levy and Neubig 2019, \"Are Sixteen Heads "
              f"Really Better than One?\"): {parameters:,} parameters.")
+    remote = "" if stock else ", trust_remote_code=True"
     loading = [
         "```python", f"from transformers import {auto}, AutoTokenizer", "",
-        f'model = {auto}.from_pretrained("{name}", trust_remote_code=True)',
-        f'tokenizer = AutoTokenizer.from_pretrained("{name}")', "```", "",
+        f'model = {auto}.from_pretrained("{name}"{remote})',
+        f'tokenizer = AutoTokenizer.from_pretrained("{name}")', "```", ""]
+    loading += [
+        f"A stock checkpoint: transformers' own `{built}` with fewer heads in its config (every layer keeps the same "
+        "number of heads: a uniform layout), no remote code and no headprune needed."] if stock else [
         f"`trust_remote_code=True` runs {' and '.join(f'`{f}`' for f in code_files)} from this folder: they import "
         f"only torch and transformers (saved with transformers {transformers.__version__}), build transformers' own "
         f"`{built}` and cut each attention to the heads kept, so that the weights load. Without it transformers "
         "builds its class with every head and refuses the weights (a size mismatch). headprune loads it too: "
         "`headprune.load_model(path)`."]
-    pruned = [f"- removed: {removed} of {total} heads, per attention type and layer in the table below",
-              f"- criterion: {_criterion_text(criterion)}"]
+    pruned = [LAYOUT_LINES[layout]] if layout else []
+    pruned += [f"- removed: {removed} of {total} heads, per attention type and layer in the table below",
+               f"- criterion: {_criterion_text(criterion)}"]
     if masking is not None:
         word = getattr(masking, "word", masking)  # a config word or a headprune.models.masking mode
         from headprune.models.masking import MODES

@@ -92,7 +92,7 @@ def params(study, joined_orders):
     config = study.config
     pruning = config["pruning"]
     return {"eval": study.evalset_spec(), "settings": settings(study),
-            "step_percent": pruning["step_percent"], "random_seed": pruning["random_seed"],
+            "step_percent": pruning["step_percent"], "layouts": pruning["layouts"], "random_seed": pruning["random_seed"],
             "importance": config["importance"], "criteria": config["criteria"]["combined"],
             **({"importance_data": study.importance_spec} if "iterative" in joined_orders.split("+") else {})}
 

@@ -15,6 +15,8 @@ def params(study):
     if speed.get("max_items") is not None:
         evalset["max_items"] = speed["max_items"]
     settings = {"batch_sizes": speed.get("batch_sizes", [1, 4, 16, 64]), "repeats": speed.get("repeats", 3),
-                "prune_percent": speed.get("prune_percent", 50), "warmup_batches": speed.get("warmup_batches", 2)}
+                "prune_percent": speed.get("prune_percent", 50), "warmup_batches": speed.get("warmup_batches", 2),
+                # the models timed: the full and the pruned one (Table 4), and on request uniform and stock
+                "variants": list(speed.get("variants", ["original", "pruned"]))}
     settings.update(study.scoring.speed_settings(study, speed))
     return {"eval": evalset, "settings": settings}

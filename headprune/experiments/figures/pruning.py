@@ -13,6 +13,7 @@ from headprune.experiments.figures.checks import _require_columns, _single_value
 from headprune.experiments.figures.display import format_score, metric_display, study_title
 from headprune.experiments.figures.lines import _draw_lines
 from headprune.experiments.figures.style import _new_figure, _rc, _style, save_figure
+from headprune.experiments.layouts import FREE, UNIFORM, free_layout
 from headprune.io import atomic
 from headprune.models.attention_types import KNOWN_TYPES, LABELS
 
@@ -29,10 +30,11 @@ PRUNING_COLUMNS = ("study", "order", "scope", "step", "percent_pruned", "score",
 
 def _check_pruning(pruning: pd.DataFrame) -> None:
     _require_columns(pruning, PRUNING_COLUMNS, "pruning table")
-    duplicated = pruning.duplicated(["study", "scope", "order", "step"])
+    keys = ["study", "scope", "order", *(["layout"] if "layout" in pruning else []), "step"]
+    duplicated = pruning.duplicated(keys)
     if duplicated.any():
         # Several runs of one order (e.g. random seeds) would need averaging: do it upstream, in a CSV.
-        raise ValueError(f"pruning table has {int(duplicated.sum())} duplicate (study, scope, order, step) rows")
+        raise ValueError(f"pruning table has {int(duplicated.sum())} duplicate ({', '.join(keys)}) rows")
 
 
 def build_pruning_figure(pruning: pd.DataFrame, scopes, hue: str, hue_values, labels: dict,
@@ -62,17 +64,24 @@ def build_pruning_figure(pruning: pd.DataFrame, scopes, hue: str, hue_values, la
 
 def figure3_rows(pruning: pd.DataFrame) -> pd.DataFrame:
     """The rows Figure 3 draws: global pruning (scope 'all') in the paper's orders (the other criteria
-    are drawn by ``criteria_figure``)."""
+    are drawn by ``criteria_figure``), in every layout pruned (``line``: the order, and ', uniform' in the
+    uniform layout)."""
     _check_pruning(pruning)
     rows = pruning[(pruning["scope"] == "all") & pruning["order"].isin(PRUNING_ORDERS)]
     if rows.empty:
         raise ValueError(f"no rows with scope 'all' and an order in {PRUNING_ORDERS} in the pruning table")
-    return rows
+    layouts = rows["layout"] if "layout" in rows else pd.Series(FREE, index=rows.index)
+    return rows.assign(line=[order if layout == FREE else f"{order}, {layout}"
+                             for order, layout in zip(rows["order"], layouts)])
 
 
 def build_figure3(pruning: pd.DataFrame, style: dict | None = None, families: dict | None = None) -> Figure:
-    return build_pruning_figure(figure3_rows(pruning), ["all"], "order", PRUNING_ORDERS, ORDER_LABELS,
-                                ORDER_LINESTYLES, style, "% of heads pruned", families)
+    lines = [*PRUNING_ORDERS, *(f"{order}, {UNIFORM}" for order in PRUNING_ORDERS)]
+    labels = {**ORDER_LABELS, **{f"{order}, {UNIFORM}": f"{ORDER_LABELS[order]}, uniform layout"
+                                 for order in PRUNING_ORDERS}}
+    linestyles = {**ORDER_LINESTYLES, **{f"{order}, {UNIFORM}": style for order, style in ORDER_LINESTYLES.items()}}
+    return build_pruning_figure(figure3_rows(pruning), ["all"], "line", lines, labels, linestyles, style,
+                                "% of heads pruned", families)
 
 
 def figure3(pruning: pd.DataFrame, out_png, out_pdf, style: dict | None = None, families: dict | None = None) -> list[str]:
@@ -83,6 +92,7 @@ def figure3(pruning: pd.DataFrame, out_png, out_pdf, style: dict | None = None, 
 def figure4_rows(pruning: pd.DataFrame) -> pd.DataFrame:
     """The rows Figure 4 draws: importance-order pruning within one attention type."""
     _check_pruning(pruning)
+    pruning = free_layout(pruning)
     rows = pruning[pruning["scope"].isin(KNOWN_TYPES) & (pruning["order"] == "importance")]
     if rows.empty:
         raise ValueError(f"no importance-order rows with scope in {KNOWN_TYPES} in the pruning table")

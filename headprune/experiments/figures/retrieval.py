@@ -8,6 +8,7 @@ from matplotlib.ticker import MaxNLocator
 
 from headprune.experiments.figures.checks import _ablated, _require_columns
 from headprune.experiments.figures.style import _new_figure, _rc, _style
+from headprune.experiments.layouts import free_layout
 
 
 def wu_scores(runs: pd.DataFrame) -> list[str]:
@@ -72,8 +73,8 @@ def perplexity_and_retrieval_table(retrieval_ablation: pd.DataFrame, perplexity_
     heads = heads.rename(columns={"score_perplexity": "perplexity", "score_full_perplexity": "perplexity_full",
                                   "score_retrieval": "retrieval", "score_full_retrieval": "retrieval_full"})
     heads.insert(0, "experiment", "single head off")
-    steps = perplexity_pruning[["order", "scope", "percent_pruned", "score"]].merge(
-        retrieval_pruning[["order", "scope", "percent_pruned", "score"]], on=["order", "scope", "percent_pruned"],
+    steps = free_layout(perplexity_pruning)[["order", "scope", "percent_pruned", "score"]].merge(
+        free_layout(retrieval_pruning)[["order", "scope", "percent_pruned", "score"]], on=["order", "scope", "percent_pruned"],
         suffixes=("_perplexity", "_retrieval"))
     steps = steps[steps.scope == "all"].rename(columns={"score_perplexity": "perplexity", "score_retrieval": "retrieval"})
     steps.insert(0, "experiment", "pruning")
