@@ -125,12 +125,21 @@ def test_demo_translation_study_numbers(demo_run):
     assert (ablation.score_full > 50).all()  # the tiny model really learned the task
     assert ablation.delta.min() < -1  # some heads matter
     pruning = pd.read_csv(results / "pruning.csv")
-    paper = pruning[pruning.order.isin(["importance", "oracle", "random"])]  # the others: criteria.csv
+    orders = pruning.order.isin(["importance", "oracle", "random"])  # the others: criteria.csv
+    paper = pruning[orders & (pruning.layout == "free")]
     assert set(paper.order) == {"importance", "oracle", "random"}
     assert len(paper) == 3 * 11 + 3 * 11  # three orders globally, importance order within each type
     for _, curve in paper[paper.scope == "all"].groupby("order"):
         curve = curve.sort_values("percent_pruned")
         assert curve.score.iloc[0] > 50 and curve.score.iloc[-1] < 5  # no heads left: no translation
+    # the uniform layout beside it: one of the 4 heads of every layer (6 layers of 3 types) a step
+    uniform = pruning[orders & (pruning.layout == "uniform")]
+    assert len(uniform) == 3 * 5 + 3 * 5
+    for _, curve in uniform[uniform.scope == "all"].groupby("order"):
+        curve = curve.sort_values("percent_pruned")
+        assert list(curve.percent_pruned) == [0.0, 25.0, 50.0, 75.0, 100.0]
+        assert list(curve.heads_pruned) == [0, 6, 12, 18, 24]
+        assert curve.score.iloc[0] == paper.loc[paper.scope == "all", "score"].iloc[0]  # the same full model
 
 
 def test_demo_classification_study_numbers(demo_run):
@@ -146,7 +155,7 @@ def test_demo_figure6_prunes_three_glue_tasks_in_importance_order(demo_run):
     results = demo_run / "results" / "demo"
     for task, metric in (("sst2", "accuracy"), ("cola", "mcc"), ("mrpc", "f1")):
         tables = [pd.read_csv(path) for path in (results / task / "pruning" / "all").glob("*.csv")]
-        curve = pd.concat(tables).query("order == 'importance'").sort_values("percent_pruned")
+        curve = pd.concat(tables).query("order == 'importance' and layout == 'free'").sort_values("percent_pruned")
         assert list(curve.percent_pruned) == [10.0 * k for k in range(11)]
         assert list(curve.heads_pruned) == [round(0.8 * k) for k in range(11)]  # 8 heads, 10% per step
         assert set(curve.order) == {"importance"} and set(curve.metric) == {metric}

@@ -329,7 +329,7 @@ def test_streaming_needs_its_window_and_binary_gates():
 
 def test_streaming_refused_for_encoders_and_other_backends():
     bert = tiny_bert()
-    with pytest.raises(ValueError, match="the bert family is not supported"):
+    with pytest.raises(ValueError, match="bert is an encoder: its self-attention is bidirectional"):
         with gated(bert, full_gates(bert, 0.0), masking=WINDOW):
             pass
     model = tiny_llama_gqa6()
