@@ -41,7 +41,7 @@ def predict_classes_variants(model, batches: list[dict], gates_list: list, *, va
                              device=None, progress: bool = False, masking: str = "zero") -> np.ndarray:
     """(variants, examples) predicted class indices (argmax of the logits), one row per gate setting.
 
-    ``masking`` says how a gate of 0 masks a head (``heads.gated``): "zero" output or "uniform" attention.
+    ``masking`` says how a gate of 0 masks a head (``heads.gated``): a mode of ``headprune.models.masking``.
     Variants share the layers below their first masked head (``shared_layers.forward_variants``).
     """
     device = device or next(model.parameters()).device
@@ -78,7 +78,7 @@ def translate_variants(model, tokenizer, sources: list[str], gates_list: list, *
     padded source length + max_len_b. Each beam search runs one batch for as many variants as fit
     in ``variant_batch_size`` sentences: ``beam_search.beam_search`` (finished sentences leave the
     batch) where it computes what generate() does, else generate(). ``masking`` says how a gate of 0
-    masks a head (``heads.gated``): "zero" output or "uniform" attention.
+    masks a head (``heads.gated``): a mode of ``headprune.models.masking``.
     """
     device = device or next(model.parameters()).device
     model.eval()

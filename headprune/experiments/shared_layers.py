@@ -9,9 +9,10 @@ this way does about half the layer work of running each variant whole. Whatever 
 (DeBERTa's convolution after layer 0, the final norm) still runs on the same values, so the outputs
 are the variants' own: tests/test_shared_layers.py checks them against running each variant whole.
 
-Layer l's head outputs are replayed under zero masking only (uniform and streaming masking act inside
-the attention): where the attention module puts them out before its output projection (BERT's
-``BertSelfAttention``), its recorded output; where the projection is inside the module (Llama, GPT-2,
+Layer l's head outputs are replayed under every mode whose masked head puts out a constant (``constant_output``:
+zero, mean, optimal; uniform and streaming masking act inside the attention, resample reads positions): where
+the attention module puts them out before its output projection (BERT's ``BertSelfAttention``), its recorded
+output; where the projection is inside the module (Llama, GPT-2,
 DistilBERT), the projection's recorded input, projected anew (where the gates act) in place of the
 module's output. That saves the layer's query, key and value projections and its attention: a quarter
 of a Llama layer at 512 tokens in eager attention on a CPU (measured, docs/performance.md).

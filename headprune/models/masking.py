@@ -401,7 +401,7 @@ class Streaming(Masking):
     acts_on_outputs: ClassVar[bool] = False
     language_models_only: ClassVar[bool] = True  # the decoder-only LMs pass their attention mask through
     summary: ClassVar[str] = "streaming (a masked head sees only the first and the last tokens of its context)"
-    hint: ClassVar[str] = ("its window: pass masking=Streaming(sink, recent) (headprune.models.heads.Streaming), "
+    hint: ClassVar[str] = ("its window: pass masking=Streaming(sink, recent) (headprune.models.masking.Streaming), "
                            "e.g. Streaming(sink=4, recent=64)")
     config_key: ClassVar[tuple[str, ...]] = ("streaming",)
     config_schema: ClassVar[dict] = {

@@ -1,6 +1,6 @@
 """What the decoder-only LMs share (the generic ``decoder`` adapter's): the batch, the next-token loss and the masks
 of a causal LM (every attention is decoder self-attention, ``DEC_SELF``), and ``ValueView`` (the generic adapters'
-view of grouped or fused values). Streaming masking (``headprune.models.heads.Streaming``) runs on them: their
+view of grouped or fused values). Streaming masking (``headprune.models.masking.Streaming``) runs on them: their
 attention modules take the causal mask as an ``attention_mask`` argument.
 
 A causal-LM batch is a dict of (batch, time) tensors: ``input_ids``, ``attention_mask`` (1 on real
