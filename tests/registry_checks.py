@@ -44,6 +44,28 @@ def export_verdicts(script: str, folders, cwd) -> dict:
     return verdicts
 
 
+def family_table(model_types, check_family, generic_adapter, export_check: str, tmp_path) -> dict:
+    """Model type -> (outcome, why): ``check_family(type, folder)`` of every type with the family's generic adapter
+    (``generic_adapter()``, a context), one thread; then the exports of those that pass loaded with headprune blocked
+    (``export_verdicts`` of ``export_check``): a folder that does not load fails."""
+    import torch
+
+    results = {}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matrices: a second thread only waits
+    try:
+        with generic_adapter():
+            for model_type in model_types:
+                results[model_type] = check_family(model_type, tmp_path / model_type)
+    finally:
+        torch.set_num_threads(threads)
+    exported = [tmp_path / t for t, (outcome, _) in results.items() if outcome == "passes"]
+    for folder, verdict in export_verdicts(export_check, exported, tmp_path).items():
+        if verdict != "ok":
+            results[folder.name] = ("fails", f"export: {verdict}")
+    return results
+
+
 def one_line(error) -> str:
     """An error in one line of at most 200 characters: a config validator's own words, not its dataclass wrapper's."""
     cause = error.__cause__ if type(error).__name__ == "StrictDataclassClassValidationError" else None

@@ -262,20 +262,7 @@ EXPORT_CHECK = textwrap.dedent("""
 
 
 def family_table(tmp_path) -> dict[str, tuple[str, str]]:
-    results = {}
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matrices: a second thread only waits
-    try:
-        with generic_adapter():
-            for model_type in model_types():
-                results[model_type] = check_family(model_type, tmp_path / model_type)
-    finally:
-        torch.set_num_threads(threads)
-    exported = [tmp_path / t for t, (outcome, _) in results.items() if outcome == "passes"]
-    for folder, verdict in registry_checks.export_verdicts(EXPORT_CHECK, exported, tmp_path).items():
-        if verdict != "ok":
-            results[folder.name] = ("fails", f"export: {verdict}")
-    return results
+    return registry_checks.family_table(model_types(), check_family, generic_adapter, EXPORT_CHECK, tmp_path)
 
 
 def render(results: dict[str, tuple[str, str]]) -> str:
