@@ -65,8 +65,18 @@ def write_test_profile(folder, **settings):
     return folder
 
 
+# tests/slurm_poll/sitecustomize.py: Snakemake asks SLURM about its jobs at least every 3 s (the plugin's interval
+# otherwise grows by 10 s a query, and a test would mostly wait for the next one)
+POLL = {"HEADPRUNE_TEST_MAX_STATUS_INTERVAL": "3"}
+
+
+def poll_env():
+    path = os.pathsep.join(filter(None, [str(ROOT / "tests" / "slurm_poll"), os.environ.get("PYTHONPATH")]))
+    return {**POLL, "PYTHONPATH": path}
+
+
 def cluster_env(cluster):
-    return {**os.environ, **cluster.env}
+    return {**os.environ, **cluster.env, **poll_env()}
 
 
 def submitted(text):

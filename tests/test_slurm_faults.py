@@ -473,3 +473,19 @@ def test_slurm_logs_say_why_slurm_ended_a_job(tmp_path):
     report = slurm_logs.report(since=1000, folder=folder)
     assert report.startswith("What SLURM said") and f"    {oom}:" in report
     assert slurm_logs.report(since=1000, folder=tmp_path / "nothing") == ""
+
+
+def test_the_tests_snakemake_asks_slurm_every_few_seconds():
+    """tests/slurm_poll: under the SLURM tests' environment the executor's status interval is capped (the plugin's
+    own growth, +10 s a query, would make the tests wait for the poll), and nowhere else."""
+    from slurm_helpers import POLL, poll_env
+
+    probe = ("from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor as R\n"
+             "from types import SimpleNamespace\n"
+             "e = SimpleNamespace()\n"
+             "R.next_seconds_between_status_checks.fset(e, 42)\n"
+             "print(e._next_seconds_between_status_checks)\n")
+    capped = subprocess.run([sys.executable, "-c", probe], env={**os.environ, **poll_env()}, capture_output=True,
+                            text=True, check=True).stdout.split()
+    plain = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    assert float(*capped) == float(POLL["HEADPRUNE_TEST_MAX_STATUS_INTERVAL"]) and plain == ["42"]
