@@ -2,7 +2,7 @@
 
     headprune score MODEL --data FILE            I_h and the other criteria: importance.csv
     headprune sweep MODEL --data FILE            the single-head sweep with significance: ablation.csv
-    headprune prune MODEL --data FILE (--percent N | --heads L-H,...) [--layout free|uniform] --out FOLDER
+    headprune prune MODEL --data FILE (--percent N | --heads L-H,...) [--layout free|uniform] [--stock] --out FOLDER
 
 MODEL is a hub id, a model folder or a fairseq tarball. FILE is a text corpus (.txt: language
 modelling, perplexity over windows of --window tokens) or a GLUE-format TSV (.tsv: header
@@ -121,7 +121,13 @@ def build_parser() -> argparse.ArgumentParser:
                             "(trust_remote_code=True); uniform: every layer loses as many heads (whole key/value "
                             "groups), each layer's least important first, the curve one group per layer a step "
                             "(--step unused), saved as a stock checkpoint any transformers loads (--heads named so "
-                            "too)")
+                            "too): with fewer heads in its config where the family's config holds head_dim, else "
+                            "(GPT-2, BERT, Marian) the same size as the original, the removed heads' weights zeroed")
+    prune.add_argument("--stock", action="store_true",
+                       help="with --layout free: save a same-size stock checkpoint instead of remote code: "
+                            "transformers' own class and config, every head in place, the removed heads' weights "
+                            "zeroed; it loads without trust_remote_code and computes the pruned model, but is no "
+                            "smaller or faster than the original (--layout uniform always saves a stock checkpoint)")
     return parser
 
 
@@ -315,17 +321,32 @@ def run_prune(args):
             removed = order[:int(round(args.percent * len(heads) / 100.0))]
         point = cut_point(args, model, tokenizer, evalset, testset, curve, removed, len(heads))
     from headprune.models.export import save_pruned
-    from headprune.models.stock import save_stock
+    from headprune.models.stock import NoSmallerStock, same_size_line, save_stock
 
     remove_heads(model, removed)
     # its model card says how it was pruned
     chosen = {} if args.heads is not None else {"criterion": args.criterion, "masking": settings(args).masking,
                                                   "curve_point": point}
+    same_size = same_size_line(len(removed), len(heads))
     if args.layout == UNIFORM:  # transformers' own class and config: loads anywhere, no remote code
         try:
-            out = save_stock(model, tokenizer, args.out, base_model=args.model, **chosen)
-        except ValueError as error:  # the heads or the family a stock class cannot hold
+            try:
+                out = save_stock(model, tokenizer, args.out, base_model=args.model, **chosen)
+            except NoSmallerStock as error:  # the family's class cannot hold fewer heads: all in place, zeroed
+                out = save_stock(model, tokenizer, args.out, zeroed=True, base_model=args.model, layout=UNIFORM,
+                                 **chosen)
+                log.info("--layout uniform: no smaller stock checkpoint (%s); saved a same-size one instead, %s",
+                         error.why, same_size)
+        except ValueError as error:  # the heads a stock class cannot hold
             raise UsageError(f"--layout uniform: {error}") from None
+    elif args.stock:
+        try:
+            out = save_stock(model, tokenizer, args.out, zeroed=True, base_model=args.model, layout=args.layout,
+                             **chosen)
+        except ValueError as error:  # what no stock class holds, smaller or same-size
+            raise UsageError(f"--stock: {error}") from None
+        log.info("--stock: saved a same-size stock checkpoint, %s (the remote-code export, without --stock, is "
+                 "smaller)", same_size)
     else:  # layers keep their own heads: loads in headprune, and in transformers with trust_remote_code
         out = save_pruned(model, tokenizer, args.out, base_model=args.model, layout=args.layout, **chosen)
     if args.heads is None:  # after the model: save_pruned replaces the folder

@@ -183,10 +183,67 @@ def test_prune_with_a_free_layout_says_so_in_its_card(llama, data, tmp_path):
     assert "trust_remote_code=True" in card and "auto_map" in (out / "config.json").read_text()
 
 
+def test_a_uniform_layout_of_a_class_that_derives_the_head_size_is_saved_same_size(bert, data, tmp_path):
+    """BERT cannot hold fewer heads of the same size in its own class (#46): --layout uniform saves it at its
+    original size with the removed heads' weights zeroed, says so in its log and card, and computes the pruned
+    model without remote code."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    import headprune as hp
+
+    out = tmp_path / "same-size"
+    result = headprune("prune", bert, "--data", data["dev.tsv"], "--heads", "0-1,1-0", "--layout", "uniform",
+                       "--out", out)
+    assert result.returncode == 0, result.stderr
+    assert "--layout uniform: no smaller stock checkpoint (BertSelfAttention derives its head size" in result.stderr
+    assert ("saved a same-size one instead, the same size as the original: every head kept in place, 2 of 4 heads' "
+            "weights zeroed (they contribute nothing), so it computes the pruned model but gives no speed or memory "
+            "gain") in result.stderr, result.stderr
+    assert not list(out.glob("*.py")) and "auto_map" not in (out / "config.json").read_text()
+    card = (out / "README.md").read_text()
+    assert "same-size stock checkpoint" in card and "trust_remote_code" not in card
+    assert "a smaller stock export needs a family whose config holds head_dim" in card
+    stock = AutoModelForSequenceClassification.from_pretrained(out, trust_remote_code=False).eval()
+    assert type(stock).__module__.startswith("transformers.") and stock.config.num_attention_heads == 2
+    full, _ = hp.load_model(bert)
+    ids = torch.tensor([[2, 7, 9, 11, 3]])
+    with torch.no_grad(), hp.gated(full, hp.gates_without(full, [("enc_self", 0, 1), ("enc_self", 1, 0)])):
+        expected = full(input_ids=ids).logits
+    with torch.no_grad():
+        assert (stock(input_ids=ids).logits - expected).abs().max() < 1e-5
+
+
+def test_a_free_layout_with_stock_is_saved_same_size(llama, data, tmp_path):
+    """--stock: a free layout (a partial key/value group here) as transformers' own class, every head in place."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    import headprune as hp
+
+    out = tmp_path / "free-stock"
+    result = headprune("prune", llama, "--data", data["corpus.txt"], "--heads", "0-1,0-2,1-3", "--stock", "--out", out)
+    assert result.returncode == 0, result.stderr
+    assert ("--stock: saved a same-size stock checkpoint, the same size as the original: every head kept in place, 3 "
+            "of 8 heads' weights zeroed") in result.stderr and "no speed or memory gain" in result.stderr
+    assert not list(out.glob("*.py")) and "auto_map" not in (out / "config.json").read_text()
+    card = (out / "README.md").read_text()
+    assert "- layout: free (each layer keeps its own heads): a same-size stock checkpoint" in card
+    assert "trust_remote_code" not in card
+    stock = AutoModelForCausalLM.from_pretrained(out, trust_remote_code=False).eval()
+    assert stock.config.num_attention_heads == 4 and stock.config.num_key_value_heads == 2
+    full, _ = hp.load_model(llama)
+    ids = torch.tensor([[1, 5, 9, 3, 7, 2, 4]])
+    with torch.no_grad(), hp.gated(full, hp.gates_without(full, [("dec_self", 0, 1), ("dec_self", 0, 2),
+                                                                 ("dec_self", 1, 3)])):
+        expected = full(input_ids=ids).logits
+    with torch.no_grad():
+        assert (stock(input_ids=ids).logits - expected).abs().max() < 1e-5
+
+
 @pytest.mark.parametrize("model, heads, message", [
     ("llama", "0-0,0-1", "dec_self layers keep different head counts (layer 0: 2 on 1 kv, layer 1: 4 on 2 kv)"),
     ("llama", "0-0,1-0", "layer 0 keeps 3 query heads on 2 key/value heads unevenly"),
-    ("bert", "0-1,1-0", "BertSelfAttention derives its head size from hidden_size / heads"),
 ])
 def test_a_uniform_layout_the_model_cannot_hold_is_named(model, heads, message, llama, bert, data, tmp_path):
     folder, text = {"llama": (llama, data["corpus.txt"]), "bert": (bert, data["dev.tsv"])}[model]

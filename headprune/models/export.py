@@ -226,43 +226,72 @@ LAYOUT_LINES = {
     "uniform": "- layout: uniform (every layer keeps as many heads and whole key/value groups): a stock checkpoint",
     "free": "- layout: free (each layer keeps its own heads): loads as remote code (`trust_remote_code=True`); "
             "`headprune prune --layout uniform` writes a stock checkpoint"}
+# ... and of a same-size stock export (headprune.models.stock: the removed heads' weights zeroed)
+SAME_SIZE_LAYOUT_LINES = {
+    "uniform": "- layout: uniform (every layer keeps as many heads and whole key/value groups): a same-size stock "
+               "checkpoint",
+    "free": "- layout: free (each layer keeps its own heads): a same-size stock checkpoint (`headprune prune "
+            "--stock`); the remote-code export is smaller"}
 
 
 def model_card(model, entries: dict[str, str], name: str, code_files: list[str], *, base_model=None, criterion=None,
-               masking=None, curve_point=None, layout: str | None = None, stock: bool = False) -> str:
+               masking=None, curve_point=None, layout: str | None = None, stock: bool = False,
+               same_size: str | None = None, parameters: int | None = None) -> str:
     """README.md for the saved folder, as the hub's model cards are written: YAML front matter, then what the
     model is, how to load it, and what was pruned and how. ``stock``: transformers' own class and config with
-    fewer heads (``headprune.models.stock``), loaded without remote code; ``layout``: the pruning layout's line."""
+    fewer heads (``headprune.models.stock``), loaded without remote code; ``layout``: the pruning layout's line.
+    ``same_size`` (with ``stock``): a same-size stock export (every head in place, the removed heads' weights
+    zeroed), the string why no smaller stock export exists ("" where one does); ``parameters``: the saved model's
+    count where it is not ``model``'s."""
     import transformers
 
     source = base_model or getattr(model, "name_or_path", None) or getattr(model.config, "_name_or_path", None)
     hub = hub_id(source)
     auto = next(iter(entries))  # the model's own Auto class (the base model's comes second)
     table, removed, total = heads_table(model)
-    parameters = sum(p.numel() for p in model.parameters())
+    if parameters is None:
+        parameters = sum(p.numel() for p in model.parameters())
+    zeroed = stock and same_size is not None
     built = transformers_class(type(model)).__name__
 
     front = ["---", "library_name: transformers"] + ([f"base_model: {hub}"] if hub else [])
     front += ["tags:", "- headprune", "- attention-head-pruning", "- pruned", f"- {model.config.model_type}",
               *([] if stock else ["- custom_code"]), f"pipeline_tag: {PIPELINE_TAGS[auto]}", "---", ""]
+    how = "switched off by zeroing their weights" if zeroed else "removed physically"
     about = (f"{f'`{source}`' if source else 'A model'} ({type(model).__name__}) with {removed} of its {total} "
-             "attention heads removed physically with headprune (Michel, Levy and Neubig 2019, \"Are Sixteen Heads "
+             f"attention heads {how} with headprune (Michel, Levy and Neubig 2019, \"Are Sixteen Heads "
              f"Really Better than One?\"): {parameters:,} parameters.")
     remote = "" if stock else ", trust_remote_code=True"
     loading = [
         "```python", f"from transformers import {auto}, AutoTokenizer", "",
         f'model = {auto}.from_pretrained("{name}"{remote})',
         f'tokenizer = AutoTokenizer.from_pretrained("{name}")', "```", ""]
-    loading += [
-        f"A stock checkpoint: transformers' own `{built}` with fewer heads in its config (every layer keeps the same "
-        "number of heads: a uniform layout), no remote code and no headprune needed."] if stock else [
-        f"`trust_remote_code=True` runs {' and '.join(f'`{f}`' for f in code_files)} from this folder: they import "
-        f"only torch and transformers (saved with transformers {transformers.__version__}), build transformers' own "
-        f"`{built}` and cut each attention to the heads kept, so that the weights load. Without it transformers "
-        "builds its class with every head and refuses the weights (a size mismatch). headprune loads it too: "
-        "`headprune.load_model(path)`."]
-    pruned = [LAYOUT_LINES[layout]] if layout else []
-    pruned += [f"- removed: {removed} of {total} heads, per attention type and layer in the table below",
+    if zeroed:
+        from headprune.models.stock import same_size_line
+
+        smaller = (f"No smaller stock checkpoint: {same_size}; the remote-code export (`headprune.save_pruned`; "
+                   "`headprune prune --layout free` without `--stock`) is smaller." if same_size else
+                   "A smaller stock checkpoint of this layout exists (`headprune prune --layout uniform`).")
+        loading += [
+            f"A same-size stock checkpoint: transformers' own `{built}` with its original config, no remote code and "
+            "no headprune needed; it loads wherever a stock checkpoint loads (vLLM, TGI, plain transformers). The "
+            "removed heads' query, key and value weights (a key/value head once no kept head reads it) and their "
+            "columns of the output projection are zero, so each contributes exactly nothing and the model computes "
+            f"the pruned model's outputs. It is {same_size_line(removed, total)}. {smaller}"]
+    elif stock:
+        loading += [
+            f"A stock checkpoint: transformers' own `{built}` with fewer heads in its config (every layer keeps the "
+            "same number of heads: a uniform layout), no remote code and no headprune needed."]
+    else:
+        loading += [
+            f"`trust_remote_code=True` runs {' and '.join(f'`{f}`' for f in code_files)} from this folder: they import "
+            f"only torch and transformers (saved with transformers {transformers.__version__}), build transformers' "
+            f"own `{built}` and cut each attention to the heads kept, so that the weights load. Without it "
+            "transformers builds its class with every head and refuses the weights (a size mismatch). headprune loads "
+            "it too: `headprune.load_model(path)`."]
+    pruned = [(SAME_SIZE_LAYOUT_LINES if zeroed else LAYOUT_LINES)[layout]] if layout else []
+    pruned += [f"- {'zeroed' if zeroed else 'removed'}: {removed} of {total} heads, per attention type and layer in "
+               "the table below",
                f"- criterion: {_criterion_text(criterion)}"]
     if masking is not None:
         word = getattr(masking, "word", masking)  # a config word or a headprune.models.masking mode

@@ -16,6 +16,20 @@ layers keeping different head counts, uneven key/value groups, counts the config
 hidden_size / heads (GPT-2, BERT, Marian: fewer heads there are wider heads), output biases added by bias
 compensation, pruned tower heads, layers left without heads, or a class that is not transformers' own. A
 multimodal wrapper whose language model alone was pruned gets smaller counts in its text config.
+
+``save_stock(..., zeroed=True)`` writes the honest alternative where no smaller stock checkpoint exists: a same-size
+one. The family's own config and class with the original geometry, every head in place, and the removed heads'
+weights zero (their query, key and value rows and biases, a key/value head only once no kept head reads it, and
+their input columns of the output projection): each removed head then contributes exactly nothing, so the model
+computes the pruned model's function and loads wherever a stock checkpoint loads (vLLM, TGI, plain transformers).
+It is as large and as slow as the original: no speed or memory gain. The pruned model is re-inflated to the
+original shapes from the kept head indices its attention modules hold (``headprune_kept_heads``), by the same
+row and column indices pruning sliced with. It holds any layout (layers keeping different heads, partial key/value
+groups, a layer with no head left) of GPT-2, BERT, Marian or any family; refused still: output biases added by
+bias compensation, pruned tower heads, a class that is not transformers' own. ``NoSmallerStock``, a ValueError, is
+what the smaller export raises where the layout is uniform but the class or its config cannot hold the counts (a
+head size derived from hidden_size / heads, counts the config refuses, one count for two stacks): the cases where
+``headprune prune --layout uniform`` writes the same-size export instead.
 """
 from __future__ import annotations
 
@@ -35,14 +49,27 @@ QUERY_KEYS = {ENC_SELF: ("encoder_attention_heads", "num_attention_heads", "n_he
 KV_KEYS = ("num_key_value_heads", "num_kv_heads", "n_kv_heads")
 
 
-def save_stock(model, tokenizer, folder, **card_kwargs) -> Path:
-    """Write uniformly pruned ``model`` (or an unpruned one) and ``tokenizer`` (or None) to ``folder`` as a stock
-    checkpoint of its own transformers class (see the module docstring); ``card_kwargs`` go to the model card
-    (``export.model_card``: base_model, criterion, masking, curve_point). Written to a temporary sibling and
-    renamed. Returns the folder; a ValueError, with nothing written, where a stock class cannot hold the model."""
+class NoSmallerStock(ValueError):
+    """The smaller export's refusal of a model pruned as a stock config describes it (the same heads kept in every
+    layer) whose class or config still cannot hold the counts; ``why``: the reason alone. ``save_stock(...,
+    zeroed=True)`` writes the same-size export of it."""
+
+    def __init__(self, message: str, why: str):
+        super().__init__(message)
+        self.why = why
+
+
+def save_stock(model, tokenizer, folder, *, zeroed: bool = False, **card_kwargs) -> Path:
+    """Write pruned ``model`` (or an unpruned one) and ``tokenizer`` (or None) to ``folder`` as a stock checkpoint of
+    its own transformers class (see the module docstring); ``card_kwargs`` go to the model card
+    (``export.model_card``: base_model, criterion, masking, curve_point, layout). ``zeroed``: False, the smaller
+    export (fewer heads in the config; a uniform layout only); True, the same-size export (every head in place, the
+    removed heads' weights zero: it computes the pruned model but is no smaller and no faster than the original).
+    Written to a temporary sibling and renamed. Returns the folder; a ValueError, with nothing written, where a stock
+    class cannot hold the model (``NoSmallerStock`` where only the same-size export can)."""
     folder = Path(folder)
-    stock = stock_model(model)
-    card = stock_card(model, folder.name, **card_kwargs)
+    stock = same_size_model(model) if zeroed else stock_model(model)
+    card = stock_card(model, folder.name, zeroed=stock if zeroed else None, **card_kwargs)
     with atomic_dir(folder) as staging:
         stock.save_pretrained(staging)
         if tokenizer is not None:
@@ -53,7 +80,51 @@ def save_stock(model, tokenizer, folder, **card_kwargs) -> Path:
 
 def stock_model(model):
     """Transformers' own class of ``model``, built from ``stock_config(model)``, holding the model's tensors (shared,
-    not copied); checked to give the model's logits. A ValueError where it cannot."""
+    not copied); checked to give the model's logits. A ValueError where it cannot (``NoSmallerStock`` where the
+    layout is uniform but the class or its config cannot hold the counts)."""
+    _check_exportable(model)
+    config = stock_config(model)
+    try:  # what save_pretrained and from_pretrained check (Llama, Gemma: hidden_size a multiple of the heads)
+        config.validate()
+    except Exception as error:
+        cause = error.__cause__ or error  # the validator's own words, not its dataclass wrapper's
+        raise refused(model, f"{type(config).__name__} refuses the heads kept: {_first_line(cause)}",
+                      smaller=True) from None
+    name = type(model).__name__
+    try:
+        with torch.device("meta"):  # shapes only: the tensors are the model's own, assigned below
+            stock = type(model)(config)
+    except Exception as error:  # BERT, Marian: hidden_size not a multiple of the heads kept
+        raise refused(model, f"{name} cannot be built with the heads kept ({type(error).__name__}: "
+                             f"{_first_line(error)})", smaller=True) from None
+    state = model.state_dict()
+    problem = _shape_problem(state, stock.state_dict())
+    if problem is not None:
+        raise refused(model, _why(model, config) or problem, smaller=True)
+    return _filled(model, stock, state)
+
+
+def same_size_model(model):
+    """Transformers' own class of ``model`` at its original geometry (its config without headprune's entries), every
+    head in place and each removed head's weights zero, so that it contributes nothing; checked to give the pruned
+    model's logits. The attention projections are new tensors, everything else the model's own (shared)."""
+    _check_exportable(model)
+    config = _plain_config(model)
+    with torch.device("meta"):
+        stock = type(model)(config)
+    state, wanted = dict(model.state_dict()), stock.state_dict()
+    try:
+        _inflate(model, state, wanted)
+    except ValueError as error:
+        raise refused(model, f"its pruned attention is not laid out as headprune reads it ({error})") from None
+    problem = _shape_problem(state, wanted)
+    if problem is not None:
+        raise refused(model, f"its re-inflated weights do not fit {type(model).__name__}: {problem}")
+    return _filled(model, stock, state)
+
+
+def _check_exportable(model) -> None:
+    """Refuse what no stock export holds, smaller or same-size."""
     import transformers
 
     from headprune.models.prune import ADDED_BIAS_KEY
@@ -64,23 +135,13 @@ def stock_model(model):
     if getattr(model.config, ADDED_BIAS_KEY, None):  # {attn_type: [layers]}
         raise refused(model, f"bias compensation gave output projections a bias {name} does not have "
                              f"({getattr(model.config, ADDED_BIAS_KEY)}); export it with remote code (save_pruned)")
-    config = stock_config(model)
-    try:  # what save_pretrained and from_pretrained check (Llama, Gemma: hidden_size a multiple of the heads)
-        config.validate()
-    except Exception as error:
-        cause = error.__cause__ or error  # the validator's own words, not its dataclass wrapper's
-        raise refused(model, f"{type(config).__name__} refuses the heads kept: {_first_line(cause)}") from None
-    try:
-        with torch.device("meta"):  # shapes only: the tensors are the model's own, assigned below
-            stock = cls(config)
-    except Exception as error:  # BERT, Marian: hidden_size not a multiple of the heads kept
-        raise refused(model, f"{name} cannot be built with the heads kept ({type(error).__name__}: "
-                             f"{_first_line(error)})") from None
-    state, wanted = model.state_dict(), stock.state_dict()
-    problem = _shape_problem(state, wanted)
-    if problem is not None:
-        raise refused(model, problem + _why(model, config))
+    _check_towers(model)
+
+
+def _filled(model, stock, state: dict):
+    """``stock`` (built on the meta device) given the tensors ``state`` and the model's buffers, checked."""
     stock.load_state_dict(state, assign=True)
+    stock.tie_weights()  # assign made two parameters of one tied tensor (GPT-2's lm_head and wte)
     for key, buffer in model.named_buffers():  # not saved (rotary frequencies): the model's own, as computed
         owner, _, leaf = key.rpartition(".")
         module = stock.get_submodule(owner)
@@ -88,27 +149,106 @@ def stock_model(model):
             setattr(module, leaf, buffer)
     left = [key for key, t in [*stock.named_parameters(), *stock.named_buffers()] if t.is_meta]
     if left:
-        raise refused(model, f"{name} has {left[0]}, which the model lacks")
-    stock.generation_config = copy.deepcopy(model.generation_config)
+        raise refused(model, f"{type(model).__name__} has {left[0]}, which the model lacks")
+    if getattr(model, "generation_config", None) is not None:  # a classifier has none
+        stock.generation_config = copy.deepcopy(model.generation_config)
     _check_logits(model, stock)
     return stock
 
 
-def refused(model, why: str) -> ValueError:
-    """The one-line error of a model a stock class cannot hold."""
-    return ValueError(f"a pruned {type(model).__name__} (model type {model.config.model_type!r}) cannot be saved as "
-                      f"a stock checkpoint: {why}")
+def _inflate(model, state: dict, wanted: dict) -> None:
+    """Put each pruned attention projection of ``state`` back at its original shape (``wanted``'s), the kept heads'
+    rows and columns where pruning took them from (the layout's own indices), zeros at the removed heads'."""
+    names = {id(module): name for name, module in model.named_modules()}
+    for site in _sites(model):
+        layout = site.layout
+        if len(site.kept_heads) == site.original_num_heads:
+            continue
+        if layout is not None:
+            full = copy.copy(layout)  # the same widths, every head: qkv_rows then indexes the original projections
+            full.kept = list(range(layout.original_heads))
+            q, k, v = full.qkv_rows(layout.kept, "cpu")
+            heads = layout.kept
+            extras = getattr(layout, "extra_features", 0)
+            holders = [(layout.query, q, True), (layout.key, k, True), (layout.value, v, True)]
+            holders += [(getattr(layout.attention, n), q, True) for n in getattr(layout, "with_queries", ())]
+            per_head = [f"{names[id(layout.attention)]}.{n}" for n in layout.per_head_parameters()]
+            head_dim, original = layout.head_dim, layout.original_heads
+        else:  # separate head-major projections (FSMT)
+            heads, head_dim, original, extras = site.kept_heads, site.head_dim, site.original_num_heads, 0
+            q = torch.tensor([h * head_dim + i for h in heads for i in range(head_dim)], dtype=torch.long)
+            holders = [(site.query, q, True), (site.key, q, True), (site.value, q, True)]
+            per_head = []
+        # the output projection's columns of the kept heads, then those of no head (ConvBERT's convolution)
+        columns = torch.tensor([h * head_dim + i for h in heads for i in range(head_dim)] +
+                               [original * head_dim + i for i in range(extras)], dtype=torch.long)
+        done: set[int] = set()
+        for linear, rows, outputs in [*holders, (site.output, columns, False)]:
+            if id(linear) in done:  # a fused projection serves two or three roles: inflated once
+                continue
+            done.add(id(linear))
+            name = names[id(linear)]
+            transposed = type(linear).__name__ == "Conv1D"  # weight (in, out)
+            weight_dim = (1 if transposed else 0) if outputs else (0 if transposed else 1)
+            _put_back(state, wanted, f"{name}.weight", weight_dim, rows)
+            if outputs:
+                _put_back(state, wanted, f"{name}.bias", 0, rows)
+        for key in per_head:  # GPT-OSS's sinks: a removed head's entry only scales its own (zeroed) output
+            _put_back(state, wanted, key, 0, torch.tensor(heads, dtype=torch.long))
+
+
+def _put_back(state: dict, wanted: dict, key: str, dim: int, index: torch.Tensor) -> None:
+    small = state.get(key)
+    if small is None or key not in wanted or small.shape == wanted[key].shape:
+        return
+    if small.shape[dim] != len(index):  # a layout this reading does not know: refused, not guessed
+        raise ValueError(f"{key} has {small.shape[dim]} features along dimension {dim}, its kept heads "
+                         f"{len(index)}")
+    big = torch.zeros(wanted[key].shape, dtype=small.dtype, device=small.device)
+    state[key] = big.index_copy_(dim, index.to(small.device), small)
+
+
+def _sites(model):
+    from headprune.models.heads import adapter_for
+
+    return adapter_for(model).sites(model)
+
+
+def _check_towers(model) -> None:
+    from headprune.models.prune import pruned_heads
+
+    towers = [t for t, layers in pruned_heads(model).items() if t in TOWER_TYPES.values() and any(layers.values())]
+    if towers:
+        raise refused(model, f"heads of its {', '.join(towers)} were removed, and a tower's config is not rewritten "
+                             "here (export it with remote code: save_pruned)")
+
+
+def why_not_smaller(model) -> str | None:
+    """Why no smaller stock export of ``model`` exists (its refusal's reason), None where one does."""
+    try:
+        stock_model(model)
+    except ValueError as error:
+        return getattr(error, "why", None) or str(error).partition("stock checkpoint: ")[2] or str(error)
+    return None
+
+
+def refused(model, why: str, smaller: bool = False) -> ValueError:
+    """The one-line error of a model a stock class cannot hold; ``smaller``: the smaller export only (the layout is
+    uniform, the class or its config cannot hold the counts), a ``NoSmallerStock`` that says the same-size one can."""
+    start = f"a pruned {type(model).__name__} (model type {model.config.model_type!r}) cannot be saved as a "
+    if smaller:
+        return NoSmallerStock(start + f"smaller stock checkpoint: {why} (a same-size one, the removed heads' weights "
+                              "zeroed, holds it: save_stock(..., zeroed=True))", why)
+    return ValueError(start + f"stock checkpoint: {why}")
 
 
 def _first_line(error) -> str:
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
-def stock_config(model):
-    """A copy of ``model.config`` with each attention stack's kept head counts (``uniform_counts``), its head size
-    kept where the config has ``head_dim``, and no headprune entries."""
-    from headprune.models.prune import pruned_heads
-
+def _plain_config(model):
+    """A copy of ``model.config`` without headprune's entries, on its family's attention backend: the original
+    geometry (the same-size export's config)."""
     config = copy.deepcopy(model.config)
     subs = [getattr(config, key, None) for key in getattr(config, "sub_configs", None) or {}]
     for sub in [config, *filter(None, subs)]:  # a wrapper's text config too
@@ -117,6 +257,15 @@ def stock_config(model):
         backend = getattr(sub, "_attn_implementation", None)
         if isinstance(backend, str) and backend.startswith(PREFIX):  # a stock folder runs its family's attention
             sub._attn_implementation = backend.removeprefix(PREFIX)
+    return config
+
+
+def stock_config(model):
+    """A copy of ``model.config`` with each attention stack's kept head counts (``uniform_counts``), its head size
+    kept where the config has ``head_dim``, and no headprune entries."""
+    from headprune.models.prune import pruned_heads
+
+    config = _plain_config(model)
     if not any(any(layers.values()) for layers in pruned_heads(model).values()):
         return config  # nothing removed: a normal save (of a family headprune may not even know)
     # a decoder-only wrapper's heads are in its text config; an encoder-decoder's in the config itself
@@ -131,7 +280,7 @@ def stock_config(model):
                 continue
             if written.get(key, (count,))[0] != count:  # Marian's decoder_attention_heads: dec_self and enc_dec
                 raise refused(model, f"{written[key][1]} keeps {written[key][0]} heads, {attn_type} {count}, and "
-                                     f"{type(target).__name__} has one {key} for both")
+                                     f"{type(target).__name__} has one {key} for both", smaller=True)
             written[key] = (count, attn_type)
             setattr(target, key, count)
         if getattr(target, "head_dim", None) is not None:
@@ -143,15 +292,9 @@ def uniform_counts(model) -> dict[str, tuple[int, int, int]]:
     """{attn_type: (query heads, key/value heads, head_dim)} each layer keeps, the same in every layer of a stack;
     a ValueError where they differ, where a layer's query heads read their key/value heads unevenly or not as the
     stock class maps them (kept query head i reads kept kv head i // (heads / kv heads)), or no head is left."""
-    from headprune.models.heads import adapter_for
-    from headprune.models.prune import pruned_heads
-
-    towers = [t for t, layers in pruned_heads(model).items() if t in TOWER_TYPES.values() and any(layers.values())]
-    if towers:
-        raise refused(model, f"heads of its {', '.join(towers)} were removed, and a tower's config is not rewritten "
-                             "here (export it with remote code: save_pruned)")
+    _check_towers(model)
     found: dict[str, dict[int, tuple[int, int, int]]] = {}
-    for site in adapter_for(model).sites(model):
+    for site in _sites(model):
         heads = site.num_heads
         # which kept kv head each kept query head reads (no grouped-query attention: its own)
         index = site.layout.kv_index() if site.layout is not None else list(range(heads))
@@ -168,10 +311,12 @@ def uniform_counts(model) -> dict[str, tuple[int, int, int]]:
             kept = ", ".join(f"layer {layer}: {heads}" + (f" on {kv} kv" if kv != heads else "")
                              for layer, (heads, kv, _) in sorted(layers.items()))
             raise refused(model, f"its {attn_type} layers keep different head counts ({kept}): a stock config has "
-                                 "one count for all (prune with a uniform layout, or export with remote code)")
+                                 "one count for all (prune with a uniform layout, or export with remote code or "
+                                 "same-size: save_stock(..., zeroed=True))")
         counts[attn_type] = next(iter(layers.values()))
         if counts[attn_type][0] == 0:
-            raise refused(model, f"its {attn_type} layers have no heads left, which a stock class cannot build")
+            raise refused(model, f"its {attn_type} layers have no heads left, which a stock class cannot build",
+                          smaller=True)
     return counts
 
 
@@ -188,24 +333,25 @@ def _shape_problem(state: dict, wanted: dict) -> str | None:
 
 
 def _why(model, config) -> str:
-    """The cause of a shape mismatch where it is the usual one: the class derives a head's size from the hidden
-    size over the heads, so a stock model with fewer heads has wider ones, not fewer."""
+    """The cause of a shape mismatch where it is the usual one ("" where not): the class derives a head's size from
+    the hidden size over the heads, so a stock model with fewer heads has wider ones, not fewer."""
     from headprune.models.export import transformers_class
     from headprune.models.heads import adapter_for
 
-    site = adapter_for(model).sites(model)[0]
+    sites = adapter_for(model).sites(model)
+    site = next((s for s in sites if s.num_heads != s.original_num_heads), sites[0])
     attention = transformers_class(type(site.attention)).__name__  # not headprune's pruned subclass
     hidden = getattr(config.get_text_config(decoder=True), "hidden_size", None) or getattr(config, "d_model", None)
     if site.num_heads and hidden and hidden // site.num_heads != site.head_dim:
-        return (f": {attention} derives its head size from hidden_size / heads ({hidden} / "
-                f"{site.num_heads} = {hidden // site.num_heads}, not {site.head_dim}), so a stock "
-                f"{type(model).__name__} cannot hold fewer heads of the same size (export it with remote code: "
-                "save_pruned)")
+        return (f"{attention} derives its head size from hidden_size / heads ({hidden} / {site.num_heads} = "
+                f"{hidden // site.num_heads}, not {site.head_dim}), so a stock {type(model).__name__} cannot hold "
+                "fewer heads of the same size: a smaller stock export needs a family whose config holds head_dim")
     return ""
 
 
 def _check_logits(model, stock) -> None:
-    """The stock model's logits on a few tokens equal the pruned model's (the same tensors, its own class)."""
+    """The stock model's logits on a few tokens equal the pruned model's (the same tensors, its own class; the
+    same-size export: zeros added where the removed heads were)."""
     embeddings = model.get_input_embeddings().weight
     ids = torch.randint(1, embeddings.shape[0], (1, 8), generator=torch.Generator().manual_seed(0))
     inputs = {"input_ids": ids.to(embeddings.device)}
@@ -227,9 +373,37 @@ def _check_logits(model, stock) -> None:
 
 # --- The model card ------------------------------------------------------------------------------------
 
-def stock_card(model, name: str, **card_kwargs) -> str:
-    """README.md: ``export.model_card``'s card for a stock checkpoint (no remote code, a uniform layout)."""
+def stock_card(model, name: str, zeroed=None, **card_kwargs) -> str:
+    """README.md: ``export.model_card``'s card for a stock checkpoint (no remote code; a uniform layout unless
+    ``card_kwargs`` name one). ``zeroed``: the same-size export's stock model (None: the smaller export), whose card
+    says it is as large as the original, how many heads' weights are zero and why no smaller stock export exists."""
     from headprune.models.export import auto_class, model_card
 
     auto = auto_class(type(model)) or type(model).__name__
-    return model_card(model, {auto: type(model).__name__}, name, [], layout="uniform", stock=True, **card_kwargs)
+    if zeroed is None:
+        card_kwargs.setdefault("layout", "uniform")
+        return model_card(model, {auto: type(model).__name__}, name, [], stock=True, **card_kwargs)
+    if card_kwargs.get("layout") is None:
+        try:
+            uniform_counts(model)
+            card_kwargs["layout"] = "uniform"
+        except NoSmallerStock:  # every layer alike, none of its heads left
+            card_kwargs["layout"] = "uniform"
+        except ValueError:
+            card_kwargs["layout"] = "free"
+    return model_card(model, {auto: type(model).__name__}, name, [], stock=True, same_size=why_not_smaller(model) or "",
+                      parameters=_parameter_count(zeroed), **card_kwargs)
+
+
+def _parameter_count(model) -> int:
+    """Parameters of ``model``, a tensor shared by two names (tied embeddings) counted once."""
+    seen = {}
+    for p in model.parameters():
+        seen.setdefault((p.data_ptr(), tuple(p.shape)), p.numel())
+    return sum(seen.values())
+
+
+def same_size_line(removed: int, total: int) -> str:
+    """What a same-size stock export is, for the card and the command's log."""
+    return (f"the same size as the original: every head kept in place, {removed} of {total} heads' weights zeroed "
+            "(they contribute nothing), so it computes the pruned model but gives no speed or memory gain")
