@@ -307,3 +307,37 @@ def test_a_study_is_its_identity_model_and_evaluation_sets():
     assert study.end_lineno - study.lineno < 250
     methods = {node.name for node in study.body if isinstance(node, ast.FunctionDef)}
     assert not {name for name in methods if name.endswith(("_params", "_inputs", "_jobs", "_tables"))}
+
+
+def test_the_stages_are_found_and_own_the_experiments_and_the_targets(paper):
+    """Every module of headprune/stages is a stage with a rules file, which the Snakefile includes without naming
+    it; each experiment of the schema has one stage that owns it; the run's targets are the stages' (Study asks
+    none of them)."""
+    import ast
+
+    from headprune.config_schema import schema
+
+    assert list(stages.STAGES) == sorted(p.stem for p in (ROOT / "headprune" / "stages").glob("*.py")
+                                         if not p.stem.startswith("_"))
+    assert all((ROOT / path).is_file() for path in stages.rules_files())
+    snakefile = (ROOT / "Snakefile").read_text()
+    assert not [name for name in stages.STAGES if f"rules/{name}.smk" in snakefile]
+    owned = stages.experiments()
+    assert sorted(owned) == sorted(set(owned)) == sorted(schema()["properties"]["experiments"]["properties"])
+    assert stages.targets(paper) == paper.targets() and f"{paper.figures_dir}/scorecard.md" in paper.targets()
+    tree = ast.parse((ROOT / "headprune" / "studies.py").read_text())
+    study = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Study")
+    assert not [node for node in ast.walk(study) if isinstance(node, ast.Name) and node.id == "stages"]
+
+
+def test_the_config_checks_are_one_section_each():
+    """No check function holds unrelated checks in one: each of config_checks.py and of the stages is under 40
+    lines, and a stage's section is checked by its stage."""
+    import ast
+
+    for path in [ROOT / "headprune" / "config_checks.py", *(ROOT / "headprune" / "stages").glob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and "check" in node.name:
+                assert node.end_lineno - node.lineno < 40, f"{path.name}:{node.name}"
+    assert {name for name, stage in stages.STAGES.items() if hasattr(stage, "check")} >= {
+        "ablation", "concrete", "dynamics", "masking_modes", "pruning", "retrieval", "speed"}
