@@ -209,9 +209,8 @@ class Study:
     def eval_settings(self, bleu, masking="zero", data=()):
         """How the model is evaluated (headprune.experiments.runs.EvalSettings); ``masking`` is how a switched-off
         head is replaced (a config word of headprune.models.masking: zero, the paper's, uniform, streaming, mean,
-        optimal, resample) with what its mode reads: the streaming window, and ``data``, the file of constants or
-        donors that the mode's class names (``data``; the constants stage says where it is:
-        headprune.stages.constants.eval_settings)."""
+        optimal, resample) with what its mode reads: the streaming window, and ``data``, [its file of constants or
+        donors], whose place is the constants stage's (headprune.stages.constants.eval_settings passes it)."""
         rows = self.config["ablation"].get("variant_batch_size", {}).get(self.kind, 256)
         mode = MODES[masking]
         if mode.data and not data:
