@@ -125,6 +125,7 @@ def demo_study(args) -> int:
     from headprune.experiments import screening as sc
     from headprune.experiments.runs import EvalSettings
     from headprune.experiments.sweeps import single_head_sweep
+    from headprune.stages import constants
     from headprune.studies import Pipeline
     from headprune.workflow import importance_batches, load_evalset, load_study_model
 
@@ -134,7 +135,7 @@ def demo_study(args) -> int:
     study = pipeline.study(args.study)
     ablation = pipeline.config["ablation"]
     masking = study.masking(ablation["masking"])
-    settings = EvalSettings(**{**study.eval_settings(ablation["bleu"], masking), "progress": False})
+    settings = EvalSettings(**{**constants.eval_settings(study, ablation["bleu"], masking), "progress": False})
     model, tokenizer = load_study_model(study.params, "cpu")
     test = load_evalset(study.evalset_spec("eval"))
     items = args.screen_windows if args.screen_windows else pipeline.config["ablation"]["screen"]["items"]

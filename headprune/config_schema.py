@@ -1,4 +1,9 @@
-"""The config's JSON schema: rules/schemas/config.schema.yaml plus what the masking modes and the criteria own.
+"""The config's JSON schema: rules/schemas/config.schema.yaml plus what the stages, the masking modes and the
+criteria own.
+
+A stage (``headprune.stages``) may own a config section: its schema is ``rules/schemas/<stage>.schema.yaml``, a
+part of the config's schema (its sections under ``properties``, its experiment under
+``properties.experiments.properties``) merged into the file's, which describes none of it twice.
 
 A masking mode (``headprune.models.masking``, one class each) declares its config word and its settings' schema
 (``config_key``, ``config_schema``), and the criteria's words are ``headprune.experiments.criteria.CRITERIA``; the
@@ -12,6 +17,7 @@ import copy
 import functools
 from pathlib import Path
 
+from headprune import stages
 from headprune.experiments.criteria import CRITERIA
 from headprune.models.masking import MODES
 
@@ -23,6 +29,10 @@ def _schema(path: str) -> dict:
     import yaml
 
     schema = yaml.safe_load(Path(path).read_text())
+    for stage in stages.STAGES:
+        part = Path(path).with_name(f"{stage}.schema.yaml")
+        if part.is_file():
+            merge(schema, yaml.safe_load(part.read_text()), str(part), path)
     schema["definitions"]["masking"]["enum"] = list(MODES)
     schema["definitions"]["criterion"]["enum"] = list(CRITERIA)
     for word, mode in MODES.items():
@@ -37,6 +47,18 @@ def _schema(path: str) -> dict:
                              f"(headprune.models.masking.{mode.__name__}.config_schema)")
         where.update(copy.deepcopy(mode.config_schema))
     return schema
+
+
+def merge(schema: dict, part: dict, part_path: str, path: str, where: str = "") -> None:
+    """``part`` (a stage's schema) into ``schema``, object into object; a value both give is refused."""
+    for key, value in part.items():
+        here = f"{where}.{key}" if where else key
+        if key not in schema:
+            schema[key] = copy.deepcopy(value)
+        elif isinstance(schema[key], dict) and isinstance(value, dict):
+            merge(schema[key], value, part_path, path, here)
+        else:
+            raise ValueError(f"{part_path} describes {here}, which {path} (or another stage's schema) describes too")
 
 
 def schema(path: str | Path = SCHEMA_FILE) -> dict:

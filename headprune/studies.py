@@ -7,10 +7,10 @@ haystack). What differs between the ways is the study's kind (``headprune.experi
 each, its test sets by role, its evaluation settings, its checks); a study asks its kind and never
 branches on it. ``Pipeline(config)`` checks what the JSON schema cannot (``headprune.config_checks``:
 cross-references between sections; the message names the key) and answers what every stage asks of a study:
-its kind and heads, its model folder, its test sets by role, its evaluation settings and resources, and the
-targets of the whole run. What each stage's jobs read, are asked and write is the stage's own
-(``headprune.stages``, one module per rules file), so a new kind of scoring is one file in
-``headprune/experiments/kinds`` and every experiment's rule reaches it.
+its kind and heads, its model folder, its test sets by role, its evaluation settings and resources. What each
+stage's jobs read, are asked and write, and the tables and figures it makes by default, are the stage's own
+(``headprune.stages``, one module per rules file; ``Pipeline.targets`` gathers theirs), so a new kind of scoring
+is one file in ``headprune/experiments/kinds`` and every experiment's rule reaches it.
 
 Torch-free: Snakemake imports it to plan the run.
 """
@@ -19,35 +19,23 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+from headprune import stages
 from headprune.config_checks import check_config
 from headprune.data.glue import glue_task_spec
 from headprune.experiments.kinds import KINDS, kind_of  # noqa: F401 (KINDS: the config's kinds)
 from headprune.experiments.kinds.base import ConfigError
 from headprune.experiments.kinds.language_modeling import LM_SPLITS
+from headprune.io.download import local_source
 from headprune.models.attention_types import TOWER_TYPES
 from headprune.models.masking import MODES
 
 # The test sets a study is evaluated on, by role: "eval" (Table 1, pruning), "ood" (cross-domain,
 # Figure 2), "selection" and "test" (one head per layer, Tables 2-3).
 ROLES = ("eval", "ood", "selection", "test")
-DYNAMICS_SPLITS = ("train", "valid", "test")
-# Experiments that name studies (config experiments.<name>), each with its own outputs.
-EXPERIMENTS = ("ablation", "pruning", "attention_types", "glue_pruning", "cross_domain", "criteria",
-               "one_head_per_layer", "concrete", "head_roles", "retrieval_heads", "masking_modes")
 # A retrieval study's settings the config leaves out (rules/schemas/config.schema.yaml describes them).
 RETRIEVAL_DEFAULTS = {"needles_per_setting": 1, "needle": "The special magic number is {value}.",
                       "question": "What is the special magic number mentioned in the text?", "answer_prefix": "",
                       "value_digits": 5, "chat_template": True, "max_new_tokens": 32, "seed": 0}
-
-
-
-
-
-
-def local_source(download):
-    """A download whose URL is a path in this workflow (the demo's models) is a rule input."""
-    url = download["url"]
-    return [] if "://" in url else [url]
 
 
 class Study:
@@ -81,8 +69,8 @@ class Study:
 
     @property
     def experiments(self):
-        """The experiments (config experiments.<name>) that name this study."""
-        return [experiment for experiment in EXPERIMENTS if self.takes_part_in(experiment)]
+        """The experiments (config experiments.<name>) that name this study, in the config's order."""
+        return [experiment for experiment, names in self.config["experiments"].items() if self.name in names]
 
     # --- the model --------------------------------------------------------------------------
 
@@ -218,24 +206,19 @@ class Study:
         """How this study's ablation and pruning mask a head: models.<study>.masking over the experiment's."""
         return self.entry.get("masking", default)
 
-    def eval_settings(self, bleu, masking="zero"):
+    def eval_settings(self, bleu, masking="zero", data=()):
         """How the model is evaluated (headprune.experiments.runs.EvalSettings); ``masking`` is how a switched-off
         head is replaced (a config word of headprune.models.masking: zero, the paper's, uniform, streaming, mean,
-        optimal, resample) with what its mode reads: the streaming window, the file of constants or donors."""
+        optimal, resample) with what its mode reads: the streaming window, and ``data``, [its file of constants or
+        donors], whose place is the constants stage's (headprune.stages.constants.eval_settings passes it)."""
         rows = self.config["ablation"].get("variant_batch_size", {}).get(self.kind, 256)
         mode = MODES[masking]
+        if mode.data and not data:
+            raise ValueError(f"{masking} masking reads a file ({mode.data}): headprune.stages.constants.eval_settings")
         settings = {**mode.settings_from_config(self.pipeline.mode_config(masking)),
-                    **({mode.data: self.masking_data(masking)[0]} if mode.data else {})}
+                    **({mode.data: data[0]} if mode.data else {})}
         # the word alone where the mode has nothing more (the paper's zero: its jobs' params as they were)
         return self.scoring.eval_settings(self, bleu, {"word": masking, **settings} if settings else masking, rows)
-
-    def masking_data(self, masking) -> list[str]:
-        """The file a masking mode reads (mean, optimal: the heads' constants; resample: their donors), made by the
-        head_constants job of the study whose importance data this study's I_h is estimated on; [] for others."""
-        if MODES[masking].data is None:
-            return []
-        owner = self.scoring.importance_study(self)
-        return [f"{self.pipeline.results_dir}/{owner.name}/head_constants/{masking}.safetensors"]
 
     @property
     def importance_table(self):
@@ -265,116 +248,6 @@ class Study:
         return self.scoring.train_spec(self, batch_size)
 
 
-class Dynamics:
-    """Figure 5: the IWSLT model the pipeline trains itself, whose checkpoints go through the same
-    importance and pruning scripts as the studies (config section ``dynamics``)."""
-
-    def __init__(self, pipeline: Pipeline, section: dict):
-        self.pipeline, self.section = pipeline, section
-        self.name = section["name"]
-        self.folder = f"{pipeline.data_dir}/{self.name}"
-
-    def split_files(self, split):
-        """[source, reference] of a prepared IWSLT split."""
-        return [f"{self.folder}/{split}.{self.section[lang]}" for lang in ("src_lang", "tgt_lang")]
-
-    @property
-    def prepared_files(self):
-        """What prepare_iwslt writes (named outputs; train_dynamics takes them all as inputs)."""
-        section = self.section
-        files = {f"{split}_{side}": path for split in DYNAMICS_SPLITS
-                 for side, path in zip(("src", "tgt"), self.split_files(split))}
-        files.update(bpecodes=f"{self.folder}/bpecodes", summary=f"{self.folder}/prepare.json",
-                     **{f"dict_{side}": f"{self.folder}/dict.{section[lang]}.txt"
-                        for side, lang in (("src", "src_lang"), ("tgt", "tgt_lang"))})
-        return files
-
-    @property
-    def archive_path(self):
-        return f"{self.pipeline.data_dir}/raw/{self.name}/{Path(self.section['data']['url']).name}"
-
-    @property
-    def local_sources(self):
-        return local_source(self.section["data"])
-
-    @property
-    def prepare_settings(self):
-        keys = ("src_lang", "tgt_lang", "lowercase", "bpe_merges", "valid_every", "test_sets", "clean", "expected_sizes")
-        return {key: self.section.get(key) for key in keys}
-
-    @property
-    def model_settings(self):
-        keys = ("name", "src_lang", "tgt_lang", "layers", "heads", "d_model", "ffn")
-        return {**{key: self.section[key] for key in keys}, "device": self.pipeline.config["device"]}
-
-    @property
-    def epochs(self):
-        return list(self.section["train"]["checkpoint_epochs"])
-
-    def checkpoint(self, epoch):
-        return f"{self.pipeline.results_dir}/{self.name}/checkpoints/epoch{epoch}.tar.bz2"
-
-    @property
-    def checkpoints(self):
-        return [self.checkpoint(epoch) for epoch in self.epochs]
-
-    def study_params(self, epoch):
-        """The study dict scripts/importance.py and scripts/prune.py read, for one checkpoint epoch."""
-        section = self.section
-        return {"name": self.name, "kind": "translation", "section": "dynamics", "model": self.checkpoint(epoch),
-                "src_lang": section["src_lang"], "tgt_lang": section["tgt_lang"], "layers": section["layers"],
-                "heads": section["heads"], "device": self.pipeline.config["device"]}
-
-    @property
-    def importance_data(self):
-        return self.split_files(self.section["importance_set"])
-
-    @property
-    def eval_data(self):
-        return self.split_files(self.section["eval_set"])
-
-    def importance_params(self):
-        source, reference = self.importance_data
-        section = self.section
-        return {"kind": "translation", "sets": [{"source": source, "reference": reference}],
-                "batch_size": section["importance_batch_size"], "max_items": section.get("max_sentences")}
-
-    def pruning_params(self):
-        section, pruning = self.section, self.pipeline.config["pruning"]
-        source, reference = self.eval_data
-        return {"eval": {"kind": "translation", "source": source, "reference": reference, "lang": section["tgt_lang"],
-                         "max_items": section.get("max_sentences"), "name": section["eval_set"]},
-                "settings": {"batch_size": section["batch_size"], "beam": section["beam"], "lenpen": section["lenpen"],
-                             "bleu": pruning["bleu"]},
-                "step_percent": section.get("step_percent", pruning["step_percent"]),
-                "layouts": ["free"],  # Figure 5 follows the paper's layout
-                "random_seed": pruning["random_seed"]}
-
-    @property
-    def pruning_tables(self):
-        results = self.pipeline.results_dir
-        return [f"{results}/{self.name}/epoch{epoch}/pruning_importance.csv" for epoch in self.epochs]
-
-    @property
-    def figures(self):
-        """Figure 5 and the CSV it is drawn from."""
-        return [f"{self.pipeline.figures_dir}/{self.name}/figure5.{ext}" for ext in ("png", "pdf", "csv")]
-
-    def check(self):
-        section, train = self.section, self.section["train"]
-        epochs = train["checkpoint_epochs"]
-        if epochs != sorted(set(epochs)) or not all(1 <= e <= train["epochs"] for e in epochs):
-            raise ConfigError(f"config: dynamics.train.checkpoint_epochs {epochs} must be increasing epochs "
-                              f"within 1..dynamics.train.epochs ({train['epochs']})")
-        if self.name in self.pipeline.study_names:
-            raise ConfigError(f"config: dynamics.name '{self.name}' is also a study name (translation.name or a glue task)")
-        for key in ("importance_set", "eval_set"):
-            if section[key] not in DYNAMICS_SPLITS:
-                raise ConfigError(f"config: dynamics.{key} is '{section[key]}', not one of {list(DYNAMICS_SPLITS)}")
-        if train.get("lr_schedule") == "inverse_sqrt" and not train.get("warmup_updates"):
-            raise ConfigError("config: dynamics.train.lr_schedule inverse_sqrt needs dynamics.train.warmup_updates")
-
-
 class Pipeline:
     """A validated config (rules/schemas/config.schema.yaml, defaults filled in) resolved into its studies,
     their jobs and the run's targets. Raises ConfigError, naming the key, for a config that cannot run."""
@@ -388,10 +261,7 @@ class Pipeline:
         self.models = config.get("models", {})  # any model by config: one study each
         self.corpora = config.get("corpora", {})
         self.study_names = [self.translation_name, *self.glue, *self.models]
-        self.dynamics = Dynamics(self, config["dynamics"]) if config.get("dynamics") else None
         check_config(self)
-        if self.dynamics:
-            self.dynamics.check()
 
     @classmethod
     def from_file(cls, path, schema=None):
@@ -479,12 +349,6 @@ class Pipeline:
     def parser_dir(self):
         return f"{self.data_dir}/parser/{self.config['roles']['stanza']['lang']}"
 
-    @property
-    def demo_testset_files(self):
-        """Where the demo writes its test sets: the URLs demo/config.yaml gives them."""
-        return [spec[key]["url"] for spec in self.config["translation"]["testsets"].values()
-                for key in ("source", "reference")]
-
     # --- downloads that are files of this workflow (the demo's) ------------------------------
 
     def testset_local_sources(self, testset):
@@ -512,62 +376,6 @@ class Pipeline:
 
     # --- the run's outputs ------------------------------------------------------------------
 
-    def scored_side_by_side(self) -> list[Study]:
-        """Retrieval studies whose language model is ablated and pruned with them: one figure shows both scores."""
-        both = set(self.config["experiments"]["ablation"]) & set(self.config["experiments"]["pruning"])
-        return [study for study in self.studies
-                if study.scoring.drawn_beside_perplexity and {study.name, study.lm.name} <= both]
-
-    def head_map_studies(self) -> dict[str, list[str]]:
-        """Per language model ablated with another study that scores it (retrieval, a task, ...): those studies of
-        experiments.ablation, the language model first; one figure maps each head's cost under each score."""
-        ablated = [self.study(name) for name in self.config["experiments"]["ablation"]]
-        groups: dict[str, list[str]] = {}
-        for study in ablated:
-            if study.scoring.language_model and study.lm.name in self.config["experiments"]["ablation"]:
-                groups.setdefault(study.lm.name, [study.lm.name])
-                if study.name != study.lm.name:
-                    groups[study.lm.name].append(study.name)
-        return {lm: names for lm, names in groups.items() if len(names) > 1}
-
     def targets(self):
-        """Every table and figure the configured experiments produce (the default target)."""
-        figures, results, experiments = self.figures_dir, self.results_dir, self.config["experiments"]
-
-        def files(study, *names):
-            return [f"{figures}/{study}/{name}" for name in names]
-
-        targets = []
-        for study in experiments["ablation"]:
-            targets += files(study, "table1.csv", "table1.md", "figure1_bins.csv", "figure1.png", "figure1.pdf")
-        for study in experiments["pruning"]:
-            targets += files(study, "figure3.png", "figure3.pdf")
-            if study in experiments.get("attention_types", []):
-                targets += files(study, "figure4.png", "figure4.pdf")
-        if experiments.get("glue_pruning"):
-            targets += [f"{figures}/figure6.png", f"{figures}/figure6.pdf"]
-        for study in experiments.get("cross_domain", []):
-            targets += files(study, "figure2.png", "figure2.pdf", "figure2.csv")
-        for study in experiments.get("criteria", []):
-            targets += files(study, "criteria.png", "criteria.pdf", "criteria_summary.md")
-        for study in experiments.get("one_head_per_layer", []):
-            targets += files(study, "one_head_per_layer.csv", "one_head_per_layer.md")
-        for study in experiments.get("concrete", []):
-            targets += [f"{results}/{study}/concrete.csv", *files(study, "concrete.png", "concrete.pdf")]
-        for study in experiments.get("head_roles", []):
-            targets += files(study, "head_roles.png", "head_roles.pdf", "roles_by_step.csv", "roles_by_step.md")
-        for study in experiments.get("retrieval_heads", []):
-            targets += files(study, "retrieval_heads.png", "retrieval_heads.pdf", "retrieval_heads.csv")
-        for study in self.scored_side_by_side():
-            targets += files(study.name, "perplexity_and_retrieval.png", "perplexity_and_retrieval.pdf",
-                             "perplexity_and_retrieval.csv")
-        for study in experiments.get("masking_modes", []):
-            targets += files(study, "masking_modes.png", "masking_modes.pdf", "masking_modes.csv",
-                             "masking_modes_summary.csv", "masking_modes_correlations.csv")
-        for lm in self.head_map_studies():
-            targets += files(lm, "head_maps.png", "head_maps.pdf", "head_maps.csv", "head_maps_correlations.csv")
-        for study in self.speed_studies:
-            targets += files(study.name, "table4.csv", "table4.md")
-        targets += self.dynamics.figures if self.dynamics else []
-        targets += [f"{figures}/scorecard.csv", f"{figures}/scorecard.md"]
-        return targets
+        """Every table and figure the configured experiments produce (the default target): each stage's."""
+        return stages.targets(self)

@@ -32,7 +32,6 @@ FIGURES = PIPELINE.figures_dir
 ENV = "../envs/headprune.yaml"
 TRANSLATION = PIPELINE.translation_name
 STUDIES = PIPELINE.study_names
-DYNAMICS = PIPELINE.dynamics  # Figure 5's IWSLT model, or None
 MASKING_MODES = "|".join(MODES)  # the masking modes' words (headprune.models.masking, one class each)
 DATA_MODES = "|".join(word for word, mode in MODES.items() if mode.data)  # those with a head_constants file
 CRITERION = "|".join(CRITERIA)  # the criteria's words (headprune.experiments.criteria)

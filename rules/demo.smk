@@ -13,7 +13,7 @@ if "demo" in config:
         priority: 50
         output:
             checkpoint=f"{DATA}/upstream/demo.en-fr.transformer.tar.bz2",
-            testsets=PIPELINE.demo_testset_files,
+            testsets=stages.demo.testset_files(PIPELINE),
         params:
             settings=config["demo"]["translation"],
             seed=config["demo"]["seed"],

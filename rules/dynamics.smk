@@ -3,8 +3,11 @@ from its public data, keep checkpoints at the configured epochs, and for each ch
 head importance (valid set) and prune in importance order (test set); one BLEU curve per epoch.
 
 Only active with a `dynamics:` section in the config. The demo prepares an IWSLT-style archive of
-its synthetic task (rule demo_iwslt), which the real preparation rule then reads.
+its synthetic task (rule demo_iwslt), which the real preparation rule then reads. What the jobs read, are asked
+and write is headprune.stages.dynamics's.
 """
+
+DYNAMICS = stages.dynamics.of(PIPELINE)  # Figure 5's IWSLT model, or None
 
 
 if DYNAMICS:

@@ -23,7 +23,7 @@ rule scorecard:
         md=report(f"{FIGURES}/scorecard.md", caption="../report/scorecard.rst", category="Claims scorecard"),
     params:
         paper_models=stages.report.paper_models(PIPELINE),
-        epochs=DYNAMICS.epochs if DYNAMICS else [],
+        epochs=stages.report.epochs(PIPELINE),
         confidence=config["ablation"]["screen"]["confidence"],
     log:
         f"{RESULTS}/logs/scorecard.log",

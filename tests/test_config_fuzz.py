@@ -346,7 +346,7 @@ USABLE = [
     usable("figures figures.style", "delete empty", "headprune.experiments.figures.DEFAULT_STYLE"),
     usable("figures.style.*", "delete", "headprune.experiments.figures.DEFAULT_STYLE's value"),
     usable("figures.style.font_size", "fraction", "a point size"),
-    usable("dynamics", "delete", "no Figure 5 (Pipeline.dynamics is None)"),
+    usable("dynamics", "delete", "no Figure 5 (stages.dynamics.of(pipeline) is None)"),
     usable("dynamics.expected_sizes", "delete null empty unknown_key",
            "compared only for a warning (prepare_iwslt_data)"),
     usable("dynamics.expected_sizes.*", "delete zero", "compared only for a warning (prepare_iwslt_data)"),

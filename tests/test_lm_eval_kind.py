@@ -186,7 +186,7 @@ def test_wus_experiment_on_a_task_masks_the_heads_its_models_retrieval_study_fin
     # the scorecard's W1 reads the heads' retrieval scores once, from the retrieval study
     assert stages.report.scorecard_inputs(pipeline)["roles"] == [f"{pipeline.results_dir}/tiny_llama_niah/head_roles.csv"]
     # one map per language model, its own perplexity first, then each study that scores it
-    assert pipeline.head_map_studies() == {"tiny_llama": ["tiny_llama", "tiny_llama_niah", "tiny_llama_streaming",
+    assert stages.figures.head_map_studies(pipeline) == {"tiny_llama": ["tiny_llama", "tiny_llama_niah", "tiny_llama_streaming",
                                                           "tiny_llama_passkey"]}
 
 

@@ -227,7 +227,7 @@ def test_a_study_masked_by_a_constant_reads_its_importance_datas_file():
     # a mode without settings in the config has none: its data job reruns for nothing else (no other config key)
     assert stages.constants.params(lm, "mean") == {"mode": "mean"}
     assert [pipeline.mode_config(word) for word in ("zero", "uniform", "mean")] == [{}, {}, {}]
-    assert pipeline.study("mnli").masking_data("zero") == []
+    assert stages.constants.masking_data(pipeline.study("mnli"), "zero") == []
 
 
 def test_the_dag_makes_a_modes_data_once_and_its_jobs_wait_for_it(tmp_path):

@@ -299,7 +299,9 @@ def test_rule_writes_the_scorecard_from_the_configured_experiments_only(tmp_path
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     inputs = re.search(r"rule scorecard:\n\s+input: (.*)\n", result.stdout + result.stderr).group(1).split(", ")
-    assert inputs == [f"results/demo/{path}" for path in built]
+    # each stage's inputs in its own order (the dynamics tables in their epochs'), the stages in theirs
+    assert sorted(inputs) == sorted(f"results/demo/{path}" for path in built)
+    assert [path for path in inputs if "epoch" in path] == [f"results/demo/{path}" for path in built if "epoch" in path]
     card = pd.read_csv(results / "figures" / "scorecard.csv")
     assert list(zip(card["claim"], card["study"], card["verdict"])) == [
         ("C1", "mnli", REPRODUCED), ("C2", "(none)", NOT_RUN), ("C3", "sst2", REPRODUCED), ("C4", "(none)", NOT_RUN),

@@ -45,7 +45,7 @@ def test_the_papers_studies_their_kinds_and_heads(paper):
     assert len(wmt.heads) == 3 * 6 * 16 and wmt.heads[0] == "enc_self-0-0" and wmt.heads[-1] == "dec_self-5-15"
     assert len(mnli.heads) == 144 and set(h.split("-")[0] for h in mnli.heads) == {"enc_self"}
     assert wmt.layers[6] == "enc_dec-0" and len(mnli.layers) == 12
-    assert wmt.experiments == ["ablation", "pruning", "attention_types", "cross_domain", "one_head_per_layer"]
+    assert wmt.experiments == ["ablation", "pruning", "cross_domain", "one_head_per_layer", "attention_types"]  # the config's order
     assert paper.study("sst2").experiments == ["glue_pruning"]
 
 
@@ -92,7 +92,7 @@ def test_the_papers_targets_are_every_table_and_figure(paper):
                  "wmt14_en_fr/table4.md", "iwslt14_de_en/figure5.png", "scorecard.md"):
         assert f"results/figures/{name}" in targets, name
     assert not [t for t in targets if "criteria" in t or "concrete" in t or "head_roles" in t]  # off in the paper's
-    assert paper.dynamics.epochs == paper.config["dynamics"]["train"]["checkpoint_epochs"]
+    assert stages.dynamics.of(paper).epochs == paper.config["dynamics"]["train"]["checkpoint_epochs"]
     assert stages.report.paper_models(paper)["iwslt14_de_en"] == "IWSLT"
 
 
@@ -169,11 +169,11 @@ def test_a_retrieval_study_scores_its_language_model(demo):
                                                        "max_new_tokens": 8}
     assert set(stages.roles.inputs(niah)) == {"model", "importance", "windows", "needles"}
     assert [scope_orders[1] for scope_orders in stages.pruning.jobs(niah)][-1] == "oracle"
-    assert "retrieval" in stages.pruning.criteria(niah) and niah.experiments == ["ablation", "pruning", "criteria",
-                                                                 "one_head_per_layer", "head_roles", "retrieval_heads"]
+    assert "retrieval" in stages.pruning.criteria(niah) and niah.experiments == ["ablation", "pruning", "one_head_per_layer",
+                                                                 "criteria", "head_roles", "retrieval_heads"]
     # Wu's experiment: K beyond the model's 8 heads is left out
     assert stages.retrieval.heads_params(niah)["k"] == [1, 2]
-    assert [s.name for s in demo.scored_side_by_side()] == ["tiny_llama_niah"]
+    assert [s.name for s in stages.retrieval.scored_side_by_side(demo)] == ["tiny_llama_niah"]
 
 
 def test_streaming_masking_of_one_study(demo):
@@ -292,7 +292,9 @@ def test_each_stage_owns_its_jobs():
                 if node.module.startswith("headprune.stages") and path.stem != "__init__":
                     imported = {alias.name for alias in node.names} if node.module == "headprune.stages" else \
                         {node.module.rsplit(".", 1)[1]}
-                    assert imported <= {"ablation", "pruning", "masking_modes", "retrieval"}, (path.name, imported)
+                    # those below the others (constants: the masking data's path), and Figure 5's epochs for the report
+                    allowed = {"ablation", "pruning", "masking_modes", "retrieval", "constants"}
+                    assert imported <= allowed | ({"dynamics"} if path.stem == "report" else set()), (path.name, imported)
 
 
 def test_a_study_is_its_identity_model_and_evaluation_sets():
@@ -305,3 +307,37 @@ def test_a_study_is_its_identity_model_and_evaluation_sets():
     assert study.end_lineno - study.lineno < 250
     methods = {node.name for node in study.body if isinstance(node, ast.FunctionDef)}
     assert not {name for name in methods if name.endswith(("_params", "_inputs", "_jobs", "_tables"))}
+
+
+def test_the_stages_are_found_and_own_the_experiments_and_the_targets(paper):
+    """Every module of headprune/stages is a stage with a rules file, which the Snakefile includes without naming
+    it; each experiment of the schema has one stage that owns it; the run's targets are the stages' (Study asks
+    none of them)."""
+    import ast
+
+    from headprune.config_schema import schema
+
+    assert list(stages.STAGES) == sorted(p.stem for p in (ROOT / "headprune" / "stages").glob("*.py")
+                                         if not p.stem.startswith("_"))
+    assert all((ROOT / path).is_file() for path in stages.rules_files())
+    snakefile = (ROOT / "Snakefile").read_text()
+    assert not [name for name in stages.STAGES if f"rules/{name}.smk" in snakefile]
+    owned = stages.experiments()
+    assert sorted(owned) == sorted(set(owned)) == sorted(schema()["properties"]["experiments"]["properties"])
+    assert stages.targets(paper) == paper.targets() and f"{paper.figures_dir}/scorecard.md" in paper.targets()
+    tree = ast.parse((ROOT / "headprune" / "studies.py").read_text())
+    study = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Study")
+    assert not [node for node in ast.walk(study) if isinstance(node, ast.Name) and node.id == "stages"]
+
+
+def test_the_config_checks_are_one_section_each():
+    """No check function holds unrelated checks in one: each of config_checks.py and of the stages is under 40
+    lines, and a stage's section is checked by its stage."""
+    import ast
+
+    for path in [ROOT / "headprune" / "config_checks.py", *(ROOT / "headprune" / "stages").glob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and "check" in node.name:
+                assert node.end_lineno - node.lineno < 40, f"{path.name}:{node.name}"
+    assert {name for name, stage in stages.STAGES.items() if hasattr(stage, "check")} >= {
+        "ablation", "concrete", "dynamics", "masking_modes", "pruning", "retrieval", "speed"}

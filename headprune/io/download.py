@@ -23,7 +23,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-__all__ = ["DownloadError", "ChecksumError", "fetch", "file_digest", "sha256sum"]
+__all__ = ["DownloadError", "ChecksumError", "fetch", "file_digest", "sha256sum", "local_source"]
 
 USER_AGENT = "headprune/0.1 (python-urllib)"
 
@@ -63,6 +63,13 @@ class _RetryableError(Exception):
     def __init__(self, message: str, *, restarted: bool = False):
         super().__init__(message)
         self.restarted = restarted
+
+
+def local_source(download: dict) -> list[str]:
+    """A config's download (its ``url``) whose URL is a path in the workflow (the demo's models): [that path], the
+    input of the job that fetches it; [] for a URL."""
+    url = download["url"]
+    return [] if "://" in url else [url]
 
 
 def file_digest(path: str | os.PathLike, algorithm: str = "sha256", chunk_size: int = 1 << 20) -> str:

@@ -2,6 +2,11 @@
 (ablation.strategy), the full model, the significance tests, and one head per layer."""
 from __future__ import annotations
 
+from headprune.experiments.kinds.base import ConfigError
+from headprune.stages import constants
+
+EXPERIMENTS = ("ablation", "cross_domain", "one_head_per_layer")
+
 
 def chunk_name(items):
     """A job's name for a run of consecutive items: the item itself, or 'first..last' (a file name
@@ -65,12 +70,12 @@ def screen_table(study) -> list[str]:
 def settings(study):
     """The ablation's evaluation settings: its masking (models.<study>.masking over ablation.masking)."""
     ablation = study.config["ablation"]
-    return study.eval_settings(ablation["bleu"], study.masking(ablation["masking"]))
+    return constants.eval_settings(study, ablation["bleu"], study.masking(ablation["masking"]))
 
 
 def masking_data(study) -> list[str]:
     """The file the ablation's masking reads, else nothing."""
-    return study.masking_data(study.masking(study.config["ablation"]["masking"]))
+    return constants.masking_data(study, study.masking(study.config["ablation"]["masking"]))
 
 
 def screen_params(study):
@@ -102,7 +107,7 @@ def one_head_eval_data(study):
 
 def full_eval_params(study):
     return {"roles": {role: study.evalset_spec(role) for role in full_model_roles(study)},
-            "settings": study.eval_settings(study.config["ablation"]["bleu"])}
+            "settings": constants.eval_settings(study, study.config["ablation"]["bleu"])}
 
 
 def job_params(study, job):
@@ -139,3 +144,52 @@ def one_head_outputs(study):
     results = f"{study.pipeline.results_dir}/{study.name}"
     return {"layers": [f"{results}/one_head/{job}.json" for job in one_head_jobs(study)],
             "full": f"{results}/full.json"}
+
+
+def report_inputs(pipeline) -> dict[str, list[str]]:
+    """Table 1's and Tables 2-3's tables (the scorecard's C1 and C2)."""
+    experiments, results = pipeline.config["experiments"], pipeline.results_dir
+    return {"ablation": [f"{results}/{study}/eval/ablation.csv" for study in experiments.get("ablation", [])],
+            "one_head": [f"{results}/{study}/one_head_per_layer.csv"
+                         for study in experiments.get("one_head_per_layer", [])]}
+
+
+def check(pipeline):
+    for study in pipeline.experiment_studies("cross_domain"):
+        if study.name in pipeline.models and study.scoring.language_model:
+            raise ConfigError(f"config: experiments.cross_domain names '{study.name}', a language-modelling study "
+                              "(no out-of-domain corpus)")
+    check_screen(pipeline)
+
+
+def check_screen(pipeline):
+    """A screened Table 1 (ablation.strategy or ablation.per_study: screened): its study names, its counts, and a
+    screen each study whose Table 1 is made can run."""
+    from headprune.experiments.screening import DEFAULT_SCREEN, GRADIENT_MASKINGS, head_count
+
+    config = pipeline.config
+    ablation = config.get("ablation", {})
+    for name in ablation.get("per_study", {}):
+        if name not in pipeline.study_names:
+            raise ConfigError(f"config: ablation.per_study names '{name}', which is not a study "
+                              f"({pipeline.study_names})")
+    screen = {**DEFAULT_SCREEN, **ablation.get("screen", {})}
+    experiments = config["experiments"]
+    with_table1 = dict.fromkeys(name for key in ("ablation", "cross_domain", "pruning", "criteria", "attention_types")
+                                for name in experiments.get(key, []))
+    for study_name in with_table1:
+        study = pipeline.study(study_name)
+        if not screened(study):
+            continue
+        heads = len(study.heads)
+        try:
+            top_k = head_count(screen["top_k"], heads, "ablation.screen.top_k")
+            head_count(screen["sample"], heads - top_k, "ablation.screen.sample")
+        except ValueError as error:
+            raise ConfigError(f"config: {error}") from None
+        masking = study.masking(ablation.get("masking", "zero"))
+        if screen["method"] != "exact" and masking not in GRADIENT_MASKINGS:
+            key = f"models.{study_name}.masking" if "masking" in study.entry else "ablation.masking"
+            raise ConfigError(f"config: ablation.screen.method is {screen['method']}, a gradient screen, which needs "
+                              f"{', '.join(GRADIENT_MASKINGS[:-1])} or {GRADIENT_MASKINGS[-1]} masking; {key} is {masking} (use the exact screen)")
+        screen_params(study)  # a kind without a screen set refuses the exact screen here, naming the key

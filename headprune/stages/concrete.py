@@ -2,7 +2,13 @@
 job per penalty, each model set beside I_h pruning and random pruning with as many heads."""
 from __future__ import annotations
 
+from headprune.experiments.kinds.base import ConfigError
+from headprune.models.masking import MODES
+from headprune.stages import constants
 from headprune.stages.ablation import full_model_roles
+
+
+EXPERIMENTS = ("concrete",)
 
 
 def penalty_name(penalty):
@@ -22,7 +28,7 @@ def masking(study):
 
 
 def masking_data(study) -> list[str]:
-    return study.masking_data(masking(study))
+    return constants.masking_data(study, masking(study))
 
 
 def eval_data(study):
@@ -33,5 +39,24 @@ def params(study, penalty):
     config, concrete = study.config, study.config["concrete"]
     return {"penalty": float(penalty), "train": study.train_spec(concrete["batch_size"]),
             **{key: concrete[key] for key in ("train_model", "steps", "lr", "model_lr", "temperature", "seed", "compare")},
-            "eval": study.evalset_spec(), "settings": study.eval_settings(config["pruning"]["bleu"], masking(study)),
+            "eval": study.evalset_spec(), "settings": constants.eval_settings(study, config["pruning"]["bleu"], masking(study)),
             "random_seed": config["pruning"]["random_seed"], "significance": config["significance"]}
+
+
+def targets(pipeline) -> list[str]:
+    """concrete.csv and its figure, per study of experiments.concrete."""
+    results, figures = pipeline.results_dir, pipeline.figures_dir
+    return [path for study in pipeline.config["experiments"].get("concrete", [])
+            for path in (f"{results}/{study}/concrete.csv", f"{figures}/{study}/concrete.png",
+                         f"{figures}/{study}/concrete.pdf")]
+
+
+def check(pipeline):
+    """Gates are real numbers in [0, 1]: a study of experiments.concrete is masked by a mode that takes them."""
+    for study in pipeline.experiment_studies("concrete"):
+        word = masking(study)
+        if not MODES[word].real_gates:
+            key = f"models.{study.name}.masking" if "masking" in study.entry else "concrete.masking"
+            raise ConfigError(f"config: {key} is {word}, which takes gates 0 or 1 only, and experiments.concrete "
+                              f"names '{study.name}': Voita's Hard Concrete gates are real numbers in [0, 1] "
+                              f"({', '.join(word for word, mode in MODES.items() if mode.real_gates)} masking)")

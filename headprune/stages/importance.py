@@ -3,6 +3,7 @@ measured against the constant a mean or optimal masking puts in a head's place."
 from __future__ import annotations
 
 from headprune.models.masking import MODES
+from headprune.stages import constants as constants_stage
 
 
 def settings(study) -> dict:
@@ -11,7 +12,7 @@ def settings(study) -> dict:
     the head becomes its constant)."""
     word = study.masking(study.config["pruning"]["masking"])
     mode = MODES[word]
-    constants = study.masking_data(word)[0] if mode.constant_output and mode.data else None
+    constants = constants_stage.masking_data(study, word)[0] if mode.constant_output and mode.data else None
     return {**study.config["importance"], **({"constants": constants} if constants else {})}
 
 

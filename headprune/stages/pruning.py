@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 from headprune.experiments.criteria import READS, WAITS_FOR_ABLATION
+from headprune.experiments.kinds.base import ConfigError
+from headprune.stages import constants
 from headprune.stages.ablation import full_model_roles
+
+EXPERIMENTS = ("pruning", "glue_pruning", "attention_types", "criteria")
 
 
 def criteria(study):
@@ -63,12 +67,12 @@ def criteria_jobs(study):
 
 def settings(study):
     pruning = study.config["pruning"]
-    return study.eval_settings(pruning["bleu"], study.masking(pruning["masking"]))
+    return constants.eval_settings(study, pruning["bleu"], study.masking(pruning["masking"]))
 
 
 def masking_data(study) -> list[str]:
     """The file the pruning's masking reads, else nothing."""
-    return study.masking_data(study.masking(study.config["pruning"]["masking"]))
+    return constants.masking_data(study, study.masking(study.config["pruning"]["masking"]))
 
 
 def eval_data(study):
@@ -115,3 +119,31 @@ def criteria_params(study):
     return {"criteria": criteria(study), "eval": study.evalset_spec(), "bleu": config["pruning"]["bleu"],
             "within": config["criteria"]["within"], "test_at": config["criteria"]["test_at"],
             "significance": config["significance"]}
+
+
+def importance_tables(study, scopes) -> list[str]:
+    """The prune jobs' tables of a study that hold the importance order within ``scopes``."""
+    return [table(study, scope, joined) for scope, joined in jobs(study)
+            if scope in scopes and "importance" in joined.split("+")]
+
+
+def report_inputs(pipeline) -> dict[str, list[str]]:
+    """The importance order's pruning of every study once (the scorecard's C3), and per attention type of its
+    model's kind (C4)."""
+    experiments = pipeline.config["experiments"]
+    pruned = dict.fromkeys(experiments.get("pruning", []) + experiments.get("glue_pruning", []))
+    by_type = dict.fromkeys(experiments.get("attention_types", []))
+    return {"pruning": [path for name in pruned for path in importance_tables(pipeline.study(name), ["all"])],
+            "attention_types": [path for study in map(pipeline.study, by_type)
+                                for path in importance_tables(study, study.scoring.attention_types)]}
+
+
+def check(pipeline):
+    """Figure 6 is for glue tasks."""
+    for study in pipeline.experiment_studies("glue_pruning"):
+        if study.name in pipeline.models and study.scoring.language_model:
+            raise ConfigError(f"config: experiments.glue_pruning names '{study.name}', a language-modelling study "
+                              "(glue tasks only)")
+    if pipeline.translation_name in pipeline.config["experiments"].get("glue_pruning", []):
+        raise ConfigError(f"config: experiments.glue_pruning names '{pipeline.translation_name}', the translation "
+                          "study; Figure 6 is for glue tasks (Figure 3 draws the translation model's pruning)")

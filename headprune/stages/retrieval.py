@@ -2,7 +2,11 @@
 experiment (the top-K retrieval heads masked against K random heads) and the retrieval score beside perplexity."""
 from __future__ import annotations
 
+from headprune.experiments.kinds import kind_of
 from headprune.experiments.kinds.base import ConfigError
+from headprune.stages import constants
+
+EXPERIMENTS = ("retrieval_heads",)
 
 
 def items_params(study):
@@ -47,9 +51,9 @@ def heads_params(study):
     settings, bleu = study.config["retrieval_heads"], study.config["pruning"]["bleu"]
     heads, masking = len(study.heads), heads_masking(study)
     scores = [{"name": study.scoring.wu_score, "eval": study.evalset_spec("eval"),
-               "settings": study.eval_settings(bleu, masking)},
+               "settings": constants.eval_settings(study, bleu, masking)},
               {"name": "perplexity", "eval": study.lm.evalset_spec("eval"),
-               "settings": study.lm.eval_settings(bleu, masking)}]
+               "settings": constants.eval_settings(study.lm, bleu, masking)}]
     return {"k": [k for k in settings["k"] if k <= heads], "random_sets": settings["random_sets"],
             "heads_from": heads_source(study).name, "scores": scores, "significance": study.config["significance"]}
 
@@ -58,7 +62,7 @@ def heads_inputs(study):
     source, masking = heads_source(study), heads_masking(study)
     return {"model": study.model_path, "eval": study.eval_data(["eval"]), "windows": study.lm.windows_dir,
             "roles": f"{study.pipeline.results_dir}/{source.name}/head_roles.csv",
-            "masking": list(dict.fromkeys(study.masking_data(masking) + study.lm.masking_data(masking)))}
+            "masking": list(dict.fromkeys(constants.masking_data(study, masking) + constants.masking_data(study.lm, masking)))}
 
 
 def side_by_side_inputs(study):
@@ -67,3 +71,40 @@ def side_by_side_inputs(study):
     return {f"{name}_{table}": f"{results}/{study_name}/{path}"
             for name, study_name in (("retrieval", study.name), ("perplexity", study.lm.name))
             for table, path in (("ablation", "eval/ablation.csv"), ("pruning", "pruning.csv"))}
+
+
+def scored_side_by_side(pipeline) -> list:
+    """Retrieval studies whose language model is ablated and pruned with them: one figure shows both scores."""
+    experiments = pipeline.config["experiments"]
+    both = set(experiments["ablation"]) & set(experiments["pruning"])
+    return [study for study in pipeline.studies
+            if study.scoring.drawn_beside_perplexity and {study.name, study.lm.name} <= both]
+
+
+def targets(pipeline) -> list[str]:
+    """Wu et al.'s experiment per study of experiments.retrieval_heads, and retrieval beside perplexity."""
+    figures = pipeline.figures_dir
+    found = [f"{figures}/{study}/{name}" for study in pipeline.config["experiments"].get("retrieval_heads", [])
+             for name in ("retrieval_heads.png", "retrieval_heads.pdf", "retrieval_heads.csv")]
+    for study in scored_side_by_side(pipeline):
+        found += [f"{figures}/{study.name}/perplexity_and_retrieval.{ext}" for ext in ("png", "pdf", "csv")]
+    return found
+
+
+def report_inputs(pipeline) -> dict[str, list[str]]:
+    """The retrieval scores of the heads a retrieval study finds itself, and Wu et al.'s experiment."""
+    results, studies = pipeline.results_dir, pipeline.experiment_studies("retrieval_heads")
+    return {"roles": [f"{results}/{study.name}/head_roles.csv" for study in studies
+                      if heads_source(study).name == study.name],
+            "retrieval_heads": [f"{results}/{study.name}/retrieval_heads.csv" for study in studies]}
+
+
+def check(pipeline):
+    """experiments.retrieval_heads names studies with a score of their own to mask the heads under, each of which
+    finds its retrieval heads or has one retrieval study to take them from."""
+    for name in pipeline.config["experiments"].get("retrieval_heads", []):
+        kind = pipeline.models.get(name, {}).get("kind")
+        if kind is None or kind_of(kind).wu_score is None:
+            raise ConfigError(f"config: experiments.retrieval_heads names '{name}', which is neither a retrieval "
+                              "study nor a task (a models entry of kind retrieval or lm_eval)")
+        heads_source(pipeline.study(name))

@@ -2,6 +2,8 @@
 an encoder; previous-token, induction, sink and retrieval scores for a language model)."""
 from __future__ import annotations
 
+EXPERIMENTS = ("head_roles",)
+
 
 def parse_text(study):
     """The eval set's source text, which the roles' parser reads."""
@@ -30,3 +32,9 @@ def inputs(study):
     """What the head_roles job reads: an encoder's parsed source sentences and training data (Voita's roles),
     a language model's text windows and, for a retrieval study, its needle-in-a-haystack items."""
     return study.scoring.head_roles_inputs(study, {"model": study.model_path, "importance": study.importance_table})
+
+
+def targets(pipeline) -> list[str]:
+    """The roles' figure and the roles by pruning step, per study of experiments.head_roles."""
+    return [f"{pipeline.figures_dir}/{study}/{name}" for study in pipeline.config["experiments"].get("head_roles", [])
+            for name in ("head_roles.png", "head_roles.pdf", "roles_by_step.csv", "roles_by_step.md")]

@@ -2,6 +2,9 @@
 pruned one with the least important heads physically removed."""
 from __future__ import annotations
 
+from headprune.experiments.kinds import kind_of
+from headprune.experiments.kinds.base import ConfigError
+
 
 def eval_data(study):
     """Only the eval set: newstest2013 (translation), the GLUE task's folder (its eval split), the LM's windows."""
@@ -20,3 +23,28 @@ def params(study):
                 "variants": list(speed.get("variants", ["original", "pruned"]))}
     settings.update(study.scoring.speed_settings(study, speed))
     return {"eval": evalset, "settings": settings}
+
+
+def table(pipeline, study) -> list[str]:
+    return [f"{pipeline.figures_dir}/{study.name}/table4.{ext}" for ext in ("csv", "md")]
+
+
+def targets(pipeline) -> list[str]:
+    """Table 4 of each study of speed.studies."""
+    return [path for study in pipeline.speed_studies for path in table(pipeline, study)]
+
+
+def report_inputs(pipeline) -> dict[str, list[str]]:
+    return {"speed": [table(pipeline, study)[0] for study in pipeline.speed_studies]}
+
+
+def check(pipeline):
+    """speed.studies names studies that load a model of their own."""
+    models = pipeline.models
+    for study in pipeline.config.get("speed", {}).get("studies", []):
+        if study in models and kind_of(models[study]["kind"]).scores_another_study:
+            raise ConfigError(f"config: speed.studies names '{study}', a {models[study]['kind']} study: "
+                              "time its language model")
+        if study not in pipeline.study_names:
+            raise ConfigError(f"config: speed.studies names '{study}', "
+                              f"which is neither translation.name nor a glue task ({pipeline.study_names})")
