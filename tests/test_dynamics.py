@@ -132,17 +132,10 @@ def test_bad_dynamics_config_stops_before_any_job(tmp_path, change, message):
 
 
 @pytest.fixture(scope="module")
-def demo_stage(tmp_path_factory):
-    """Only the dynamics stage of the offline demo (about a minute on 2 cores), and its report."""
-    workdir = tmp_path_factory.mktemp("dynamics")
-    common = ["--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir), "--configfile",
-              str(ROOT / "demo" / "config.yaml")]
-    target = "results/demo/figures/demo_de_en/figure5.png"
-    result = snakemake(*common, "--cores", "2", target)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-    report = snakemake(*common, "--report", "results/demo/dynamics_report.html", target)
-    assert report.returncode == 0, report.stderr[-3000:]
-    return workdir / "results" / "demo"
+def demo_stage(demo_run):
+    """The dynamics stage's outputs in the session's finished demo (conftest.demo_run: the whole demo and its
+    report, which the other demo tests read too; this stage alone would take another minute)."""
+    return demo_run / "results" / "demo"
 
 
 def test_demo_stage_trains_prunes_and_reports(demo_stage):
@@ -168,5 +161,5 @@ def test_demo_stage_trains_prunes_and_reports(demo_stage):
         assert list(table[table.epoch == epoch].score) == list(pruned.sort_values("percent_pruned").score)
 
     assert (demo_stage / "figures" / "demo_de_en" / "figure5.pdf").read_bytes()[:5] == b"%PDF-"
-    html = (demo_stage / "dynamics_report.html").read_text(errors="replace")
+    html = (demo_stage / "report.html").read_text(errors="replace")
     assert "figure5.png" in html and "Figure 5" in html
