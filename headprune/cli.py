@@ -190,9 +190,9 @@ def load(args):
 
 
 def _criteria():
-    from headprune.experiments.criteria import CRITERIA
+    from headprune.experiments.criteria import CRITERIA, READS
 
-    return [name for name in CRITERIA if name != "retrieval"]  # retrieval needs a retrieval study's head roles
+    return [name for name in CRITERIA if READS.get(name) != "roles"]  # a study's head roles: none from the shell
 
 
 def _count(model) -> int:

@@ -41,12 +41,14 @@ import shutil
 from pathlib import Path
 
 from headprune.io.atomic import atomic_dir
+from headprune.io.registry import Registry
 from headprune.models.attention_types import AUDIO_SELF, DEC_SELF, ENC_DEC, ENC_SELF, TOWER_TYPES, VISION_SELF
 
 REMOTE = Path(__file__).resolve().parent / "remote"  # the modeling files (package data)
 
 # config.model_type -> the modeling file that serves it, for the families with an adapter of their own
-REMOTE_FILES = {"fsmt": "modeling_headprune_fsmt.py"}
+REMOTE_FILES: Registry[Path] = Registry("exported model type", base=Path)
+REMOTE_FILES.add("fsmt", REMOTE / "modeling_headprune_fsmt.py")
 
 # The Auto classes a pruned model loads with, and transformers' table of the classes each builds (by model type)
 AUTO_CLASSES = {"AutoModelForCausalLM": "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
@@ -82,7 +84,7 @@ def _modeling_name(model) -> str | None:
     for adapter_class, name in generic:
         if isinstance(adapter, adapter_class):
             return name
-    return REMOTE_FILES.get(getattr(model.config, "model_type", None))
+    return getattr(REMOTE_FILES.get(getattr(model.config, "model_type", None), None), "name", None)
 
 
 def remote_file(model) -> Path:
