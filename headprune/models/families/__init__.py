@@ -104,4 +104,4 @@ def refusal(model) -> str:
     read = {"seq2seq": "an encoder-decoder", "encoder": "an encoder", "decoder": "a decoder-only LM"}[family]
     problem = _module(family).layout_problem(model)
     return (f"no head adapter for model type {model_type!r} ({type(model).__name__}), read as {read}: "
-            + (problem or "add a file to headprune/models/families/"))
+            + (problem or "add a file to headprune/models/families/ and its line in FAMILIES"))
