@@ -31,8 +31,8 @@ def mode_data(study: dict, modes: list[str], folder: Path, device: str = "cpu", 
     import torch
 
     from headprune.experiments.kinds import kind_of
-    from headprune.models.masking import DATA_MAKERS, MODES
-    from headprune.scoring.constants import DEFAULT_LR, DEFAULT_STEPS
+    from headprune.models.masking import MODES
+    from headprune.scoring.constants import DATA_MAKERS, DEFAULT_LR, DEFAULT_STEPS
 
     wanted = [mode for mode in modes if MODES[mode].data]
     if not wanted:

@@ -7,7 +7,8 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 
 from headprune.io import atomic
 from headprune.models.loading import pick_device
-from headprune.models.masking import DATA_MAKERS, MODES
+from headprune.models.masking import MODES
+from headprune.scoring.constants import DATA_MAKERS
 from headprune.workflow import importance_batches, load_study_model, logged, threads_for_torch
 
 with logged(snakemake) as log:

@@ -79,7 +79,8 @@ def test_the_package_registries_are_registries_in_their_order():
     from headprune.experiments.kinds import KINDS
     from headprune.models.families import FAMILIES
     from headprune.models.loading import LOADERS
-    from headprune.models.masking import DATA_FILES, DATA_MAKERS, MODES
+    from headprune.models.masking import DATA_FILES, MODES
+    from headprune.scoring.constants import DATA_MAKERS
 
     assert list(MODES) == ["zero", "uniform", "streaming", "mean", "optimal", "resample"]
     assert list(DATA_MAKERS) == [word for word, mode in MODES.items() if mode.data_maker] == ["mean", "optimal",

@@ -151,8 +151,6 @@ class Masking:
 
 # Every mode, by its config word, in the order they are reported (the order the classes below are registered in).
 MODES: Registry[type[Masking]] = Registry("masking mode", base=Masking)
-# A mode's word -> the function making its data file (its class's lazy ``data_maker``: torch only when asked).
-DATA_MAKERS: Registry = Registry("data maker", check=callable)
 # A mode's ``data`` field -> the class its file is read as (torch only when a file is read).
 DATA_FILES: Registry = Registry("masking data file")
 DATA_FILES.add("constants", "headprune.models.head_constants:HeadConstants")
@@ -160,10 +158,9 @@ DATA_FILES.add("pool", "headprune.models.head_constants:ResamplePool")
 
 
 def mode(cls: type[Masking]) -> type[Masking]:
-    """Registers a mode class under its word, and its data maker (if it has one) under the same word."""
+    """Registers a mode class under its word (its ``data_maker`` is registered by ``headprune.scoring.constants``:
+    the room above, where the makers are)."""
     MODES.add(cls.word, cls)
-    if cls.data_maker is not None:
-        DATA_MAKERS.add(cls.word, cls.data_maker)
     return cls
 
 

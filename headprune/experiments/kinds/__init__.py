@@ -18,8 +18,11 @@ from headprune.io.registry import Registry
 
 # name (the config's ``kind:``) -> its class, imported when first asked for
 KINDS: Registry[type[Kind]] = Registry("kind of study", base=Kind)
-for _name in ("translation", "classification", "language_modeling", "retrieval", "lm_eval"):
-    KINDS.add(_name, f"{__name__}.{_name}:Kind")
+KINDS.add("translation", "headprune.experiments.kinds.translation:Kind")
+KINDS.add("classification", "headprune.experiments.kinds.classification:Kind")
+KINDS.add("language_modeling", "headprune.experiments.kinds.language_modeling:Kind")
+KINDS.add("retrieval", "headprune.experiments.kinds.retrieval:Kind")
+KINDS.add("lm_eval", "headprune.experiments.kinds.lm_eval:Kind")
 
 
 @functools.cache

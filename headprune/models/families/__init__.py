@@ -36,8 +36,10 @@ from headprune.io.registry import Registry
 # family by the model type imports no other family's transformers code. ``causal_lm`` and ``classifier`` hold
 # what families share and are no family.
 FAMILIES = Registry("family", check=callable)
-for _name in ("decoder", "encoder", "fsmt", "seq2seq"):
-    FAMILIES.add(_name, f"{__name__}.{_name}:match")
+FAMILIES.add("decoder", "headprune.models.families.decoder:match")
+FAMILIES.add("encoder", "headprune.models.families.encoder:match")
+FAMILIES.add("fsmt", "headprune.models.families.fsmt:match")
+FAMILIES.add("seq2seq", "headprune.models.families.seq2seq:match")
 
 
 def family_names() -> tuple[str, ...]:
