@@ -2,8 +2,8 @@
 calls with a model, and the resolution side, which ``headprune.studies.Study`` calls with itself to
 learn what the study's jobs are told.
 
-``Kind`` is abstract: what a kind must give is an abstract method (or one of the class attributes ``REQUIRED``),
-so that a new kind states each answer instead of inheriting a language model's or an encoder's. The defaults left
+``Kind`` is abstract: what a kind must give is an abstract method (or one of ``REQUIRED_ATTRIBUTES``), so that a
+new kind states each answer instead of inheriting a language model's or an encoder's. The defaults left
 here hold for every kind alike; what a group of kinds shares is a mixin it opts into (``VoitaRoles``) or the class
 it extends (``language_modeling.Kind``)."""
 from __future__ import annotations
@@ -21,7 +21,7 @@ class Kind(abc.ABC):
     # Table 4's words for the model timed ({family}: its model type) and for what the pruned model's check compares
     timed_as: str
     timed_outputs: str
-    REQUIRED = ("name", "attention_types", "timed_as", "timed_outputs")
+    REQUIRED_ATTRIBUTES = ("name", "attention_types", "timed_as", "timed_outputs")
     language_model = False  # a decoder-only LM: its heads' roles are its own (headprune.scoring.lm_roles)
     decisive_p = "p_bootstrap"  # the p-value that decides significance (compare_to_full)
     # A study of this kind scores the model of another study (its ``model:``, a language_modeling entry):
@@ -40,7 +40,7 @@ class Kind(abc.ABC):
     towers: tuple[str, ...] = ()
 
     def __init__(self):
-        missing = [attribute for attribute in self.REQUIRED if not hasattr(self, attribute)]
+        missing = [attribute for attribute in self.REQUIRED_ATTRIBUTES if not hasattr(self, attribute)]
         if missing:
             raise TypeError(f"kind {type(self).__module__}.{type(self).__qualname__} does not say its "
                             f"{', '.join(missing)}")
