@@ -73,14 +73,14 @@ def random_importance(model, seed: int = 0) -> pd.DataFrame:
                          for (t, layer, h), score in zip(heads, scores)])
 
 
-def random_batches(family: str, items: int, batch_size: int, seq_len: int, vocab: int, seed: int = 0):
+def random_batches(task: str, items: int, batch_size: int, seq_len: int, vocab: int, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
     batches = []
     for start in range(0, items, batch_size):
         n = min(batch_size, items - start)
         ids = torch.randint(5, vocab, (n, seq_len), generator=g)
         inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-        if family == "bert":
+        if task == "classify":  # an encoder's segment ids
             inputs["token_type_ids"] = torch.zeros_like(ids)
         else:
             ids[:, -1] = 2  # </s>
@@ -147,10 +147,11 @@ def build(args, device):
     else:
         model, family = bert_model(args.model, args.attention or "eager"), "bert"
     model = model.to(device=device, dtype=getattr(torch, args.dtype))
-    if family == "llama":
+    task = speed.task_of(model)
+    if task == "lm":
         return model, family, llama_batches(model, args)
-    vocab = model.config.vocab_size if family == "bert" else model.config.src_vocab_size
-    return model, family, {b: random_batches(family, args.items, b, args.seq_len, vocab) for b in args.batch_sizes}
+    vocab = model.config.vocab_size if task == "classify" else model.config.src_vocab_size
+    return model, family, {b: random_batches(task, args.items, b, args.seq_len, vocab) for b in args.batch_sizes}
 
 
 def main(argv=None):
@@ -164,7 +165,8 @@ def main(argv=None):
                                              device)
     # the check on the largest batch of logits: BERT's examples, an LM's prefill (not its decoding prompts)
     largest = batches[max(batches, key=lambda k: k if isinstance(k, int) else (k[0] == "prefill tokens", k[1]))]
-    translate = None if family != "fsmt" else (lambda m: speed.translate_step(m, args.beam, max_len_a=0,
+    task = speed.task_of(model)
+    translate = None if task != "translate" else (lambda m: speed.translate_step(m, args.beam, max_len_a=0,
                                                                               max_len_b=args.max_new_tokens))
     checks = speed.check_variants(variants, [b.to(device) for b in largest[:1]], translate)
     print(f"{args.model}: {', '.join(variants)}; {len(variants['pruned'].removed)} of {len(all_heads(model))} heads "
@@ -175,7 +177,7 @@ def main(argv=None):
     settings = speed.SpeedSettings(batch_sizes=args.batch_sizes, repeats=args.repeats, prune_percent=args.percent,
                                    warmup_batches=args.warmup_batches, beam=args.beam,
                                    decode_tokens=args.max_new_tokens, variants=list(variants))
-    if family == "fsmt":
+    if task == "translate":
         runs = fsmt_runs(variants, batches, args, device)
     else:
         runs = speed.measure({name: v.model for name, v in variants.items()}, batches, settings, family, device)

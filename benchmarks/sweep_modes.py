@@ -26,14 +26,13 @@ def mode_data(study: dict, modes: list[str], folder: Path, device: str = "cpu", 
     Returns per mode {"path", "seconds", "cpu"} (optimal also "steps", "per_step": the seconds of one step, and
     "before_steps": its statistics pass), and "load" (seconds to load the model and build the batches),
     "batches" and "data" (what the batches are). Nothing for modes that need no data."""
-    import importlib
     import inspect
 
     import torch
 
     from headprune.experiments.kinds import kind_of
     from headprune.models.masking import MODES
-    from headprune.scoring.constants import DEFAULT_LR, DEFAULT_STEPS
+    from headprune.scoring.constants import DATA_MAKERS, DEFAULT_LR, DEFAULT_STEPS
 
     wanted = [mode for mode in modes if MODES[mode].data]
     if not wanted:
@@ -55,8 +54,7 @@ def mode_data(study: dict, modes: list[str], folder: Path, device: str = "cpu", 
             history = _TimedSteps()
             sync()
             began, began_cpu = time.perf_counter(), time.process_time()
-            module, function = MODES[mode].data_maker.split(":")  # as scripts/head_constants.py calls it
-            make = getattr(importlib.import_module(module), function)
+            make = DATA_MAKERS[mode]  # as scripts/head_constants.py calls it
             steps_seen = {"history": history} if "history" in inspect.signature(make).parameters else {}
             data = make(model, batches, data=described, device=device, progress=False,
                         **MODES[mode].data_options(settings), **steps_seen)

@@ -196,9 +196,9 @@ def load(args):
 
 
 def _criteria():
-    from headprune.experiments.criteria import CRITERIA
+    from headprune.experiments.criteria import CRITERIA, READS
 
-    return [name for name in CRITERIA if name != "retrieval"]  # retrieval needs a retrieval study's head roles
+    return [name for name in CRITERIA if READS.get(name) != "roles"]  # a study's head roles: none from the shell
 
 
 def _count(model) -> int:
@@ -320,8 +320,8 @@ def run_prune(args):
         else:
             removed = order[:int(round(args.percent * len(heads) / 100.0))]
         point = cut_point(args, model, tokenizer, evalset, testset, curve, removed, len(heads))
-    from headprune.models.export import save_pruned
-    from headprune.models.stock import NoSmallerStock, same_size_line, save_stock
+    from headprune.models.export import same_size_line, save_pruned
+    from headprune.models.stock import NoSmallerStock, save_stock
 
     remove_heads(model, removed)
     # its model card says how it was pruned

@@ -5,11 +5,10 @@ from headprune import warm
 
 warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
 
-import importlib
-
 from headprune.io import atomic
 from headprune.models.loading import pick_device
 from headprune.models.masking import MODES
+from headprune.scoring.constants import DATA_MAKERS
 from headprune.workflow import importance_batches, load_study_model, logged, threads_for_torch
 
 with logged(snakemake) as log:
@@ -17,8 +16,7 @@ with logged(snakemake) as log:
     study, data, settings = snakemake.params.study, snakemake.params.data, snakemake.params.settings
     word = settings["mode"]
     mode = MODES[word]
-    module, function = mode.data_maker.split(":")
-    make = getattr(importlib.import_module(module), function)
+    make = DATA_MAKERS[word]
     device = pick_device(study["device"])
     model, tokenizer = load_study_model(study, device)
     batches = importance_batches(tokenizer, data, model)

@@ -13,8 +13,6 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 
 import pandas as pd
 
-from headprune.data.datasets import read_lines
-from headprune.data.glue import read_glue_split
 from headprune.experiments.kinds import kind_of
 from headprune.io import atomic
 from headprune.models.loading import pick_device
@@ -49,10 +47,7 @@ def language_model_roles(model, tokenizer, p, device, log):
 def encoder_roles(model, tokenizer, p, device, log):
     sentences = read_conllu(snakemake.input.parses)
     train = p["train"]
-    if train["kind"] == "translation":
-        lines = [line for s in train["sets"] for line in read_lines(s["source"])[:train["max_items"]]]
-    else:
-        lines = [text for pair in read_glue_split(train["tsv"])[0] for text in pair if text]
+    lines = kind_of(train["kind"]).training_texts(train)
     frequencies = text_frequencies(lines)
     log.info("%d parsed sentences; word counts from %d training texts (%d word types)", len(sentences), len(lines),
              len(frequencies))

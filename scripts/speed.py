@@ -12,6 +12,7 @@ import pandas as pd
 
 from headprune.models.loading import pick_device
 from headprune.experiments import table4
+from headprune.experiments.kinds import kind_of
 from headprune.experiments.speed import SpeedSettings, speed_study
 from headprune.workflow import load_evalset, load_study_model, logged, threads_for_torch
 
@@ -24,7 +25,8 @@ with logged(snakemake) as log:  # noqa: F821 (snakemake is injected)
     settings = SpeedSettings(**params["settings"])
     importance = pd.read_csv(snakemake.input.importance)  # noqa: F821
     runs, facts = speed_study(study["name"], model, tokenizer, evalset, importance, settings, device, log)
-    summary = table4.write(runs, facts, output.runs, output.table_csv, output.table_md, evalset_name=params["eval"]["name"])
+    summary = table4.write(runs, facts, output.runs, output.table_csv, output.table_md, evalset_name=params["eval"]["name"],
+                           kind=kind_of(study["kind"]))
     for row in summary.itertuples():
         log.info("%s batch %d: original %.1f +- %.1f, pruned %.1f +- %.1f %s/s (%+.1f%%, %g%% interval %+.1f%% to "
                  "%+.1f%%)", row.study, row.batch_size, row.original_mean, row.original_std, row.pruned_mean,

@@ -35,7 +35,7 @@ def test_every_name_resolves_lazily_with_an_example():
     assert len(set(headprune.__all__)) == len(headprune.__all__)
     for name in headprune.__all__:
         value = getattr(headprune, name)
-        if name == "CRITERIA":  # a tuple: its example is criterion_order's
+        if name == "CRITERIA":  # a registry: its example is criterion_order's
             assert "importance" in value
             continue
         if name in NO_EXAMPLE_YET:

@@ -156,7 +156,7 @@ def test_every_criterion_is_a_config_choice():
 
     from headprune.config_schema import SCHEMA_FILE, schema
 
-    assert tuple(schema()["definitions"]["criterion"]["enum"]) == CRITERIA
+    assert tuple(schema()["definitions"]["criterion"]["enum"]) == tuple(CRITERIA)
     assert "enum" not in yaml.safe_load(SCHEMA_FILE.read_text())["definitions"]["criterion"]
 
 

@@ -10,6 +10,7 @@ import of a submodule runs it: nothing at its top), and never ``demo``.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 from typing import NamedTuple
 
@@ -84,6 +85,8 @@ def package_imports(package: Path) -> list[Import]:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
+            elif _lazy_entry(node, package.name):  # Registry.add(name, "package.module:attr"): imported when asked
+                targets = [node.args[1].value.partition(":")[0]]
             elif isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 if node.level:
@@ -97,6 +100,13 @@ def package_imports(package: Path) -> list[Import]:
                 if target == package.name or target.startswith(package.name + "."):
                     found.append(Import(path, node.lineno, room, target, room_of_module(package, target)))
     return sorted(found, key=lambda found: (str(found.path), found.line))  # ast.walk goes breadth first
+
+
+def _lazy_entry(node, package_name: str) -> bool:
+    """Whether ``node`` registers a lazy "module:attr" entry of the package (``headprune.io.registry``)."""
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add"
+            and len(node.args) == 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+            and re.fullmatch(rf"{package_name}(\.\w+)+:\w+", node.args[1].value) is not None)
 
 
 def upward_imports(package: Path, allowed: dict[str, set[str]]) -> list[Import]:
@@ -264,3 +274,19 @@ def test_the_cycle_checker_sees_function_imports_and_registries(tmp_path):
                                               "fakepkg.models.heads"]]
     (package / "models/families/bert.py").write_text("from fakepkg.models.sites import x\n")
     assert cycles(module_graph(package)) == []
+
+
+def test_a_lazy_registry_entry_is_an_import(tmp_path):
+    package = tmp_path / "fakepkg"
+    files = {
+        "__init__.py": "",
+        "models/__init__.py": "",
+        "models/modes.py": "MAKERS.add('mean', 'fakepkg.scoring.makers:mean')\n",  # upward, though lazy
+        "scoring/__init__.py": "",
+        "scoring/makers.py": "",
+    }
+    for name, text in files.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text(text)
+    assert [(found.room, found.target) for found in upward_imports(package, {"scoring": {"models"}})] == \
+        [("models", "fakepkg.scoring.makers")]

@@ -59,3 +59,35 @@ def test_a_check_instead_of_a_base_class():
     functions.add("abs", abs)
     with pytest.raises(TypeError, match="criterion 'three'"):
         functions.add("three", 3)
+
+
+def test_a_registry_stands_in_for_a_dict():
+    """get with a default, [name] = entry and del: as a dict is read and monkeypatched (MODES, REMOTE_FILES, ...)."""
+    modes = Registry("masking mode", base=Base)
+    modes["zero"] = Base
+    assert modes.get("zero") is Base and modes.get("mean", None) is None and dict(modes.items()) == {"zero": Base}
+    with pytest.raises(ValueError, match="registered twice"):
+        modes["zero"] = Base
+    del modes["zero"]
+    assert "zero" not in modes and len(modes) == 0
+    with pytest.raises(KeyError, match="unknown masking mode 'zero'"):
+        del modes["zero"]
+
+
+def test_the_package_registries_are_registries_in_their_order():
+    from headprune.experiments.criteria import CRITERIA
+    from headprune.experiments.kinds import KINDS
+    from headprune.models.families import FAMILIES
+    from headprune.models.loading import LOADERS
+    from headprune.models.masking import DATA_FILES, MODES
+    from headprune.scoring.constants import DATA_MAKERS
+
+    assert list(MODES) == ["zero", "uniform", "streaming", "mean", "optimal", "resample"]
+    assert list(DATA_MAKERS) == [word for word, mode in MODES.items() if mode.data_maker] == ["mean", "optimal",
+                                                                                               "resample"]
+    assert {mode.data for mode in MODES.values()} - {None} == set(DATA_FILES)
+    assert list(KINDS) == ["translation", "classification", "language_modeling", "retrieval", "lm_eval"]
+    assert set(LOADERS) <= set(KINDS) and list(FAMILIES) == ["decoder", "encoder", "fsmt", "seq2seq"]
+    assert list(CRITERIA)[-4:] == ["iterative", "oracle", "random", "retrieval"]
+    with pytest.raises(KeyError, match="did you mean 'optimal'"):
+        MODES["optimum"]

@@ -22,21 +22,24 @@ its order is built by ``iterative_order`` with the model at hand.
 """
 from __future__ import annotations
 
+import functools
 import logging
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from headprune.experiments.runs import HeadId, importance_order, oracle_order, pruning_steps, random_order
 from headprune.io.progress import counted
+from headprune.io.registry import Registry
 from headprune.scoring.importance import ESTIMATORS
 
 log = logging.getLogger(__name__)
 
-# Columns of importance.csv a criterion sorts by, ascending (the first head is pruned first).
-COLUMN_CRITERIA = {"fisher": "fisher", "attention_gradient": "attention_gradient", "confidence": "confidence"}
-CRITERIA = ("importance", *(f"importance_{e}" for e in ESTIMATORS), "fisher", "attention_gradient", "confidence",
-            "entropy_low", "entropy_high", "combined", "iterative", "oracle", "random", "retrieval")
+# Every criterion, by its name, in the order the config's enum and the prune rule's wildcard list them: a static
+# criterion's entry is its order, order(asked: ``_Asked``) -> heads, first pruned first (``criterion_order``);
+# ``iterative``'s is ``iterative_order`` itself, which needs the model at hand.
+CRITERIA = Registry("criterion", check=callable)
 # The paper's three orders (Figure 3); the others are criteria compared in criteria.csv.
 PAPER_ORDERS = ("importance", "oracle", "random")
 # What a criterion's prune job reads besides the model, its test set and importance.csv (rules/pruning.smk,
@@ -98,34 +101,102 @@ def criterion_order(name: str, importance: pd.DataFrame, heads: list[HeadId], *,
     >>> len(order), order[0][0]
     (8, 'dec_self')
     """
-    if name not in CRITERIA or name == "iterative":
+    order = CRITERIA.get(name, None)
+    if order is None or order is iterative_order:
         raise ValueError(f"unknown static criterion {name!r}; expected one of "
-                         f"{[c for c in CRITERIA if c != 'iterative']} (iterative: iterative_order)")
-    if name == "oracle":
-        if ablation is None:
-            raise ValueError("the oracle order needs the single-head ablation table")
-        return oracle_order(ablation, attn_type)
-    if name == "random":
-        return random_order(heads, seed)
-    if name == "importance":
-        return importance_order(importance, attn_type)
-    if name == "retrieval":
-        if roles is None or "retrieval" not in roles:
-            raise ValueError("the retrieval criterion needs a language model's head roles (head_roles.csv of a "
-                             "retrieval study)")
-        table = _in_scope(roles, attn_type).reset_index(drop=True)
-        return _ascending(table, table["retrieval"].astype(float).fillna(-np.inf))
-    table = _in_scope(importance, attn_type).reset_index(drop=True)
-    if name.startswith("importance_"):
-        return _ascending(table, importance_column(table, name.removeprefix("importance_"), normalize))
-    if name in COLUMN_CRITERIA:
-        return _ascending(table, table[COLUMN_CRITERIA[name]])
+                         f"{[c for c, entry in CRITERIA.items() if entry is not iterative_order]} "
+                         "(iterative: iterative_order)")
+    return order(_Asked(importance, heads, attn_type, ablation, seed, estimator, normalize, entropy_weight,
+                        keep_entropy, roles))
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """What criterion_order was given, as each criterion's order reads it."""
+
+    importance: pd.DataFrame
+    heads: list
+    attn_type: str | None
+    ablation: pd.DataFrame | None
+    seed: int
+    estimator: str
+    normalize: bool
+    entropy_weight: float
+    keep_entropy: str
+    roles: pd.DataFrame | None
+
+    @property
+    def table(self) -> pd.DataFrame:
+        """importance.csv's rows of the scope."""
+        return _in_scope(self.importance, self.attn_type).reset_index(drop=True)
+
+
+@CRITERIA.register("importance")
+def _importance(asked: _Asked) -> list[HeadId]:
+    return importance_order(asked.importance, asked.attn_type)
+
+
+def _importance_estimated(estimator: str, asked: _Asked) -> list[HeadId]:
+    table = asked.table
+    return _ascending(table, importance_column(table, estimator, asked.normalize))
+
+
+for _estimator in ESTIMATORS:
+    CRITERIA.add(f"importance_{_estimator}", functools.partial(_importance_estimated, _estimator))
+
+
+def _column(column: str, asked: _Asked) -> list[HeadId]:
+    """A column of importance.csv, ascending."""
+    table = asked.table
+    return _ascending(table, table[column])
+
+
+for _column_name in ("fisher", "attention_gradient", "confidence"):
+    CRITERIA.add(_column_name, functools.partial(_column, _column_name))
+
+
+@CRITERIA.register("entropy_low")
+def _entropy_low(asked: _Asked) -> list[HeadId]:
+    table = asked.table
+    return _ascending(table, table["entropy_normalized"].to_numpy(dtype=float))
+
+
+@CRITERIA.register("entropy_high")
+def _entropy_high(asked: _Asked) -> list[HeadId]:
+    table = asked.table
+    return _ascending(table, -table["entropy_normalized"].to_numpy(dtype=float))
+
+
+@CRITERIA.register("combined")
+def _combined(asked: _Asked) -> list[HeadId]:
+    table = asked.table
     entropy = table["entropy_normalized"].to_numpy(dtype=float)
-    if name == "entropy_low":
-        return _ascending(table, entropy)
-    if name == "entropy_high":
-        return _ascending(table, -entropy)
-    return _ascending(table, combined_scores(table["importance"], entropy, entropy_weight, keep_entropy))
+    return _ascending(table, combined_scores(table["importance"], entropy, asked.entropy_weight, asked.keep_entropy))
+
+
+CRITERIA.add("iterative", f"{__name__}:iterative_order")  # defined below; lazy, to keep its place in the order
+
+
+@CRITERIA.register("oracle")
+def _oracle(asked: _Asked) -> list[HeadId]:
+    if asked.ablation is None:
+        raise ValueError("the oracle order needs the single-head ablation table")
+    return oracle_order(asked.ablation, asked.attn_type)
+
+
+@CRITERIA.register("random")
+def _random(asked: _Asked) -> list[HeadId]:
+    return random_order(asked.heads, asked.seed)
+
+
+@CRITERIA.register("retrieval")
+def _retrieval(asked: _Asked) -> list[HeadId]:
+    roles = asked.roles
+    if roles is None or "retrieval" not in roles:
+        raise ValueError("the retrieval criterion needs a language model's head roles (head_roles.csv of a "
+                         "retrieval study)")
+    table = _in_scope(roles, asked.attn_type).reset_index(drop=True)
+    return _ascending(table, table["retrieval"].astype(float).fillna(-np.inf))
 
 
 def importance_on_pruned(model, batches, *, estimator: str = "token", normalize: bool = True):

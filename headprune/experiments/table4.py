@@ -129,9 +129,10 @@ def _memory_lines(summary: pd.DataFrame, variants: list[str], units: list[str]) 
     return lines
 
 
-def _check_lines(summary: pd.DataFrame, variants: list[str], units: list[str]) -> list[str]:
+def _check_lines(summary: pd.DataFrame, variants: list[str], units: list[str], kind=None) -> list[str]:
     first = summary.iloc[0]
-    what = {"examples": "predictions", "sentences": "translations"}.get(units[0], "next-token predictions")
+    what = kind.timed_outputs if kind is not None else \
+        {"examples": "predictions", "sentences": "translations"}.get(units[0], "next-token predictions")
     lines = []
     for variant in variants:
         items, agreement = first[column(variant, "check_items")], first[column(variant, "check_agreement")]
@@ -146,9 +147,11 @@ def _check_lines(summary: pd.DataFrame, variants: list[str], units: list[str]) -
     return lines
 
 
-def _model_words(family: str, units: list[str]) -> str:
-    """What Table 4's caption calls the model: by what it was timed on (the study's kind of task), and its family
-    (the model type)."""
+def _model_words(family: str, units: list[str], kind=None) -> str:
+    """What Table 4's caption calls the model: as the study's kind says (``timed_as``), with its family (the model
+    type); without a kind (a table drawn outside the pipeline), by what it was timed on."""
+    if kind is not None:
+        return kind.timed_as.format(family=family)
     if units == UNITS["classify"]:
         return f"encoder classifier ({family})"
     if units == UNITS["translate"]:
@@ -157,11 +160,12 @@ def _model_words(family: str, units: list[str]) -> str:
 
 
 def table4_markdown(summary: pd.DataFrame, evalset_name: str | None = None,
-                    chosen: str = "in order of importance I_h") -> str:
+                    chosen: str = "in order of importance I_h", kind=None) -> str:
     """The paper's Table 4 (Batch size | Original | Pruned x% | Speedup) for one study, with a caption; the
     speedup's interval beside it, a column pair per variant beyond pruned, and a memory table where measured.
 
-    ``chosen`` says which heads were removed (the pipeline: the least important by I_h).
+    ``chosen`` says which heads were removed (the pipeline: the least important by I_h); ``kind`` (the study's kind
+    of score, ``headprune.experiments.kinds``) what the model and its outputs are called.
     """
     studies = summary["study"].unique()
     if len(studies) != 1:
@@ -169,7 +173,7 @@ def table4_markdown(summary: pd.DataFrame, evalset_name: str | None = None,
     first = summary.iloc[0]
     variants = timed_variants(summary)
     units = list(dict.fromkeys(summary["unit"]))
-    model = _model_words(first["family"], units)
+    model = _model_words(first["family"], units, kind)
     on = f" of {evalset_name}" if evalset_name else ""
     level = f"{100 * first.get('confidence', CONFIDENCE):g}%"
     timer = " by CUDA events" if first.get("timer") == "cuda events" else ""
@@ -200,19 +204,21 @@ def table4_markdown(summary: pd.DataFrame, evalset_name: str | None = None,
     items = int(first["items"])
     if len(units) == 1 and (summary["batch_size"] > items).any():
         lines += ["", f"Batch sizes above {items} run one batch of all {items} {first['unit']}."]
-    lines += _memory_lines(summary, variants, units) + _check_lines(summary, variants, units)
+    lines += _memory_lines(summary, variants, units) + _check_lines(summary, variants, units, kind)
     if isinstance(first.get("skipped"), str) and first["skipped"]:
         lines += ["", f"Not timed: {first['skipped']}"]
     lines.append("")
     return "\n".join(lines)
 
 
-def write(runs: pd.DataFrame, facts: dict, out_runs, out_csv, out_md, evalset_name: str | None = None) -> pd.DataFrame:
-    """Write the tidy runs CSV, Table 4's CSV (``summarize``) and its markdown; returns the summary."""
+def write(runs: pd.DataFrame, facts: dict, out_runs, out_csv, out_md, evalset_name: str | None = None,
+          kind=None) -> pd.DataFrame:
+    """Write the tidy runs CSV, Table 4's CSV (``summarize``) and its markdown (``kind``: the study's kind of
+    score, which names the model); returns the summary."""
     summary = summarize(runs, facts)
     for path, write in ((out_runs, lambda p: atomic.write_csv(runs, p, index=False)),
                         (out_csv, lambda p: atomic.write_csv(summary, p, index=False)),
-                        (out_md, lambda p: atomic.write_text(p, table4_markdown(summary, evalset_name)))):
+                        (out_md, lambda p: atomic.write_text(p, table4_markdown(summary, evalset_name, kind=kind)))):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         write(path)
     return summary

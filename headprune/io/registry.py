@@ -26,6 +26,7 @@ import importlib
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
 T = TypeVar("T")
+_REFUSE = object()  # get's default: an unknown name is an error, not None
 
 
 class Registry(Generic[T]):
@@ -51,6 +52,14 @@ class Registry(Generic[T]):
             self._validate(name, entry)
         self._entries[name] = entry
 
+    __setitem__ = add  # registry[name] = entry: the same refusals
+
+    def __delitem__(self, name: str) -> None:
+        """Unregister ``name`` (a test undoing what it registered; monkeypatch.setitem's undo)."""
+        if name not in self._entries:
+            raise KeyError(self.unknown(name))
+        del self._entries[name]
+
     def register(self, *names: str) -> Callable[[T], T]:
         """A decorator registering the decorated object under each of ``names`` (its ``__name__`` if none)."""
         def decorate(entry: T) -> T:
@@ -61,9 +70,12 @@ class Registry(Generic[T]):
 
     # --- asking -----------------------------------------------------------------------------
 
-    def get(self, name: str) -> T:
-        """The entry called ``name`` (a lazy one imported now, once); an unknown name is a KeyError that suggests."""
+    def get(self, name: str, default: Any = _REFUSE) -> T:
+        """The entry called ``name`` (a lazy one imported now, once); an unknown name is a KeyError that suggests,
+        or ``default`` where one is given (as a dict's ``get``, so that a registry replaces a dict in place)."""
         if name not in self._entries:
+            if default is not _REFUSE:
+                return default
             raise KeyError(self.unknown(name))
         entry = self._entries[name]
         if isinstance(entry, str):
@@ -73,7 +85,8 @@ class Registry(Generic[T]):
             self._entries[name] = entry
         return entry
 
-    __getitem__ = get
+    def __getitem__(self, name: str) -> T:
+        return self.get(name)
 
     def unknown(self, name) -> str:
         """The message for a name nothing is registered as: the closest names, and every name."""

@@ -41,12 +41,14 @@ import shutil
 from pathlib import Path
 
 from headprune.io.atomic import atomic_dir
+from headprune.io.registry import Registry
 from headprune.models.attention_types import AUDIO_SELF, DEC_SELF, ENC_DEC, ENC_SELF, TOWER_TYPES, VISION_SELF
 
 REMOTE = Path(__file__).resolve().parent / "remote"  # the modeling files (package data)
 
 # config.model_type -> the modeling file that serves it, for the families with an adapter of their own
-REMOTE_FILES = {"fsmt": "modeling_headprune_fsmt.py"}
+REMOTE_FILES: Registry[Path] = Registry("exported model type", base=Path)
+REMOTE_FILES.add("fsmt", REMOTE / "modeling_headprune_fsmt.py")
 
 # The Auto classes a pruned model loads with, and transformers' table of the classes each builds (by model type)
 AUTO_CLASSES = {"AutoModelForCausalLM": "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
@@ -82,7 +84,7 @@ def _modeling_name(model) -> str | None:
     for adapter_class, name in generic:
         if isinstance(adapter, adapter_class):
             return name
-    return REMOTE_FILES.get(getattr(model.config, "model_type", None))
+    return getattr(REMOTE_FILES.get(getattr(model.config, "model_type", None), None), "name", None)
 
 
 def remote_file(model) -> Path:
@@ -267,8 +269,6 @@ def model_card(model, entries: dict[str, str], name: str, code_files: list[str],
         f'model = {auto}.from_pretrained("{name}"{remote})',
         f'tokenizer = AutoTokenizer.from_pretrained("{name}")', "```", ""]
     if zeroed:
-        from headprune.models.stock import same_size_line
-
         smaller = (f"No smaller stock checkpoint: {same_size}; the remote-code export (`headprune.save_pruned`; "
                    "`headprune prune --layout free` without `--stock`) is smaller." if same_size else
                    "A smaller stock checkpoint of this layout exists (`headprune prune --layout uniform`).")
@@ -297,7 +297,7 @@ def model_card(model, entries: dict[str, str], name: str, code_files: list[str],
         word = getattr(masking, "word", masking)  # a config word or a headprune.models.masking mode
         from headprune.models.masking import MODES
 
-        mode = MODES.get(str(word))
+        mode = MODES.get(str(word), None)
         pruned.append(f"- masking while scoring: {mode.summary if mode is not None else word}")
     compensation = getattr(model.config, "headprune_bias_compensation", None)
     if compensation:
@@ -329,3 +329,9 @@ def _curve_point_text(point: dict, removed: int, total: int) -> str:
     if point.get("data"):
         text += f", scored on {point['data']}"
     return text + "."
+
+
+def same_size_line(removed: int, total: int) -> str:
+    """What a same-size stock export is, for the card and the command's log."""
+    return (f"the same size as the original: every head kept in place, {removed} of {total} heads' weights zeroed "
+            "(they contribute nothing), so it computes the pruned model but gives no speed or memory gain")

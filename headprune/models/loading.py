@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from headprune.io.atomic import atomic_dir
+from headprune.io.registry import Registry
 from headprune.models.prune import load_pruned_weights
 
 # What a model download needs: its config, safetensors weights (sharded ones with their index) and the
@@ -278,7 +279,9 @@ def fetch_pretrained(source: dict, dest) -> Path:
 
 # --- one model by name, for the public API and the command line ------------------------------------------
 
-KINDS = ("language_modeling", "classification", "translation")
+# A kind of model (``guess_kind``'s answer, or a study's kind) -> how ``load_model`` loads it:
+# loader(path, device, dtype=, src_lang=, tgt_lang=, towers=) -> (model, tokenizer)
+LOADERS = Registry("model kind", check=callable)
 
 
 def model_folder(source, revision: str | None = None) -> Path:
@@ -333,13 +336,15 @@ def guess_kind(path) -> str:
 
 # transformers' class tables, in the order an architecture is looked up: a class several list takes the first.
 # The seq2seq tables also list decoder-only LMs with an audio tower (Qwen2-Audio, Voxtral, AudioFlamingo 3): a
-# generating class is a translation model where its config says it is an encoder-decoder, else a language model.
+# generating class (GENERATES) is a translation model where its config says it is an encoder-decoder, else a
+# language model.
+GENERATES = None
 _ARCHITECTURE_TABLES = (
     ("MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES", "classification"),
-    ("MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES", "language_modeling"),
-    ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "language_modeling"),
-    ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "translation"),
-    ("MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES", "translation"),
+    ("MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES", GENERATES),
+    ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", GENERATES),
+    ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", GENERATES),
+    ("MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES", GENERATES),
     ("MODEL_FOR_MASKED_LM_MAPPING_NAMES", "classification"),
     ("MODEL_FOR_TEXT_ENCODING_MAPPING_NAMES", "classification"),
 )
@@ -352,7 +357,7 @@ def _kind_of_architecture(architecture: str, encoder_decoder: bool) -> str | Non
 
     for table, kind in _ARCHITECTURE_TABLES:
         if any(architecture in _names(value) for value in getattr(modeling_auto, table, {}).values()):
-            if kind != "classification":  # the config says which of the two a generating model is
+            if kind is GENERATES:  # the config says which of the two a generating model is
                 return "translation" if encoder_decoder else "language_modeling"
             return kind
     if architecture.endswith("ForSequenceClassification"):  # a class of remote code
@@ -370,7 +375,7 @@ def load_model(source, kind: str | None = None, *, device="cpu", dtype: str = "f
                tgt_lang: str = "fr", revision: str | None = None, towers=None):
     """(model, tokenizer) from a hub id, a model folder (pruned or not) or a fairseq tarball, loaded as
     the pipeline loads its studies' models (safetensors only, eager attention). ``kind`` (one of
-    ``KINDS``) defaults to ``guess_kind``'s; ``src_lang``/``tgt_lang`` are a fairseq model's languages;
+    ``LOADERS``) defaults to ``guess_kind``'s; ``src_lang``/``tgt_lang`` are a fairseq model's languages;
     ``towers`` (("vision",), ("audio",)) adds a multimodal language model's towers to its heads (``load_causal_lm``).
 
     >>> model, tokenizer = load_model("tiny")  # the README's tiny Llama folder
@@ -379,15 +384,31 @@ def load_model(source, kind: str | None = None, *, device="cpu", dtype: str = "f
     """
     path = model_folder(source, revision)
     kind = kind or guess_kind(path)
-    device = torch.device(device)
-    if kind in ("language_modeling", "retrieval"):
-        return load_causal_lm(path, device, dtype=dtype, towers=towers)
+    if kind not in LOADERS:
+        raise ValueError(LOADERS.unknown(kind))
+    return LOADERS[kind](path, torch.device(device), kind=kind, dtype=dtype, src_lang=src_lang, tgt_lang=tgt_lang,
+                         towers=towers)
+
+
+@LOADERS.register("language_modeling", "retrieval")
+def _causal_lm(path, device, *, kind, dtype, src_lang, tgt_lang, towers):
+    return load_causal_lm(path, device, dtype=dtype, towers=towers)
+
+
+def _no_towers(kind: str, towers) -> None:
     if towers:
         raise ValueError(f"towers={tuple(towers)}: only a language model's wrapper has towers, not a {kind} model")
-    if kind == "classification":
-        return load_classifier(path, device)
-    if kind == "translation":
-        if converted_from_fairseq(path):
-            return load_translation(path, src_lang, tgt_lang, device)
-        return load_seq2seq(path, device, dtype=dtype)
-    raise ValueError(f"unknown model kind {kind!r}; expected one of {KINDS}")
+
+
+@LOADERS.register("classification")
+def _classifier(path, device, *, kind, dtype, src_lang, tgt_lang, towers):
+    _no_towers(kind, towers)
+    return load_classifier(path, device)
+
+
+@LOADERS.register("translation")
+def _translation(path, device, *, kind, dtype, src_lang, tgt_lang, towers):
+    _no_towers(kind, towers)
+    if converted_from_fairseq(path):
+        return load_translation(path, src_lang, tgt_lang, device)
+    return load_seq2seq(path, device, dtype=dtype)

@@ -84,6 +84,8 @@ from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import ClassVar
 
+from headprune.io.registry import Registry
+
 _SEED = {"$ref": "#/definitions/seed", "default": 0}
 
 
@@ -147,6 +149,21 @@ class Masking:
         return self.summary
 
 
+# Every mode, by its config word, in the order they are reported (the order the classes below are registered in).
+MODES: Registry[type[Masking]] = Registry("masking mode", base=Masking)
+# A mode's ``data`` field -> the class its file is read as (torch only when a file is read).
+DATA_FILES: Registry = Registry("masking data file")
+DATA_FILES.add("constants", "headprune.models.head_constants:HeadConstants")
+DATA_FILES.add("pool", "headprune.models.head_constants:ResamplePool")
+
+
+def mode(cls: type[Masking]) -> type[Masking]:
+    """Registers a mode class under its word (its ``data_maker`` is registered by ``headprune.scoring.constants``:
+    the room above, where the makers are)."""
+    MODES.add(cls.word, cls)
+    return cls
+
+
 def _hooks():
     from headprune.models import masking_hooks  # torch: only once a mode is put on a model
 
@@ -156,9 +173,7 @@ def _hooks():
 @functools.lru_cache(maxsize=4)
 def _read(kind: str, path: str):
     """A file of constants or donors, read once per process (each resample draw is a masking of its own)."""
-    from headprune.models.head_constants import HeadConstants, ResamplePool
-
-    return {"constants": HeadConstants, "pool": ResamplePool}[kind].load(path)
+    return DATA_FILES[kind].load(path)
 
 
 def _is_file(value) -> bool:
@@ -172,7 +187,7 @@ def _check_data(mode: Masking, value, expected: str) -> None:
                         f"its file, got {type(value).__name__}")
 
 
-# --- Output modes: zero, mean, optimal, resample ----------------------------------------------------------
+# --- Modes that need nothing: zero (on outputs), uniform and streaming (on attention) ----------------------
 
 class _OutputMasking(Masking):
     """A mode that replaces a head's output at the output projection's input: g * o_h + (1 - g) * r_h."""
@@ -192,6 +207,7 @@ class _OutputMasking(Masking):
         _hooks().install_output_hooks(handles, sites, gates, capture, state, self.replacement)
 
 
+@mode
 @dataclass(frozen=True)
 class Zero(_OutputMasking):
     """The paper's masking: a head's output times its gate (gate 0: zeroed, as physical removal does)."""
@@ -200,6 +216,92 @@ class Zero(_OutputMasking):
     constant_output: ClassVar[bool] = True
     summary: ClassVar[str] = "zero (a masked head's output multiplied by 0, as the paper masks, and as removing it does)"
 
+
+
+@mode
+@dataclass(frozen=True)
+class Uniform(Masking):
+    """A head with gate 0 attends uniformly to the keys it may attend to (its query is zeroed)."""
+
+    word: ClassVar[str] = "uniform"
+    real_gates: ClassVar[bool] = False
+    takes_capture: ClassVar[bool] = False
+    acts_on_outputs: ClassVar[bool] = False
+    summary: ClassVar[str] = "uniform (a masked head attends uniformly to the keys it may attend to)"
+
+    def check(self, model, adapter, sites, gates, capture):
+        if capture is not None:
+            raise ValueError("importance capture works on output gates: use masking='zero' with a HeadCapture")
+        problem = adapter.uniform_masking_problem(model, sites)
+        if problem is not None:
+            raise ValueError(f"uniform masking zeroes a head's query, which gives uniform attention only when the "
+                             f"scores are query . key plus the mask: {problem}")
+        _hooks().check_binary_gates("uniform", gates)
+
+    def install(self, handles, model, sites, gates, capture):
+        if gates is not None:
+            _hooks().install_query_gates(handles, model, sites, gates)
+
+
+@mode
+@dataclass(frozen=True)
+class Streaming(Masking):
+    """``gated``'s masking for DuoAttention's streaming heads: a head with gate 0 attends only to the first
+    ``sink`` tokens (attention sinks) and the last ``recent`` tokens up to and including its query."""
+
+    sink: int
+    recent: int
+    word: ClassVar[str] = "streaming"
+    real_gates: ClassVar[bool] = False
+    takes_capture: ClassVar[bool] = False
+    acts_on_outputs: ClassVar[bool] = False
+    language_models_only: ClassVar[bool] = True  # the decoder-only LMs pass their attention mask through
+    summary: ClassVar[str] = "streaming (a masked head sees only the first and the last tokens of its context)"
+    hint: ClassVar[str] = ("its window: pass masking=Streaming(sink, recent) (headprune.models.masking.Streaming), "
+                           "e.g. Streaming(sink=4, recent=64)")
+    config_key: ClassVar[tuple[str, ...]] = ("streaming",)
+    config_schema: ClassVar[dict] = {
+        "description": "the window a head masked by streaming keeps (DuoAttention's streaming heads)",
+        "properties": {
+            "sink": {"type": "integer", "minimum": 0, "default": 4, "description": "the first tokens (attention sinks)"},
+            "recent": {"type": "integer", "minimum": 1, "default": 64,
+                       "description": "the last tokens, the query's own included"}}}
+
+    def __post_init__(self):
+        for name in ("sink", "recent"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"Streaming.{name} must be an int, got {value!r}")
+        if self.sink < 0:
+            raise ValueError(f"Streaming.sink must be >= 0, got {self.sink}")
+        if self.recent < 1:
+            raise ValueError(f"Streaming.recent must be >= 1 (a query always sees itself), got {self.recent}")
+
+    @classmethod
+    def settings_from_config(cls, section):
+        return {"sink": section["sink"], "recent": section["recent"]}
+
+    def check(self, model, adapter, sites, gates, capture):
+        if capture is not None:
+            raise ValueError("importance capture works on output gates: use masking='zero' with a HeadCapture")
+        problem = adapter.streaming_masking_problem(model, sites)
+        if problem is not None:
+            raise ValueError(f"streaming masking gives a masked head a per-head attention mask: {problem}")
+        problem = _hooks().streaming_backend_problem(model)
+        if problem is not None:
+            raise ValueError(problem)
+        _hooks().check_binary_gates("streaming", gates)
+
+    def install(self, handles, model, sites, gates, capture):
+        if gates is not None:
+            _hooks().add_streaming_hooks(handles, model, sites, gates, self)
+
+    def describe(self):
+        return (f"streaming (a masked head sees only the first {self.sink} and the last {self.recent} tokens of its "
+                "context)")
+
+
+# --- Modes with data: mean, optimal (constant vectors), resample (donors) ---------------------------------
 
 @dataclass(frozen=True, eq=False)
 class Constant(_OutputMasking):
@@ -236,7 +338,8 @@ class Constant(_OutputMasking):
     @classmethod
     def of(cls, constants) -> Constant:
         """The mode of the constants' kind: Mean, Optimal, or Constant for another kind."""
-        return {"mean": Mean, "optimal": Optimal}.get(constants.kind, Constant)(constants)
+        own = MODES.get(constants.kind, None)
+        return (own if isinstance(own, type) and issubclass(own, Constant) else Constant)(constants)
 
     def check(self, model, adapter, sites, gates, capture):
         super().check(model, adapter, sites, gates, capture)
@@ -250,6 +353,7 @@ class Constant(_OutputMasking):
                                 f"{self.head_constants.kind})")
 
 
+@mode
 @dataclass(frozen=True, eq=False)
 class Mean(Constant):
     """Mean ablation: a head with gate 0 puts out its mean output over training tokens."""
@@ -261,6 +365,7 @@ class Mean(Constant):
     data_maker: ClassVar[str | None] = "headprune.scoring.constants:mean_constants"
 
 
+@mode
 @dataclass(frozen=True, eq=False)
 class Optimal(Constant):
     """Optimal ablation (Li and Janson 2024): a head with gate 0 puts out the constant that minimises the loss
@@ -288,6 +393,7 @@ class Optimal(Constant):
         return {key: settings[key] for key in ("steps", "lr", "repeats", "seed")}
 
 
+@mode
 @dataclass(frozen=True, eq=False)
 class Resample(_OutputMasking):
     """Resample ablation: a head with gate 0 puts out its output at the donor token of its position (see the
@@ -362,93 +468,8 @@ class Resample(_OutputMasking):
         return f"{self.summary.removesuffix(')')}: seed {self.seed}, draw {self.draw})"
 
 
-# --- Attention modes: uniform and streaming ---------------------------------------------------------------
+# --- From a word ------------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Uniform(Masking):
-    """A head with gate 0 attends uniformly to the keys it may attend to (its query is zeroed)."""
-
-    word: ClassVar[str] = "uniform"
-    real_gates: ClassVar[bool] = False
-    takes_capture: ClassVar[bool] = False
-    acts_on_outputs: ClassVar[bool] = False
-    summary: ClassVar[str] = "uniform (a masked head attends uniformly to the keys it may attend to)"
-
-    def check(self, model, adapter, sites, gates, capture):
-        if capture is not None:
-            raise ValueError("importance capture works on output gates: use masking='zero' with a HeadCapture")
-        problem = adapter.uniform_masking_problem(model, sites)
-        if problem is not None:
-            raise ValueError(f"uniform masking zeroes a head's query, which gives uniform attention only when the "
-                             f"scores are query . key plus the mask: {problem}")
-        _hooks().check_binary_gates("uniform", gates)
-
-    def install(self, handles, model, sites, gates, capture):
-        if gates is not None:
-            _hooks().install_query_gates(handles, model, sites, gates)
-
-
-@dataclass(frozen=True)
-class Streaming(Masking):
-    """``gated``'s masking for DuoAttention's streaming heads: a head with gate 0 attends only to the first
-    ``sink`` tokens (attention sinks) and the last ``recent`` tokens up to and including its query."""
-
-    sink: int
-    recent: int
-    word: ClassVar[str] = "streaming"
-    real_gates: ClassVar[bool] = False
-    takes_capture: ClassVar[bool] = False
-    acts_on_outputs: ClassVar[bool] = False
-    language_models_only: ClassVar[bool] = True  # the decoder-only LMs pass their attention mask through
-    summary: ClassVar[str] = "streaming (a masked head sees only the first and the last tokens of its context)"
-    hint: ClassVar[str] = ("its window: pass masking=Streaming(sink, recent) (headprune.models.masking.Streaming), "
-                           "e.g. Streaming(sink=4, recent=64)")
-    config_key: ClassVar[tuple[str, ...]] = ("streaming",)
-    config_schema: ClassVar[dict] = {
-        "description": "the window a head masked by streaming keeps (DuoAttention's streaming heads)",
-        "properties": {
-            "sink": {"type": "integer", "minimum": 0, "default": 4, "description": "the first tokens (attention sinks)"},
-            "recent": {"type": "integer", "minimum": 1, "default": 64,
-                       "description": "the last tokens, the query's own included"}}}
-
-    def __post_init__(self):
-        for name in ("sink", "recent"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"Streaming.{name} must be an int, got {value!r}")
-        if self.sink < 0:
-            raise ValueError(f"Streaming.sink must be >= 0, got {self.sink}")
-        if self.recent < 1:
-            raise ValueError(f"Streaming.recent must be >= 1 (a query always sees itself), got {self.recent}")
-
-    @classmethod
-    def settings_from_config(cls, section):
-        return {"sink": section["sink"], "recent": section["recent"]}
-
-    def check(self, model, adapter, sites, gates, capture):
-        if capture is not None:
-            raise ValueError("importance capture works on output gates: use masking='zero' with a HeadCapture")
-        problem = adapter.streaming_masking_problem(model, sites)
-        if problem is not None:
-            raise ValueError(f"streaming masking gives a masked head a per-head attention mask: {problem}")
-        problem = _hooks().streaming_backend_problem(model)
-        if problem is not None:
-            raise ValueError(problem)
-        _hooks().check_binary_gates("streaming", gates)
-
-    def install(self, handles, model, sites, gates, capture):
-        if gates is not None:
-            _hooks().add_streaming_hooks(handles, model, sites, gates, self)
-
-    def describe(self):
-        return (f"streaming (a masked head sees only the first {self.sink} and the last {self.recent} tokens of its "
-                "context)")
-
-
-# --- The registry -----------------------------------------------------------------------------------------
-
-# Every mode, by its config word, in the order they are reported.
-MODES: dict[str, type[Masking]] = {cls.word: cls for cls in (Zero, Uniform, Streaming, Mean, Optimal, Resample)}
 MASKING_WORDS = tuple(MODES)
 
 
@@ -485,7 +506,7 @@ def masking_for(word: str, **settings) -> Masking:
     >>> masking_for("streaming", sink=4, recent=64)
     Streaming(sink=4, recent=64)
     """
-    cls = MODES.get(word)
+    cls = MODES.get(word, None)
     if cls is None:
         raise ValueError(f"masking must be one of {tuple(MODES)}, got {word!r}")
     missing = [name for name in _needs(cls) if settings.get(name) is None]

@@ -401,9 +401,3 @@ def _parameter_count(model) -> int:
     for p in model.parameters():
         seen.setdefault((p.data_ptr(), tuple(p.shape)), p.numel())
     return sum(seen.values())
-
-
-def same_size_line(removed: int, total: int) -> str:
-    """What a same-size stock export is, for the card and the command's log."""
-    return (f"the same size as the original: every head kept in place, {removed} of {total} heads' weights zeroed "
-            "(they contribute nothing), so it computes the pruned model but gives no speed or memory gain")

@@ -49,12 +49,20 @@ import pandas as pd
 import torch
 
 from headprune.io.progress import counted
+from headprune.io.registry import Registry
 from headprune.models.head_constants import HeadConstants, ResamplePool, STREAMS
 from headprune.models.heads import HeadCapture, adapter_for, gated, head_shape
-from headprune.models.masking import Constant
+from headprune.models.masking import MODES, Constant
 
 DEFAULT_STEPS = 200
 DEFAULT_LR = 0.05
+
+# A masking mode's word -> the function making its data file: each mode's ``data_maker`` ("module:function"),
+# parsed here and nowhere else (the head_constants job and benchmarks/sweep_modes.py ask it).
+DATA_MAKERS = Registry("data maker", check=callable)
+for _word, _mode in MODES.items():
+    if _mode.data_maker is not None:
+        DATA_MAKERS.add(_word, _mode.data_maker)
 log = logging.getLogger(__name__)
 
 

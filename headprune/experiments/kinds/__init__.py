@@ -5,28 +5,33 @@ how gate variants are run over it, the score and the scores beside it, the paire
 resamples, which test sets play which role and what the study's jobs are told) lives in that way's
 class; the experiments (``headprune.experiments.runs``, ``sweeps``) and the study resolution
 (``headprune.studies``) call its methods and never branch on its name. A new kind of score is one new
-file here, a line in ``MODULES``, and its entry in the config schema.
+file here, a line in ``KINDS``, and its entry in the config schema.
 
-Torch-free to import: Snakemake imports the kinds to plan the run.
+Torch-free to import: Snakemake imports the kinds to plan the run (the entries are lazy).
 """
 from __future__ import annotations
 
 import functools
-import importlib
 
-# name (the config's ``kind:``) -> module of this package holding its class ``Kind``
-MODULES = {"translation": "translation", "classification": "classification",
-           "language_modeling": "language_modeling", "retrieval": "retrieval", "lm_eval": "lm_eval"}
-KINDS = tuple(MODULES)
+from headprune.experiments.kinds.base import Kind
+from headprune.io.registry import Registry
+
+# name (the config's ``kind:``) -> its class, imported when first asked for
+KINDS: Registry[type[Kind]] = Registry("kind of study", base=Kind)
+KINDS.add("translation", "headprune.experiments.kinds.translation:Kind")
+KINDS.add("classification", "headprune.experiments.kinds.classification:Kind")
+KINDS.add("language_modeling", "headprune.experiments.kinds.language_modeling:Kind")
+KINDS.add("retrieval", "headprune.experiments.kinds.retrieval:Kind")
+KINDS.add("lm_eval", "headprune.experiments.kinds.lm_eval:Kind")
 
 
 @functools.cache
-def kind_of(name: str):
+def kind_of(name: str) -> Kind:
     """The kind of score called ``name`` (one instance per kind).
 
     >>> kind_of("language_modeling").attention_types
     ['dec_self']
     """
-    if name not in MODULES:
-        raise ValueError(f"unknown kind of study {name!r}; expected one of {list(KINDS)}")
-    return importlib.import_module(f"{__name__}.{MODULES[name]}").Kind()
+    if name not in KINDS:
+        raise ValueError(KINDS.unknown(name))
+    return KINDS[name]()

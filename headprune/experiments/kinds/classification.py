@@ -8,9 +8,11 @@ from headprune.experiments import metrics, stats
 from headprune.experiments.kinds import base
 
 
-class Kind(base.Kind):
+class Kind(base.VoitaRoles, base.Kind):
     name = "classification"
     attention_types = ["enc_self"]
+    timed_as = "encoder classifier ({family})"
+    timed_outputs = "predictions"
     decisive_p = "p_ttest"
 
     def load_evalset(self, spec):
@@ -116,6 +118,18 @@ class Kind(base.Kind):
         return {"kind": "classification", "tsv": _train_tsv(study), "batch_size": batch_size,
                 "max_length": study.config["bert"]["finetune"]["max_length"], "max_items": concrete["max_items"],
                 "seed": concrete["seed"]}
+
+    def training_texts(self, train):
+        from headprune.data.glue import read_glue_split
+
+        return [text for pair in read_glue_split(train["tsv"])[0] for text in pair if text]
+
+    def speed_settings(self, study, speed):
+        return {"max_length": study.config["bert"]["finetune"]["max_length"],
+                "padding": speed.get("padding", "max_length")}
+
+    def parse_text(self, study):
+        return [study.glue_dir]
 
 
 def _train_tsv(study) -> str:

@@ -15,6 +15,8 @@ def corpus_splits(corpus: dict) -> list[str]:
 class Kind(base.Kind):
     name = "language_modeling"
     attention_types = ["dec_self"]
+    timed_as = "causal LM ({family})"
+    timed_outputs = "next-token predictions"
     language_model = True
 
     def load_evalset(self, spec):
@@ -102,8 +104,17 @@ class Kind(base.Kind):
         return {"kind": "language_modeling", "windows": lm.windows_file(lm.lm_split("importance_split")),
                 "batch_size": batch_size, "max_items": max_items}
 
+    def load_model(self, path, device, study, options):
+        from headprune.models.loading import load_causal_lm
+
+        return load_causal_lm(path, device, **options)
+
     def speed_settings(self, study, speed):
         return {"decode_tokens": speed.get("decode_tokens", 32)}
+
+    def parse_text(self, study):
+        # a language model's roles (previous-token, induction, sink, retrieval) are read from its windows
+        raise base.ConfigError(f"{study.name}: a {self.name} study's head roles parse no text")
 
     def roles_params(self, study, roles):
         return {"windows": study.lm.evalset_spec("eval"), "items": None, "max_windows": roles["lm_windows"],

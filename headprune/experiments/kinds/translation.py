@@ -6,9 +6,11 @@ from headprune.experiments import metrics, stats
 from headprune.experiments.kinds import base
 
 
-class Kind(base.Kind):
+class Kind(base.VoitaRoles, base.Kind):
     name = "translation"
     attention_types = ["enc_self", "enc_dec", "dec_self"]
+    timed_as = "translation model, beam search"
+    timed_outputs = "translations"
 
     def load_evalset(self, spec):
         from headprune.data.datasets import read_lines
@@ -109,6 +111,11 @@ class Kind(base.Kind):
         concrete = study.config["concrete"]
         return {"kind": "translation", "sets": self._sets(study, study.pipeline.translation_train_sets),
                 "batch_size": batch_size, "max_items": concrete["max_items"], "seed": concrete["seed"]}
+
+    def training_texts(self, train):
+        from headprune.data.datasets import read_lines
+
+        return [line for s in train["sets"] for line in read_lines(s["source"])[:train["max_items"]]]
 
     def speed_data(self, study):
         return study.pipeline.testset_files(study.evalset_name("eval"))

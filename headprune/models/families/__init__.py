@@ -1,10 +1,10 @@
 """The head adapters: one generic adapter each for decoders, encoders and encoder-decoders, and a file per family
-they cannot serve (FSMT's); such a family is a new file here and nothing else.
+they cannot serve (FSMT's); such a family is a new file here and its line in ``FAMILIES``.
 
 Every family answers one question, ``match(model)``: its adapter for ``model`` (a ``headprune.models.heads.HeadAdapter``
-subclass: where the heads are, how a batch flows, how a site is physically pruned), or None. A family module
-either defines ``match`` itself (the generic adapters: by the layout transformers declares) or declares ``ADAPTER``
-and ``MODEL_TYPES`` (the ``config.model_type`` values it serves), which ``match`` here reads. ``adapter_for_model``
+subclass: where the heads are, how a batch flows, how a site is physically pruned), or None: the generic adapters by
+the layout transformers declares, a family of its own (FSMT) by its ``MODEL_TYPES`` (the ``config.model_type``
+values it serves). ``FAMILIES`` registers each family's ``match`` by the family's name. ``adapter_for_model``
 asks the family named after the model type first (``fsmt``: a job then imports no other family's transformers
 code), then the generic adapter for what transformers declares the model to be: an encoder-decoder
 (``config.is_encoder_decoder``), an encoder (``headprune_encoder.is_encoder``) or a decoder-only LM; then the
@@ -29,36 +29,45 @@ from __future__ import annotations
 
 import functools
 import importlib
-import pkgutil
 
-SHARED = {"causal_lm", "classifier"}  # modules here that are not a family
+from headprune.io.registry import Registry
+
+# Family name (its module here) -> its ``match(model)``: imported when first asked, so that a job that finds its
+# family by the model type imports no other family's transformers code. ``causal_lm`` and ``classifier`` hold
+# what families share and are no family.
+FAMILIES = Registry("family", check=callable)
+FAMILIES.add("decoder", "headprune.models.families.decoder:match")
+FAMILIES.add("encoder", "headprune.models.families.encoder:match")
+FAMILIES.add("fsmt", "headprune.models.families.fsmt:match")
+FAMILIES.add("seq2seq", "headprune.models.families.seq2seq:match")
 
 
-@functools.cache
 def family_names() -> tuple[str, ...]:
-    """Every module of this package but the shared ones (read from the folder once)."""
-    return tuple(info.name for info in pkgutil.iter_modules(__path__) if info.name not in SHARED)
+    """Every family's name, in the order they are asked (after the one named after the model type)."""
+    return tuple(FAMILIES)
+
+
+def _module(name: str):
+    """The module of the family called ``name`` (its ``match`` imported through the registry)."""
+    return importlib.import_module(FAMILIES[name].__module__)
 
 
 @functools.cache
 def families() -> dict[str, object]:
     """Family module name -> module."""
-    return {name: importlib.import_module(f"{__name__}.{name}") for name in family_names()}
+    return {name: _module(name) for name in FAMILIES}
 
 
 def _named_after(model_type) -> object | None:
     """The family module named after the model type (``fsmt``), if there is one: a job that finds its family
     there does not import the other families' transformers code (0.3-0.5 s)."""
     name = str(model_type).replace("-", "_")
-    return importlib.import_module(f"{__name__}.{name}") if name in family_names() else None
+    return _module(name) if name in FAMILIES else None
 
 
 def match(family, model):
-    """``family``'s adapter for ``model``, or None: the family's own ``match``, else by its ``MODEL_TYPES``."""
-    own = getattr(family, "match", None)
-    if own is not None:
-        return own(model)
-    return family.ADAPTER() if getattr(model.config, "model_type", None) in family.MODEL_TYPES else None
+    """``family``'s (a family module's) adapter for ``model``, or None."""
+    return family.match(model)
 
 
 def adapter_for_model(model):
@@ -68,7 +77,7 @@ def adapter_for_model(model):
     if adapter is not None:
         return adapter
     # The generic adapter for what transformers declares the model to be, without importing the other families' code
-    generic = importlib.import_module(f"{__name__}.{_generic_family(model)}")
+    generic = _module(_generic_family(model))
     adapter = generic.match(model)
     if adapter is not None:
         return adapter
@@ -95,6 +104,6 @@ def refusal(model) -> str:
     model_type = getattr(model.config, "model_type", None)
     family = _generic_family(model)
     read = {"seq2seq": "an encoder-decoder", "encoder": "an encoder", "decoder": "a decoder-only LM"}[family]
-    problem = importlib.import_module(f"{__name__}.{family}").layout_problem(model)
+    problem = _module(family).layout_problem(model)
     return (f"no head adapter for model type {model_type!r} ({type(model).__name__}), read as {read}: "
-            + (problem or "add a file to headprune/models/families/"))
+            + (problem or "add a file to headprune/models/families/ and its line in FAMILIES"))

@@ -124,3 +124,8 @@ def beam_step(self, query, key, key_padding_mask=None, layer_state=None, attn_ma
 
 
 ADAPTER = FSMTAdapter
+
+
+def match(model) -> FSMTAdapter | None:
+    """FSMT's adapter for a model of its type, else None."""
+    return FSMTAdapter() if getattr(model.config, "model_type", None) in MODEL_TYPES else None
