@@ -12,6 +12,8 @@ import copy
 import functools
 import inspect
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 
@@ -153,65 +155,28 @@ def _shared_context_scores(model, reads: list[tuple], starts: list[int], inputs:
     (the settings that mask nothing take its scores); the rows of a group of settings then go through the
     model together under their gates, replaying the rows' full-model outputs below their first masked layer
     (and its head outputs, as for the contexts): a choice's own tokens are not recomputed there either."""
-    from transformers import DynamicCache
+    from headprune.experiments.shared_layers import (first_masked_layer, head_output_modules, layer_stack,
+                                                     replays_head_outputs, what_to_record)
+    from headprune.models.heads import stack_gates
 
-    from headprune.experiments.retrieval import _prefill
-    from headprune.experiments.shared_layers import (_recording, _replaying, first_masked_layer, head_output_modules,
-                                                     layer_stack, replayed_modules, replays_head_outputs,
-                                                     what_to_record)
-    from headprune.models.heads import gated, stack_gates
-
-    device = inputs["input_ids"].device
-    distinct: dict[tuple, int] = {}
-    context_of_row = torch.tensor([distinct.setdefault(read[:start], len(distinct))
-                                   for read, start in zip(reads, starts)], device=device)
-    longest = max(len(c) for c in distinct)
-    context = torch.zeros(len(distinct), longest, dtype=torch.long, device=device)
-    for k, c in enumerate(distinct):
-        context[k, :len(c)] = torch.tensor(c)
-    # a row reads its context's positions and its own tokens (its padding comes after what it scores), at
-    # positions that go on from its context's length (its padding's are its first: any within the model's)
-    rows, width = inputs["input_ids"].shape
-    context_length = torch.tensor(starts, device=device)[:, None]
-    own_length = torch.tensor([len(read) - start for read, start in zip(reads, starts)], device=device)[:, None]
-    step = torch.arange(width, device=device)[None]
-    own_context = torch.arange(longest, device=device)[None] < context_length
-    own_tokens = torch.ones_like(inputs["input_ids"], dtype=torch.bool)
-    inputs = {**inputs, "attention_mask": torch.cat([own_context, own_tokens], 1).long(),
-              "position_ids": context_length + torch.where(step < own_length, step, 0)}
-
+    context, context_of_row = _distinct_contexts(reads, starts, inputs["input_ids"].device)
     stack = layer_stack(model)
-    layers, contexts = len(stack), len(context)
+    layers, rows = len(stack), inputs["input_ids"].shape[0]
     firsts = [first_masked_layer(gates, layers) for gates in gates_list]
     heads = head_output_modules(model) if replays_head_outputs(masking) else None
     masked = sorted({f for f in firsts if f < layers})
-    wanted, last, projections = what_to_record(stack, heads, masked)
-    full_cache, recorded = DynamicCache(config=model.config), {}
-    with _recording(wanted, recorded, None if layers in firsts else last, projections):
-        _prefill(model, context, full_cache)
-
-    def joined(own_from: int, own, own_rows, full_rows, reach: int = layers):
-        """A cache for the rows (variant-major): below ``own_from`` their contexts' keys and values in the full
-        model's cache, from there in the settings' own; layers from ``reach`` on are left empty."""
-        cache = DynamicCache(config=model.config)
-        for j in range(reach):
-            source, picked = (full_cache.layers[j], full_rows) if j < own_from else (own.layers[j], own_rows)
-            layer = copy.copy(source)
-            layer.keys, layer.values = source.keys.index_select(0, picked), source.values.index_select(0, picked)
-            cache.layers[j] = layer
-        return cache
+    batch = _ContextBatch(model, forward, masking, stack, heads, *what_to_record(stack, heads, masked), context,
+                          context_of_row, _going_on_from_contexts(inputs, reads, starts, context.shape[1]))
+    batch.prefill_contexts(record_last=layers not in firsts)
 
     results: list = [None] * len(gates_list)
     # the rows themselves, once under the full model, recording what the settings replay below their first
     # masked layer (a choice's tokens too are the full model's there); the settings that mask nothing get
     # this pass's scores. It reads the full model's cache as far as the contexts' pass went.
-    recorded_rows: dict = {}
-    if wanted:
+    if batch.wanted:
         full = [i for i, f in enumerate(firsts) if f == layers]
-        reach = layers if full else masked[-1] + (1 if heads is not None else 0)
-        output = None
-        with _recording(wanted, recorded_rows, None if full else last, projections):
-            output = forward(model, inputs, past_key_values=joined(layers, None, None, context_of_row, reach))
+        output = batch.full_model_rows(reach=layers if full else masked[-1] + (1 if heads is not None else 0),
+                                       record_last=not full)
         for i in full:
             results[i] = output
         if done is not None and full:
@@ -219,27 +184,128 @@ def _shared_context_scores(model, reads: list[tuple], starts: list[int], inputs:
     per_group = max(1, variant_batch_size // rows)
     for first in sorted(set(firsts)):
         todo = [i for i, f in enumerate(firsts) if f == first and results[i] is None]
-        replay = replayed_modules(stack, heads, first, recorded)
-        replay_rows = replayed_modules(stack, heads, first, recorded_rows)
-        own_from = first + 1 if heads is not None and first < layers and heads[first][0] in replay else first
+        replays = batch.replays(first)
         for start in range(0, len(todo), per_group):
             chunk = todo[start:start + per_group]
-            gates = stack_gates(model, [gates_list[i] for i in chunk])
-            own = DynamicCache(config=model.config)
-            if first < layers:
-                with _replaying(replay, contexts, len(chunk)), gated(model, gates, masking=masking):
-                    _prefill(model, context.repeat(len(chunk), 1), own)
-            # per row of the chunk (variant-major), its context row: in the settings' own cache, and in the full one
-            own_rows = torch.cat([k * contexts + context_of_row for k in range(len(chunk))])
-            cache = joined(own_from, own, own_rows, context_of_row.repeat(len(chunk)))
-            repeated = {name: value.repeat(len(chunk), *[1] * (value.dim() - 1)) for name, value in inputs.items()}
-            with _replaying(replay_rows, rows, len(chunk)), gated(model, gates, masking=masking):
-                output = forward(model, repeated, past_key_values=cache)
+            output = batch.masked_rows(first, replays, stack_gates(model, [gates_list[i] for i in chunk]), len(chunk))
             for k, i in enumerate(chunk):
                 results[i] = output[k * rows:(k + 1) * rows]
             if done is not None:
                 done(len(chunk) * rows)
     return results
+
+
+def _distinct_contexts(reads: list[tuple], starts: list[int], device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the distinct contexts ``reads[r][:starts[r]]``, right-padded to the longest; each row's context)."""
+    distinct: dict[tuple, int] = {}
+    context_of_row = torch.tensor([distinct.setdefault(read[:start], len(distinct))
+                                   for read, start in zip(reads, starts)], device=device)
+    longest = max(len(c) for c in distinct)
+    context = torch.zeros(len(distinct), longest, dtype=torch.long, device=device)
+    for k, c in enumerate(distinct):
+        context[k, :len(c)] = torch.tensor(c)
+    return context, context_of_row
+
+
+def _going_on_from_contexts(inputs: dict, reads: list[tuple], starts: list[int], longest: int) -> dict:
+    """``inputs`` with the attention mask and positions of rows that go on from their padded contexts."""
+    device = inputs["input_ids"].device
+    # a row reads its context's positions and its own tokens (its padding comes after what it scores), at
+    # positions that go on from its context's length (its padding's are its first: any within the model's)
+    width = inputs["input_ids"].shape[1]
+    context_length = torch.tensor(starts, device=device)[:, None]
+    own_length = torch.tensor([len(read) - start for read, start in zip(reads, starts)], device=device)[:, None]
+    step = torch.arange(width, device=device)[None]
+    own_context = torch.arange(longest, device=device)[None] < context_length
+    own_tokens = torch.ones_like(inputs["input_ids"], dtype=torch.bool)
+    return {**inputs, "attention_mask": torch.cat([own_context, own_tokens], 1).long(),
+            "position_ids": context_length + torch.where(step < own_length, step, 0)}
+
+
+@dataclass
+class _ContextBatch:
+    """A batch of rows that go on from their contexts, and what the full model's passes over the contexts and
+    the rows recorded for the gate settings to replay below their first masked layer."""
+
+    model: object
+    forward: Callable
+    masking: object
+    stack: list
+    heads: list | None  # the head output modules, where the masking lets a setting replay them
+    wanted: object  # what_to_record's: the modules to record, the last layer's, the projections
+    last: object
+    projections: object
+    context: torch.Tensor  # (distinct contexts, longest)
+    context_of_row: torch.Tensor
+    inputs: dict
+    full_cache: object = None
+    recorded: dict = field(default_factory=dict)
+    recorded_rows: dict = field(default_factory=dict)
+
+    def prefill_contexts(self, record_last: bool) -> None:
+        """The contexts through the full model, into ``full_cache``, recorded."""
+        from transformers import DynamicCache
+
+        from headprune.experiments.retrieval import _prefill
+        from headprune.experiments.shared_layers import _recording
+
+        self.full_cache = DynamicCache(config=self.model.config)
+        with _recording(self.wanted, self.recorded, self.last if record_last else None, self.projections):
+            _prefill(self.model, self.context, self.full_cache)
+
+    def full_model_rows(self, reach: int, record_last: bool):
+        """The rows through the full model, on the contexts' cache as far as ``reach``, recorded."""
+        from headprune.experiments.shared_layers import _recording
+
+        with _recording(self.wanted, self.recorded_rows, self.last if record_last else None, self.projections):
+            return self.forward(self.model, self.inputs,
+                                past_key_values=self.joined(len(self.stack), None, None, self.context_of_row, reach))
+
+    def replays(self, first: int) -> tuple[dict, dict, int]:
+        """For the settings first masked in layer ``first``: (what they replay of the contexts' pass, of the rows'
+        pass; the first layer whose keys and values are their own)."""
+        from headprune.experiments.shared_layers import replayed_modules
+
+        layers, heads = len(self.stack), self.heads
+        replay = replayed_modules(self.stack, heads, first, self.recorded)
+        replay_rows = replayed_modules(self.stack, heads, first, self.recorded_rows)
+        own_from = first + 1 if heads is not None and first < layers and heads[first][0] in replay else first
+        return replay, replay_rows, own_from
+
+    def masked_rows(self, first: int, replays: tuple, gates: dict, variants: int):
+        """The rows under ``variants`` gate settings first masked in layer ``first`` (variant-major): their contexts
+        from that layer on, then the rows."""
+        from transformers import DynamicCache
+
+        from headprune.experiments.retrieval import _prefill
+        from headprune.experiments.shared_layers import _replaying
+        from headprune.models.heads import gated
+
+        replay, replay_rows, own_from = replays
+        contexts, rows = len(self.context), self.inputs["input_ids"].shape[0]
+        own = DynamicCache(config=self.model.config)
+        if first < len(self.stack):
+            with _replaying(replay, contexts, variants), gated(self.model, gates, masking=self.masking):
+                _prefill(self.model, self.context.repeat(variants, 1), own)
+        # per row of the chunk (variant-major), its context row: in the settings' own cache, and in the full one
+        own_rows = torch.cat([k * contexts + self.context_of_row for k in range(variants)])
+        cache = self.joined(own_from, own, own_rows, self.context_of_row.repeat(variants))
+        repeated = {name: value.repeat(variants, *[1] * (value.dim() - 1)) for name, value in self.inputs.items()}
+        with _replaying(replay_rows, rows, variants), gated(self.model, gates, masking=self.masking):
+            return self.forward(self.model, repeated, past_key_values=cache)
+
+    def joined(self, own_from: int, own, own_rows, full_rows, reach: int | None = None):
+        """A cache for the rows (variant-major): below ``own_from`` their contexts' keys and values in the full
+        model's cache, from there in the settings' own; layers from ``reach`` on are left empty."""
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.model.config)
+        for j in range(len(self.stack) if reach is None else reach):
+            source, picked = (self.full_cache.layers[j], full_rows) if j < own_from else (own.layers[j], own_rows)
+            layer = copy.copy(source)
+            layer.keys, layer.values = source.keys.index_select(0, picked), source.values.index_select(0, picked)
+            cache.layers[j] = layer
+        return cache
 
 
 def _scored_tokens(model, inputs, keeps_logits: bool = True, past_key_values=None):

@@ -263,7 +263,7 @@ def add_streaming_hooks(handles: list, model, sites: list[AttentionSite], gates:
     """The hooks of ``gated(..., masking=window)``, into ``handles``: one on the base model to see the 2-D
     padding mask, one per attention module with a head gated 0 to give it its per-head mask."""
     backend = backend_of(model)
-    state: dict = {}
+    state: dict = {}  # one forward's 2-D padding mask, and the window made from it
 
     base = model.base_model
     base_signature = _signature(base)
@@ -281,55 +281,6 @@ def add_streaming_hooks(handles: list, model, sites: list[AttentionSite], gates:
     def forget_padding(module, args, kwargs, output):
         state.clear()
 
-    def make_mask_hook(site: AttentionSite, masked: dict):  # device -> (heads,) or (variants, heads) bool
-        signature = _signature(site.attention)
-
-        def hook(module, args, kwargs):
-            bound = signature.bind(*args, **kwargs)
-            arguments = bound.arguments
-            hidden = arguments["hidden_states"]
-            original = arguments.get("attention_mask")
-            rows, queries = hidden.shape[:2]
-            device = hidden.device
-            query_offset, keys, key_offset = _cache_geometry(arguments.get("past_key_values"), module.layer_idx,
-                                                             queries)
-            if original is not None and (not isinstance(original, torch.Tensor) or original.dim() != 4):
-                raise ValueError(f"streaming masking needs a 4-D attention mask in {site.attn_type} layer "
-                                 f"{site.layer}, got {type(original).__name__}")
-            if original is not None and original.shape[-1] != keys:
-                raise ValueError(f"{site.attn_type} layer {site.layer}'s attention mask has {original.shape[-1]} "
-                                 f"keys where its cache gives {keys}")
-            padding = state.get("padding")
-            if padding is not None and padding.shape[0] not in (1, rows):
-                raise ValueError(f"a 2-D attention_mask of {padding.shape[0]} rows for a batch of {rows}")
-            key = (queries, keys, int(query_offset), int(key_offset))
-            if state.get("window", (None,))[0] != key:  # the same in every layer of one forward
-                state["window"] = (key, streaming_window(window, padding, queries, query_offset, keys, key_offset,
-                                                         device))
-            allowed = state["window"][1]
-            head_masked = masked.get(device)
-            if head_masked is None:
-                head_masked = masked[device] = masked["source"].to(device)
-            if head_masked.dim() == 2:  # (variants, heads): one row per example, variant-major
-                head_masked = _gate_per_row(head_masked, hidden, False)[:, 0]
-            allowed = allowed | ~head_masked[..., None, None]  # (rows or 1, heads, queries, keys)
-            if original is None:  # sdpa's is_causal (no padding): the causal mask it stands for
-                query_slots = torch.arange(queries, device=device) + query_offset
-                causal = torch.arange(keys, device=device)[None] + key_offset <= query_slots[:, None]
-                mask = allowed & causal
-                if backend == "eager":  # additive, as transformers makes it for eager
-                    mask = torch.where(mask, 0.0, torch.finfo(hidden.dtype).min).to(hidden.dtype)
-            elif original.dtype == torch.bool:
-                mask = original & allowed
-            else:  # additive: 0 where allowed, the dtype's minimum elsewhere
-                mask = torch.where(allowed, original, torch.finfo(original.dtype).min)
-            if site.through_attention_function:  # headprune_attention applies it, whatever the forward does
-                module.headprune_attention_mask = mask
-                return None
-            arguments["attention_mask"] = mask
-            return bound.args, bound.kwargs
-        return hook
-
     handles.append(base.register_forward_pre_hook(see_padding, with_kwargs=True))
     handles.append(base.register_forward_hook(forget_padding, with_kwargs=True))
     for site in sites:
@@ -337,11 +288,74 @@ def add_streaming_hooks(handles: list, model, sites: list[AttentionSite], gates:
         gate = gate[..., site.kept_heads] if site.num_heads != gate.shape[-1] else gate
         masked = gate == 0
         if site.num_heads and bool(masked.any()):
-            hook = make_mask_hook(site, {"source": masked})
+            hook = _streaming_mask_hook(site, {"source": masked}, state, window, backend)
             handles.append(site.attention.register_forward_pre_hook(hook, with_kwargs=True))
             if site.through_attention_function:
                 _run_through_headprune_attention(handles, model)
                 handles.append(_Restore(site.attention, "headprune_attention_mask", None))
+
+
+def _streaming_mask_hook(site: AttentionSite, masked: dict, state: dict, window, backend: str):
+    """The forward pre-hook that gives one attention module its per-head mask: the window for the heads
+    ``masked`` (device -> (heads,) or (variants, heads) bool), the module's own mask for the others."""
+    signature = _signature(site.attention)
+
+    def hook(module, args, kwargs):
+        bound = signature.bind(*args, **kwargs)
+        arguments = bound.arguments
+        hidden = arguments["hidden_states"]
+        original = arguments.get("attention_mask")
+        rows, queries = hidden.shape[:2]
+        device = hidden.device
+        query_offset, keys, key_offset = _cache_geometry(arguments.get("past_key_values"), module.layer_idx, queries)
+        padding = state.get("padding")
+        _check_streaming_call(site, original, keys, padding, rows)
+        key = (queries, keys, int(query_offset), int(key_offset))
+        if state.get("window", (None,))[0] != key:  # the same in every layer of one forward
+            state["window"] = (key, streaming_window(window, padding, queries, query_offset, keys, key_offset, device))
+        allowed = state["window"][1]
+        head_masked = masked.get(device)
+        if head_masked is None:
+            head_masked = masked[device] = masked["source"].to(device)
+        if head_masked.dim() == 2:  # (variants, heads): one row per example, variant-major
+            head_masked = _gate_per_row(head_masked, hidden, False)[:, 0]
+        allowed = allowed | ~head_masked[..., None, None]  # (rows or 1, heads, queries, keys)
+        mask = _with_module_mask(allowed, original, queries, query_offset, keys, key_offset, hidden, backend)
+        if site.through_attention_function:  # headprune_attention applies it, whatever the forward does
+            module.headprune_attention_mask = mask
+            return None
+        arguments["attention_mask"] = mask
+        return bound.args, bound.kwargs
+    return hook
+
+
+def _check_streaming_call(site: AttentionSite, original, keys: int, padding, rows: int) -> None:
+    """Refuse an attention call whose masks the window cannot be combined with."""
+    if original is not None and (not isinstance(original, torch.Tensor) or original.dim() != 4):
+        raise ValueError(f"streaming masking needs a 4-D attention mask in {site.attn_type} layer "
+                         f"{site.layer}, got {type(original).__name__}")
+    if original is not None and original.shape[-1] != keys:
+        raise ValueError(f"{site.attn_type} layer {site.layer}'s attention mask has {original.shape[-1]} "
+                         f"keys where its cache gives {keys}")
+    if padding is not None and padding.shape[0] not in (1, rows):
+        raise ValueError(f"a 2-D attention_mask of {padding.shape[0]} rows for a batch of {rows}")
+
+
+def _with_module_mask(allowed: torch.Tensor, original, queries: int, query_offset, keys: int, key_offset,
+                      hidden: torch.Tensor, backend: str) -> torch.Tensor:
+    """``allowed`` (bool) combined with the mask the module was called with, in that mask's form (without one,
+    the causal mask, in ``hidden``'s dtype for eager)."""
+    if original is None:  # sdpa's is_causal (no padding): the causal mask it stands for
+        query_slots = torch.arange(queries, device=hidden.device) + query_offset
+        causal = torch.arange(keys, device=hidden.device)[None] + key_offset <= query_slots[:, None]
+        mask = allowed & causal
+        if backend == "eager":  # additive, as transformers makes it for eager
+            mask = torch.where(mask, 0.0, torch.finfo(hidden.dtype).min).to(hidden.dtype)
+        return mask
+    if original.dtype == torch.bool:
+        return original & allowed
+    # additive: 0 where allowed, the dtype's minimum elsewhere
+    return torch.where(allowed, original, torch.finfo(original.dtype).min)
 
 
 # --- No silent no-op: every gated layer must be reached -----------------------------------------------------

@@ -34,9 +34,11 @@ The eps of the sampler moves these by at most eps and is ignored.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -217,6 +219,30 @@ def train_gates(model, batches: Iterable[dict], *, penalty: float, steps: int, l
     loss (the total), task_loss (per token), l0 (the averaged penalty term, without lambda),
     expected_open (sum of P(open) over all heads) and kept (heads whose test-time gate is non-zero).
     """
+    mode = _checked_gate_training(masking, train_model, model_lr)
+    batches = list(batches)
+    if not batches:
+        raise ValueError("train_gates needs at least one batch")
+    adapter = adapter_for(model)
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    gates = HardConcreteGates.for_model(model, temperature=temperature, init_log_a=init_log_a, seed=seed).to(device)
+    noise = torch.Generator(device=device).manual_seed(seed)
+    with _model_in_gate_training(model, train_model):
+        groups = [{"params": list(gates.parameters()), "lr": lr}]
+        if train_model:
+            groups.append({"params": [p for p in model.parameters() if p.requires_grad], "lr": model_lr})
+        training = _GateTraining(model, adapter, gates, torch.optim.Adam(groups), penalty, mode, noise, device)
+        # dropout draws from the global RNG, seeded here and given back to the caller as it was
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            torch.manual_seed(seed)
+            steps_taken = counted(range(steps), f"concrete gates, penalty {penalty:g}", "steps", enabled=progress,
+                                  log=log)
+            rows = [training.step(batches[step % len(batches)], step) for step in steps_taken]
+    return gates, pd.DataFrame(rows)
+
+
+def _checked_gate_training(masking, train_model: bool, model_lr):
+    """The masking mode, once it and the learning rates make sense for learning gates."""
     if train_model and model_lr is None:
         raise ValueError("train_model=True needs model_lr (the gates' lr would wreck the model's weights)")
     from headprune.models.masking import as_masking
@@ -225,50 +251,58 @@ def train_gates(model, batches: Iterable[dict], *, penalty: float, steps: int, l
     if not mode.real_gates:
         raise ValueError(f"Hard Concrete gates are real numbers in [0, 1]; {mode.word} masking takes gates 0 or 1 "
                          "only: train them under zero, mean, optimal or resample masking")
-    batches = list(batches)
-    if not batches:
-        raise ValueError("train_gates needs at least one batch")
-    adapter = adapter_for(model)
-    device = torch.device(device) if device is not None else next(model.parameters()).device
-    gates = HardConcreteGates.for_model(model, temperature=temperature, init_log_a=init_log_a, seed=seed).to(device)
-    noise = torch.Generator(device=device).manual_seed(seed)
+    return mode
 
+
+@contextlib.contextmanager
+def _model_in_gate_training(model, train_model: bool):
+    """The model in train mode with its weights trainable (``train_model``), or in eval mode with its weights
+    frozen (gradients for log_a only); its mode and requires_grad flags come back after."""
     was_training = model.training
     params_required = [p.requires_grad for p in model.parameters()]
-    groups = [{"params": list(gates.parameters()), "lr": lr}]
-    if train_model:
-        groups.append({"params": [p for p in model.parameters() if p.requires_grad], "lr": model_lr})
-    else:
+    if not train_model:
         for p in model.parameters():
-            p.requires_grad_(False)  # gradients for log_a only
-    optimizer = torch.optim.Adam(groups)
+            p.requires_grad_(False)
     model.train(train_model)
-
-    rows = []
     try:
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            torch.manual_seed(seed)
-            for step in counted(range(steps), f"concrete gates, penalty {penalty:g}", "steps", enabled=progress,
-                                log=log):
-                batch = batches[step % len(batches)]
-                batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
-                with gated(model, gates.sample(noise), masking=mode):
-                    loss, _ = adapter.loss_and_outputs(model, batch)
-                task_loss = loss / loss_terms(adapter, batch)
-                l0 = gates.l0_penalty()
-                total = task_loss + penalty * l0
-                optimizer.zero_grad(set_to_none=True)
-                total.backward()
-                with torch.no_grad():
-                    rows.append({"step": step + 1, "loss": float(total), "task_loss": float(task_loss),
-                                 "l0": float(l0), "expected_open": float(sum(p.sum() for p in gates.p_open().values())),
-                                 "kept": int(sum(k.sum() for k in gates.kept().values()))})
-                optimizer.step()
+        yield
     finally:
         for p, required in zip(model.parameters(), params_required):
             p.requires_grad_(required)
         model.train(was_training)
-    return gates, pd.DataFrame(rows)
+
+
+@dataclass
+class _GateTraining:
+    """What one step of learning the gates uses: the model and its adapter, the gates, their optimizer, the
+    penalty's weight, how a gate acts and the generator of the gate noise."""
+
+    model: nn.Module
+    adapter: object
+    gates: HardConcreteGates
+    optimizer: torch.optim.Optimizer
+    penalty: float
+    mode: object
+    noise: torch.Generator
+    device: torch.device
+
+    def step(self, batch: dict, step: int) -> dict:
+        """One Adam step on a batch under a fresh gate sample; the step's log row, taken before the update."""
+        model, adapter, gates = self.model, self.adapter, self.gates
+        batch = {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in batch.items()}
+        with gated(model, gates.sample(self.noise), masking=self.mode):
+            loss, _ = adapter.loss_and_outputs(model, batch)
+        task_loss = loss / loss_terms(adapter, batch)
+        l0 = gates.l0_penalty()
+        total = task_loss + self.penalty * l0
+        self.optimizer.zero_grad(set_to_none=True)
+        total.backward()
+        with torch.no_grad():
+            row = {"step": step + 1, "loss": float(total), "task_loss": float(task_loss), "l0": float(l0),
+                   "expected_open": float(sum(p.sum() for p in gates.p_open().values())),
+                   "kept": int(sum(k.sum() for k in gates.kept().values()))}
+        self.optimizer.step()
+        return row
 
 
 # --- Reading the gates -------------------------------------------------------------------------

@@ -44,8 +44,10 @@ step. Both run the same loop.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pandas as pd
@@ -118,7 +120,7 @@ def _score_heads(model, batches, *, attention, estimator, normalize, device, gat
         raise ValueError(f"importance estimator must be one of {ESTIMATORS}, got {estimator!r}")
     import torch
 
-    from headprune.models.heads import HeadCapture, adapter_for, gated, head_shape
+    from headprune.models.heads import adapter_for, head_shape
     from headprune.models.masking import Constant, Zero
 
     adapter = adapter_for(model)
@@ -127,98 +129,148 @@ def _score_heads(model, batches, *, attention, estimator, normalize, device, gat
     shape = head_shape(model)
     start = _start_gates(model, gates)
     model.eval()  # no dropout: the authors score the deterministic model
-    params_required = [p.requires_grad for p in model.parameters()]
-    for p in model.parameters():
-        p.requires_grad_(False)  # only the gates need gradients
-    values = {}  # (attn_type, layer) -> this batch's value vectors, for dL/dA
-    value_hooks = [site.value.register_forward_hook(_keep_values(site, values))
-                   for site in adapter.sites(model)] if attention else []
-
-    sums = {name: _zeros(shape) for name in GATE_SUMS + ("signed",) + (ATTENTION_SUMS if attention else ())}
-    queries = {t: 0 for t in shape}
-    queries_norm = {t: 0 for t in shape}
-    num_tokens = num_examples = 0
-    try:
+    with _gradients_for_gates_only(model), _kept_values(adapter, model, attention) as values:
+        sums = _HeadSums.zeros(shape, attention)
         for batch in counted(batches, "head scores" if attention else "head importance", "batches", enabled=progress,
                              log=log):
             batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
             leaves = {t: g.to(device).clone().requires_grad_(True) for t, g in start.items()}
-            capture = HeadCapture()
-            with gated(model, leaves, capture, masking=masking) as sites:
-                loss, outputs = adapter.loss_and_outputs(model, batch, output_attentions=attention)
-                loss.backward()
-            maps = _attention_maps(adapter, outputs, sites) if attention else {}
-            num_tokens += adapter.num_tokens(batch)
-            masks = {t: (adapter.query_mask(batch, t), adapter.key_mask(batch, t)) for t in shape}
-            num_examples += len(adapter.query_mask(batch, adapter.attention_types[0]))  # a row per example
+            sums.add_batch(model, adapter, batch, leaves, masking, constants, values)
+    return sums.table(shape, estimator, normalize, first_order)
 
-            for site in sites:
-                if not site.num_heads:
-                    continue  # a layer with no heads left scores 0
-                key = (site.attn_type, site.layer)
-                query_mask, key_mask = masks[site.attn_type]
 
-                def add(name, scores, site=site):  # scores of the kept heads, in their original columns
-                    sums[name][site.attn_type][site.layer, site.kept_heads] += scores.cpu()
-
-                # (B, T, H): each token's contribution to dL/dxi_h: (o_h - c_h) . dL/d(gated output), c_h = 0
-                # under zero masking
-                outputs = capture.head_outputs[key].double()
-                if constants is not None:
-                    outputs = outputs - constants.for_site(site, outputs)
-                per_token = (outputs * capture.gradients[key].double()).sum(-1)
-                per_token = per_token * query_mask[..., None]
-                per_example = per_token.sum(1)  # (B, H): dL_x/dxi_h
-                add("token", per_token.abs().sum((0, 1)))
-                add("example", per_example.abs().sum(0))
-                add("batch", per_token.sum((0, 1)).abs())
-                add("fisher", per_example.pow(2).sum(0))
-                add("signed", per_token.sum((0, 1)))
-                if attention:
-                    # dL/dA_h[q, k] = dL/dAtt_h(x)_q . v_{h,k}, as the head output is A_h V_h (no dropout in
-                    # eval mode), and dL/dAtt_h = xi_h dL/d(gated output).
-                    gate = leaves[site.attn_type][site.layer, site.kept_heads].detach().double()
-                    grad_output = capture.gradients[key].double() * gate[:, None]  # (B, Q, H, d)
-                    grad_attention = torch.einsum("bqhd,bkhd->bhqk", grad_output, values[key].double())
-                    allowed = (query_mask[:, :, None] & key_mask)[:, None]  # (B, 1, Q, K)
-                    add("attention_gradient", (grad_attention.abs() * allowed).sum((0, 2, 3)))
-                    eos = adapter.eos_keys(model, batch, site.attn_type)
-                    ent, ent_norm, conf = attention_statistics([maps[key]], query_mask, key_mask, eos)[0]
-                    add("entropy", ent)
-                    add("entropy_normalized", ent_norm)
-                    add("confidence", conf)
-            for t, (query_mask, key_mask) in masks.items():
-                queries[t] += int(query_mask.sum())
-                queries_norm[t] += int((query_mask & (key_mask.sum(-1) > 1)).sum())
+@contextlib.contextmanager
+def _gradients_for_gates_only(model):
+    """The model's parameters need no gradient inside (only the gates do); their flags come back after."""
+    params_required = [p.requires_grad for p in model.parameters()]
+    for p in model.parameters():
+        p.requires_grad_(False)
+    try:
+        yield
     finally:
-        for handle in value_hooks:
-            handle.remove()
         for p, required in zip(model.parameters(), params_required):
             p.requires_grad_(required)
 
-    rows = []
-    for attn_type, (layers, heads) in shape.items():
-        raw = {name: sums[name][attn_type] / max(num_tokens, 1) for name in ESTIMATORS}
-        chosen = raw[estimator].clone()
-        if normalize:
-            chosen = normalize_per_layer(chosen)
-        columns = {"importance": chosen, **{f"importance_{name}": raw[name] for name in ESTIMATORS},
-                   "fisher": sums["fisher"][attn_type] / max(num_examples, 1)}
-        if first_order:
-            columns["first_order"] = -sums["signed"][attn_type] / max(num_tokens, 1)
-        if attention:
-            columns.update({
-                "attention_gradient": sums["attention_gradient"][attn_type] / max(num_tokens, 1),
-                "entropy": sums["entropy"][attn_type] / max(queries[attn_type], 1),
-                "entropy_normalized": sums["entropy_normalized"][attn_type] / max(queries_norm[attn_type], 1),
-                "confidence": sums["confidence"][attn_type] / max(queries[attn_type], 1),
-            })
-        for layer in range(layers):
-            for head in range(heads):
-                rows.append({"attn_type": attn_type, "layer": layer, "head": head,
-                             **{name: float(values[layer, head]) for name, values in columns.items()},
-                             "estimator": estimator, "normalized": normalize})
-    return pd.DataFrame(rows)
+
+@contextlib.contextmanager
+def _kept_values(adapter, model, attention: bool):
+    """(attn_type, layer) -> the batch's value vectors, for dL/dA (kept only for the attention criteria)."""
+    values = {}
+    value_hooks = [site.value.register_forward_hook(_keep_values(site, values))
+                   for site in adapter.sites(model)] if attention else []
+    try:
+        yield values
+    finally:
+        for handle in value_hooks:
+            handle.remove()
+
+
+@dataclass
+class _HeadSums:
+    """The pass's sums over the data, per criterion one (layers, heads) tensor per attention type, and what
+    they are divided by: target tokens, examples, real queries (with more than one key, for the normalized
+    entropy)."""
+
+    sums: dict
+    attention: bool
+    queries: dict
+    queries_norm: dict
+    num_tokens: int = 0
+    num_examples: int = 0
+
+    @classmethod
+    def zeros(cls, shape: dict, attention: bool) -> _HeadSums:
+        sums = {name: _zeros(shape) for name in GATE_SUMS + ("signed",) + (ATTENTION_SUMS if attention else ())}
+        return cls(sums, attention, {t: 0 for t in shape}, {t: 0 for t in shape})
+
+    def add_batch(self, model, adapter, batch: dict, leaves: dict, masking, constants, values: dict) -> None:
+        """One forward and backward pass through the model gated by ``leaves``; its terms added."""
+        from headprune.models.heads import HeadCapture, gated
+
+        capture = HeadCapture()
+        with gated(model, leaves, capture, masking=masking) as sites:
+            loss, outputs = adapter.loss_and_outputs(model, batch, output_attentions=self.attention)
+            loss.backward()
+        maps = _attention_maps(adapter, outputs, sites) if self.attention else {}
+        self.num_tokens += adapter.num_tokens(batch)
+        masks = {t: (adapter.query_mask(batch, t), adapter.key_mask(batch, t)) for t in self.queries}
+        self.num_examples += len(adapter.query_mask(batch, adapter.attention_types[0]))  # a row per example
+        for site in sites:
+            if not site.num_heads:
+                continue  # a layer with no heads left scores 0
+            query_mask, key_mask = masks[site.attn_type]
+            self._add_gate_terms(site, capture, query_mask, constants)
+            if self.attention:
+                self._add_attention_terms(site, capture, leaves, query_mask, key_mask, values,
+                                          maps, adapter.eos_keys(model, batch, site.attn_type))
+        for t, (query_mask, key_mask) in masks.items():
+            self.queries[t] += int(query_mask.sum())
+            self.queries_norm[t] += int((query_mask & (key_mask.sum(-1) > 1)).sum())
+
+    def _add(self, name: str, site, scores) -> None:
+        """Scores of the site's kept heads, into their original columns."""
+        self.sums[name][site.attn_type][site.layer, site.kept_heads] += scores.cpu()
+
+    def _add_gate_terms(self, site, capture, query_mask, constants) -> None:
+        """The importance estimators, fisher and the signed sum, from each token's a_t."""
+        key = (site.attn_type, site.layer)
+        # (B, T, H): each token's contribution to dL/dxi_h: (o_h - c_h) . dL/d(gated output), c_h = 0
+        # under zero masking
+        outputs = capture.head_outputs[key].double()
+        if constants is not None:
+            outputs = outputs - constants.for_site(site, outputs)
+        per_token = (outputs * capture.gradients[key].double()).sum(-1)
+        per_token = per_token * query_mask[..., None]
+        per_example = per_token.sum(1)  # (B, H): dL_x/dxi_h
+        self._add("token", site, per_token.abs().sum((0, 1)))
+        self._add("example", site, per_example.abs().sum(0))
+        self._add("batch", site, per_token.sum((0, 1)).abs())
+        self._add("fisher", site, per_example.pow(2).sum(0))
+        self._add("signed", site, per_token.sum((0, 1)))
+
+    def _add_attention_terms(self, site, capture, leaves, query_mask, key_mask, values, maps, eos) -> None:
+        """The attention gradient and the statistics of the attention maps."""
+        import torch
+
+        key = (site.attn_type, site.layer)
+        # dL/dA_h[q, k] = dL/dAtt_h(x)_q . v_{h,k}, as the head output is A_h V_h (no dropout in
+        # eval mode), and dL/dAtt_h = xi_h dL/d(gated output).
+        gate = leaves[site.attn_type][site.layer, site.kept_heads].detach().double()
+        grad_output = capture.gradients[key].double() * gate[:, None]  # (B, Q, H, d)
+        grad_attention = torch.einsum("bqhd,bkhd->bhqk", grad_output, values[key].double())
+        allowed = (query_mask[:, :, None] & key_mask)[:, None]  # (B, 1, Q, K)
+        self._add("attention_gradient", site, (grad_attention.abs() * allowed).sum((0, 2, 3)))
+        ent, ent_norm, conf = attention_statistics([maps[key]], query_mask, key_mask, eos)[0]
+        self._add("entropy", site, ent)
+        self._add("entropy_normalized", site, ent_norm)
+        self._add("confidence", site, conf)
+
+    def table(self, shape: dict, estimator: str, normalize: bool, first_order: bool) -> pd.DataFrame:
+        """One row per head: the sums divided by what they count."""
+        sums, num_tokens = self.sums, self.num_tokens
+        rows = []
+        for attn_type, (layers, heads) in shape.items():
+            raw = {name: sums[name][attn_type] / max(num_tokens, 1) for name in ESTIMATORS}
+            chosen = raw[estimator].clone()
+            if normalize:
+                chosen = normalize_per_layer(chosen)
+            columns = {"importance": chosen, **{f"importance_{name}": raw[name] for name in ESTIMATORS},
+                       "fisher": sums["fisher"][attn_type] / max(self.num_examples, 1)}
+            if first_order:
+                columns["first_order"] = -sums["signed"][attn_type] / max(num_tokens, 1)
+            if self.attention:
+                columns.update({
+                    "attention_gradient": sums["attention_gradient"][attn_type] / max(num_tokens, 1),
+                    "entropy": sums["entropy"][attn_type] / max(self.queries[attn_type], 1),
+                    "entropy_normalized": sums["entropy_normalized"][attn_type] / max(self.queries_norm[attn_type], 1),
+                    "confidence": sums["confidence"][attn_type] / max(self.queries[attn_type], 1),
+                })
+            for layer in range(layers):
+                for head in range(heads):
+                    rows.append({"attn_type": attn_type, "layer": layer, "head": head,
+                                 **{name: float(values[layer, head]) for name, values in columns.items()},
+                                 "estimator": estimator, "normalized": normalize})
+        return pd.DataFrame(rows)
 
 
 def _start_gates(model, gates):

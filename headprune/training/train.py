@@ -259,6 +259,37 @@ def train_translation_model(
     num_threads defaults to 1: a tiny model gains little from intra-op parallelism, and on a
     busy 2-core machine a second thread made training 5x slower (spin-waiting).
     """
+    wanted_epochs = _checked_settings(lr_schedule, warmup_updates, checkpoint_epochs, epochs, on_checkpoint)
+    device = torch.device(device)
+    torch.manual_seed(seed)
+    folder = corpus_folder(corpus, src_lang, tgt_lang)
+    vocab_size = _joined_vocabulary_size(folder, src_lang, tgt_lang)
+    pairs = _TranslationPairs(folder, src_lang, tgt_lang, max_positions)
+    train_pairs = pairs.encoded(folder / f"train.{src_lang}", folder / f"train.{tgt_lang}")
+    if not train_pairs:
+        raise ValueError(f"{folder}: no training pairs")
+    valid_pairs = pairs.encoded(*valid) if valid else None
+
+    model = _initialized_model(_fairseq_options(layers, heads, d_model, ffn, dropout, attention_dropout,
+                                                activation_dropout, normalize_before, max_positions),
+                               vocab_size, [src_lang, tgt_lang], device)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = _adam(trainable, lr, betas, weight_decay)
+    fixed_batches = None
+    if max_tokens:
+        fixed_batches = token_batches([len(s) for s, _ in train_pairs], [len(t) for _, t in train_pairs], max_tokens, seed)
+    total_steps = epochs * (len(fixed_batches) if fixed_batches else math.ceil(len(train_pairs) / batch_size))
+    schedule = _lr_schedule(optimizer, lr_schedule, total_steps, warmup_updates, warmup_fraction, warmup_init_lr)
+    trainer = _Trainer(model, trainable, optimizer, schedule, device, bool(amp) and device.type == "cuda",
+                       batch_size, max_tokens, label_smoothing, clip_norm)
+    counter = Progress(total_steps, f"train translation model, {epochs} epochs", "updates", enabled=progress, log=log)
+    history = trainer.train(epochs, train_pairs, valid_pairs, fixed_batches, random.Random(seed), counter,
+                            wanted_epochs, on_checkpoint)
+    return TrainingRun(_ready_for_use(model), pairs.source_tokenizer, history)
+
+
+def _checked_settings(lr_schedule: str, warmup_updates, checkpoint_epochs, epochs: int, on_checkpoint) -> list[int]:
+    """The epochs to checkpoint, once the schedule and checkpoint settings are known to make sense."""
     if lr_schedule not in LR_SCHEDULES:
         raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES}, not {lr_schedule!r}")
     if lr_schedule == "inverse_sqrt" and not warmup_updates:
@@ -266,74 +297,152 @@ def train_translation_model(
     wanted_epochs = _checked_epochs(checkpoint_epochs, epochs)
     if wanted_epochs and on_checkpoint is None:
         raise ValueError("checkpoint_epochs given without an on_checkpoint callback")
-    device = torch.device(device)
-    torch.manual_seed(seed)
-    folder = corpus_folder(corpus, src_lang, tgt_lang)
+    return wanted_epochs
+
+
+def _joined_vocabulary_size(folder: Path, src_lang: str, tgt_lang: str) -> int:
     dict_tokens = read_fairseq_dict(folder / f"dict.{src_lang}.txt")
     if dict_tokens != read_fairseq_dict(folder / f"dict.{tgt_lang}.txt"):
         raise ValueError("the model shares all embeddings: it needs one joined dictionary")
+    return len(FAIRSEQ_SPECIAL_TOKENS) + len(dict_tokens)
 
-    # The same tokenizers the pipeline builds from a model folder: Moses + BPE + dictionary.
-    source_tokenizer = build_fsmt_tokenizer(folder, src_lang, tgt_lang)
-    target_tokenizer = build_fsmt_tokenizer(folder, tgt_lang, src_lang)
 
-    def encode(source_path, target_path):
+class _TranslationPairs:
+    """Text files to (source ids, label ids) pairs, with the tokenizers the pipeline builds from a model
+    folder (Moses + BPE + dictionary)."""
+
+    def __init__(self, folder: Path, src_lang: str, tgt_lang: str, max_positions: int):
+        self.source_tokenizer = build_fsmt_tokenizer(folder, src_lang, tgt_lang)
+        self.target_tokenizer = build_fsmt_tokenizer(folder, tgt_lang, src_lang)
+        self.max_positions = max_positions
+
+    def encoded(self, source_path, target_path) -> list[tuple[list[int], list[int]]]:
         sources, targets = read_lines(source_path), read_lines(target_path)
         if len(sources) != len(targets):
             raise ValueError(f"{source_path} has {len(sources)} lines but {target_path} has {len(targets)}")
         # Both tokenizers append </s>: exactly fairseq's source and label layout.
-        pairs = [(source_tokenizer(s)["input_ids"], target_tokenizer(t)["input_ids"]) for s, t in zip(sources, targets)]
+        pairs = [(self.source_tokenizer(s)["input_ids"], self.target_tokenizer(t)["input_ids"])
+                 for s, t in zip(sources, targets)]
         # fairseq skips pairs longer than the model's positions (skip_invalid_size_inputs_valid_test)
-        return [p for p in pairs if len(p[0]) <= max_positions and len(p[1]) <= max_positions]
+        return [p for p in pairs if len(p[0]) <= self.max_positions and len(p[1]) <= self.max_positions]
 
-    train_pairs = encode(folder / f"train.{src_lang}", folder / f"train.{tgt_lang}")
-    if not train_pairs:
-        raise ValueError(f"{folder}: no training pairs")
-    source_ids, label_ids = [s for s, _ in train_pairs], [t for _, t in train_pairs]
-    valid_pairs = encode(*valid) if valid else None
 
-    vocab_size = len(FAIRSEQ_SPECIAL_TOKENS) + len(dict_tokens)
-    # The architecture as fairseq-train's options: the loader's own mapping then picks the class
-    # (FSMT post-norm, or M2M100 for --encoder/decoder-normalize-before).
+def _fairseq_options(layers: int, heads: int, d_model: int, ffn: int, dropout: float, attention_dropout: float,
+                     activation_dropout: float, normalize_before: bool, max_positions: int) -> dict:
+    """The architecture as fairseq-train's options: the loader's own mapping then picks the class
+    (FSMT post-norm, or M2M100 for --encoder/decoder-normalize-before)."""
     options = {"arch": "transformer", "share_all_embeddings": True, "share_decoder_input_output_embed": True,
                "dropout": dropout, "attention_dropout": attention_dropout, "activation_dropout": activation_dropout,
                "max_source_positions": max_positions, "max_target_positions": max_positions}
     for side in ("encoder", "decoder"):
         options.update({f"{side}_embed_dim": d_model, f"{side}_ffn_embed_dim": ffn, f"{side}_layers": layers,
                         f"{side}_attention_heads": heads, f"{side}_normalize_before": normalize_before})
-    config = config_from_fairseq_options(options, vocab_size, vocab_size, [src_lang, tgt_lang])
+    return options
+
+
+def _initialized_model(options: dict, vocab_size: int, langs: list[str], device: torch.device):
+    config = config_from_fairseq_options(options, vocab_size, vocab_size, langs)
     model = model_class_for(config)(config)
     fairseq_init_(model)
     for name, param in model.named_parameters():
         if "embed_positions" in name:  # sinusoidal, not learned
             param.requires_grad_(False)
-    model.to(device)
+    return model.to(device)
 
-    trainable = [p for p in model.parameters() if p.requires_grad]
+
+def _adam(trainable: list, lr: float, betas, weight_decay: float) -> torch.optim.Optimizer:
     if weight_decay:  # fairseq's Adam decays weights decoupled from the gradient, like AdamW
-        optimizer = torch.optim.AdamW(trainable, lr=lr, betas=tuple(betas), weight_decay=weight_decay)
-    else:
-        optimizer = torch.optim.Adam(trainable, lr=lr, betas=tuple(betas))
+        return torch.optim.AdamW(trainable, lr=lr, betas=tuple(betas), weight_decay=weight_decay)
+    return torch.optim.Adam(trainable, lr=lr, betas=tuple(betas))
 
-    fixed_batches = None
-    if max_tokens:
-        fixed_batches = token_batches([len(s) for s in source_ids], [len(t) for t in label_ids], max_tokens, seed)
-    steps_per_epoch = len(fixed_batches) if fixed_batches else math.ceil(len(source_ids) / batch_size)
-    total_steps = epochs * steps_per_epoch
+
+def _lr_schedule(optimizer, lr_schedule: str, total_steps: int, warmup_updates: int | None, warmup_fraction: float,
+                 warmup_init_lr: float):
     if lr_schedule == "linear":
         warmup = warmup_updates or max(1, int(warmup_fraction * total_steps))
-        schedule = warmup_linear_decay(optimizer, warmup, total_steps)
-    else:
-        schedule = inverse_sqrt_schedule(optimizer, warmup_updates, warmup_init_lr)
+        return warmup_linear_decay(optimizer, warmup, total_steps)
+    return inverse_sqrt_schedule(optimizer, warmup_updates, warmup_init_lr)
 
-    use_amp = bool(amp) and device.type == "cuda"
 
-    def forward(batch_pairs):
-        input_ids = pad_batch([p[0] for p in batch_pairs]).to(device)
-        labels = pad_batch([p[1] for p in batch_pairs]).to(device)
-        decoder_input_ids = pad_batch([[EOS_ID] + p[1][:-1] for p in batch_pairs]).to(device)
-        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use_amp):
-            logits = model(
+def _epoch_batches(shuffle_rng: random.Random, fixed_batches: list[list[int]] | None, pairs: int,
+                   batch_size: int) -> list[list[int]]:
+    """This epoch's batches (pair indices): the token batches in a new order, or a new shuffle cut into batches."""
+    if fixed_batches is not None:
+        batches = list(fixed_batches)
+        shuffle_rng.shuffle(batches)
+        return batches
+    order = list(range(pairs))
+    shuffle_rng.shuffle(order)
+    return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+
+
+@dataclass
+class _Trainer:
+    """A model in training: its optimizer and schedule, how it batches and scores pairs, the updates so far."""
+
+    model: torch.nn.Module
+    trainable: list
+    optimizer: torch.optim.Optimizer
+    schedule: object
+    device: torch.device
+    use_amp: bool
+    batch_size: int
+    max_tokens: int | None
+    label_smoothing: float
+    clip_norm: float | None
+    updates: int = 0
+
+    def train(self, epochs: int, train_pairs: list, valid_pairs: list | None, fixed_batches: list | None,
+              shuffle_rng: random.Random, counter: Progress, wanted_epochs: list[int], on_checkpoint) -> list[dict]:
+        """One record per epoch; the model is handed to ``on_checkpoint`` in eval mode after each wanted epoch."""
+        history = []
+        self.model.train()
+        last = {"epoch": 0, "loss": float("nan")}  # for the progress lines
+        counter.note = lambda: f"epoch {last['epoch']}, loss {last['loss']:.3f}"
+        for epoch in range(1, epochs + 1):
+            started = time.perf_counter()
+            loss_sum = nll_sum = 0.0
+            token_sum = 0
+            for batch in _epoch_batches(shuffle_rng, fixed_batches, len(train_pairs), self.batch_size):
+                loss_value, nll_value, tokens = self.update([train_pairs[i] for i in batch])
+                loss_sum += loss_value * tokens
+                nll_sum += nll_value * tokens
+                token_sum += tokens
+                last["epoch"], last["loss"] = epoch, loss_value
+                counter.update()
+            record = {"epoch": epoch, "updates": self.updates, "lr": self.optimizer.param_groups[0]["lr"],
+                      "train_loss": loss_sum / max(token_sum, 1), "train_nll": nll_sum / max(token_sum, 1),
+                      "valid_nll": self.valid_nll(valid_pairs) if valid_pairs else None,
+                      "seconds": time.perf_counter() - started}
+            history.append(record)
+            if epoch in wanted_epochs:
+                self.model.eval()
+                on_checkpoint(epoch, self.model, record)
+                self.model.train()
+        counter.close()
+        return history
+
+    def update(self, batch_pairs: list) -> tuple[float, float, int]:
+        """One optimizer step on a batch: (loss, nll, target tokens) of the batch before the step."""
+        logits, labels = self.logits(batch_pairs)
+        loss, nll, tokens = translation_loss(logits, labels, self.label_smoothing)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.clip_norm:
+            torch.nn.utils.clip_grad_norm_(self.trainable, self.clip_norm)
+        self.optimizer.step()
+        self.schedule.step()
+        self.updates += 1
+        loss_value = loss.item()
+        return loss_value, loss_value if nll is loss else nll.item(), tokens
+
+    def logits(self, batch_pairs: list) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher forcing: (logits, labels) of the batch, the decoder reading </s> + the target tokens."""
+        input_ids = pad_batch([p[0] for p in batch_pairs]).to(self.device)
+        labels = pad_batch([p[1] for p in batch_pairs]).to(self.device)
+        decoder_input_ids = pad_batch([[EOS_ID] + p[1][:-1] for p in batch_pairs]).to(self.device)
+        with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16, enabled=self.use_amp):
+            logits = self.model(
                 input_ids=input_ids,
                 attention_mask=input_ids.ne(PAD_ID).long(),
                 decoder_input_ids=decoder_input_ids,
@@ -342,72 +451,32 @@ def train_translation_model(
         return logits, labels
 
     @torch.no_grad()
-    def valid_nll():
-        model.eval()
+    def valid_nll(self, pairs: list) -> float:
+        """Mean nll per target token over ``pairs`` (in eval mode, back in train mode after)."""
+        self.model.eval()
         total, tokens = 0.0, 0
-        if max_tokens:
-            batches = token_batches([len(s) for s, _ in valid_pairs], [len(t) for _, t in valid_pairs], max_tokens)
+        if self.max_tokens:
+            batches = token_batches([len(s) for s, _ in pairs], [len(t) for _, t in pairs], self.max_tokens)
         else:
-            batches = [list(range(i, min(i + batch_size, len(valid_pairs)))) for i in range(0, len(valid_pairs), batch_size)]
+            batches = [list(range(i, min(i + self.batch_size, len(pairs)))) for i in range(0, len(pairs), self.batch_size)]
         for batch in batches:
-            logits, labels = forward([valid_pairs[i] for i in batch])
+            logits, labels = self.logits([pairs[i] for i in batch])
             _, nll, n = translation_loss(logits, labels)
             total += nll.item() * n
             tokens += n
-        model.train()
+        self.model.train()
         return total / max(tokens, 1)
 
-    shuffle_rng = random.Random(seed)
-    history = []
-    updates = 0
-    model.train()
-    counter = Progress(total_steps, f"train translation model, {epochs} epochs", "updates", enabled=progress, log=log)
-    last = {"epoch": 0, "loss": float("nan")}  # for the progress lines
-    counter.note = lambda: f"epoch {last['epoch']}, loss {last['loss']:.3f}"
-    for epoch in range(1, epochs + 1):
-        started = time.perf_counter()
-        if fixed_batches is not None:
-            batches = list(fixed_batches)
-            shuffle_rng.shuffle(batches)
-        else:
-            order = list(range(len(source_ids)))
-            shuffle_rng.shuffle(order)
-            batches = [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
-        loss_sum = nll_sum = 0.0
-        token_sum = 0
-        for batch in batches:
-            logits, labels = forward([train_pairs[i] for i in batch])
-            loss, nll, tokens = translation_loss(logits, labels, label_smoothing)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if clip_norm:
-                torch.nn.utils.clip_grad_norm_(trainable, clip_norm)
-            optimizer.step()
-            schedule.step()
-            updates += 1
-            loss_value = loss.item()
-            loss_sum += loss_value * tokens
-            nll_sum += (loss_value if nll is loss else nll.item()) * tokens
-            token_sum += tokens
-            last["epoch"], last["loss"] = epoch, loss_value
-            counter.update()
-        record = {"epoch": epoch, "updates": updates, "lr": optimizer.param_groups[0]["lr"],
-                  "train_loss": loss_sum / max(token_sum, 1), "train_nll": nll_sum / max(token_sum, 1),
-                  "valid_nll": valid_nll() if valid_pairs else None,
-                  "seconds": time.perf_counter() - started}
-        history.append(record)
-        if epoch in wanted_epochs:
-            model.eval()
-            on_checkpoint(epoch, model, record)
-            model.train()
-    counter.close()
+
+def _ready_for_use(model):
+    """The trained model in eval mode, its cache settings as headprune.models.fairseq's loader leaves them."""
     model.eval()
-    if not is_pre_norm(config):
-        # As headprune.models.fairseq's loader leaves a model: FSMT builds its causal decoder mask only
-        # without the cache, so plain forward passes must not use it; generate() still does.
+    if not is_pre_norm(model.config):
+        # FSMT builds its causal decoder mask only without the cache, so plain forward passes must not use
+        # it; generate() still does.
         model.config.use_cache = False
         model.generation_config.use_cache = True
-    return TrainingRun(model, source_tokenizer, history)
+    return model
 
 
 def fit_translation_model(corpus_paths, **options):

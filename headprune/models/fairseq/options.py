@@ -70,6 +70,25 @@ def _options_dict(options) -> dict:
     return dict(vars(options)) if isinstance(options, argparse.Namespace) else dict(options)
 
 
+# Options whose true value neither class can represent, with what the refusal names.
+_UNSUPPORTED_OPTIONS = {
+    "encoder_learned_pos": "learned encoder positional embeddings (only sinusoidal ones are supported)",
+    "decoder_learned_pos": "learned decoder positional embeddings (only sinusoidal ones are supported)",
+    "no_token_positional_embeddings": "no positional embeddings",
+    "layernorm_embedding": "a layer norm on the embeddings",
+    "cross_self_attention": "cross+self attention",
+    "no_cross_attention": "a decoder without cross attention",
+    "adaptive_softmax_cutoff": "an adaptive softmax",
+    "adaptive_input": "adaptive input embeddings",
+    "tie_adaptive_weights": "adaptive softmax weights tied to adaptive inputs",
+    "char_inputs": "character inputs",
+    "no_decoder_final_norm": "a pre-norm decoder without its final layer norm",
+    "base_layers": "BASE (mixture of experts) layers",
+    "encoder_layers_to_keep": "encoder layers pruned at load time",
+    "decoder_layers_to_keep": "decoder layers pruned at load time",
+}
+
+
 def config_from_fairseq_options(options, src_vocab_size: int, tgt_vocab_size: int, langs):
     """The transformers config of a fairseq translation transformer: FSMTConfig for the post-norm
     architecture, ``headprune.models.prenorm``'s M2M100Config for the pre-norm one.
@@ -79,81 +98,17 @@ def config_from_fairseq_options(options, src_vocab_size: int, tgt_vocab_size: in
     that computes something else.
     """
     a = _options_dict(options)
-
-    def required(name):
-        if a.get(name) is None:
-            raise ValueError(f"fairseq options lack '{name}', which is needed to build the model")
-        return a[name]
-
     arch = str(a.get("arch", "transformer"))
     if not arch.startswith("transformer") or arch.startswith("transformer_lm"):
         raise ValueError(f"unsupported fairseq arch '{arch}': only translation transformers are supported")
-
-    embed_dim = required("encoder_embed_dim")
-    unsupported = {
-        "encoder_learned_pos": "learned encoder positional embeddings (only sinusoidal ones are supported)",
-        "decoder_learned_pos": "learned decoder positional embeddings (only sinusoidal ones are supported)",
-        "no_token_positional_embeddings": "no positional embeddings",
-        "layernorm_embedding": "a layer norm on the embeddings",
-        "cross_self_attention": "cross+self attention",
-        "no_cross_attention": "a decoder without cross attention",
-        "adaptive_softmax_cutoff": "an adaptive softmax",
-        "adaptive_input": "adaptive input embeddings",
-        "tie_adaptive_weights": "adaptive softmax weights tied to adaptive inputs",
-        "char_inputs": "character inputs",
-        "no_decoder_final_norm": "a pre-norm decoder without its final layer norm",
-        "base_layers": "BASE (mixture of experts) layers",
-        "encoder_layers_to_keep": "encoder layers pruned at load time",
-        "decoder_layers_to_keep": "decoder layers pruned at load time",
-    }
-    for name, what in unsupported.items():
-        if a.get(name):
-            raise ValueError(f"fairseq option {name}={a[name]!r}: {what} cannot be represented by the converted model")
-    for name in ("decoder_embed_dim", "decoder_input_dim", "decoder_output_dim"):
-        value = a.get(name, embed_dim)
-        if value is not None and value != embed_dim:
-            raise ValueError(f"fairseq option {name}={value} but encoder_embed_dim={embed_dim}: "
-                             "the converted model needs one model dimension throughout")
-    activation = a.get("activation_fn", "relu")  # fairseq before 0.7 had no choice: ReLU
-    if activation not in _ACTIVATIONS:
-        raise ValueError(f"fairseq option activation_fn='{activation}' has no transformers equivalent")
-    pre_norm = bool(a.get("encoder_normalize_before", False)), bool(a.get("decoder_normalize_before", False))
-    if pre_norm[0] != pre_norm[1]:
-        raise ValueError(f"fairseq options encoder_normalize_before={pre_norm[0]} and decoder_normalize_before="
-                         f"{pre_norm[1]}: a model that mixes pre-norm and post-norm stacks cannot be represented")
+    embed_dim = _required(a, "encoder_embed_dim")
+    _check_representable(a, embed_dim, src_vocab_size, tgt_vocab_size)
+    common = _common_config(a, embed_dim)
     share_all = bool(a.get("share_all_embeddings", False))
-    share_output = bool(a.get("share_decoder_input_output_embed", False))
-    if share_all and src_vocab_size != tgt_vocab_size:
-        raise ValueError(f"fairseq option share_all_embeddings needs one joined dictionary, got vocab sizes "
-                         f"{src_vocab_size} and {tgt_vocab_size}")
-    # fairseq's own rule: the 2018 name relu_dropout applies when activation_dropout is 0 or absent.
-    activation_dropout = a.get("activation_dropout") or a.get("relu_dropout") or 0.0
-    common = dict(
-        activation_function=_ACTIVATIONS[activation],
-        d_model=int(embed_dim),
-        # Both classes grow their sinusoidal tables on demand; this only sizes the first one.
-        max_position_embeddings=int(max(a.get("max_source_positions", 1024), a.get("max_target_positions", 1024))),
-        encoder_ffn_dim=int(required("encoder_ffn_embed_dim")),
-        encoder_layers=int(required("encoder_layers")),
-        encoder_attention_heads=int(required("encoder_attention_heads")),
-        encoder_layerdrop=float(a.get("encoder_layerdrop", 0.0) or 0.0),
-        decoder_ffn_dim=int(required("decoder_ffn_embed_dim")),
-        decoder_layers=int(required("decoder_layers")),
-        decoder_attention_heads=int(required("decoder_attention_heads")),
-        decoder_layerdrop=float(a.get("decoder_layerdrop", 0.0) or 0.0),
-        dropout=float(a.get("dropout", 0.1)),
-        attention_dropout=float(a.get("attention_dropout", 0.0)),
-        activation_dropout=float(activation_dropout),
-        scale_embedding=not a.get("no_scale_embedding", False),
-        pad_token_id=PAD_ID,
-        bos_token_id=BOS_ID,
-        eos_token_id=EOS_ID,
-        decoder_start_token_id=EOS_ID,  # fairseq starts decoding from </s>
-        forced_eos_token_id=EOS_ID,  # and ends every hypothesis with it at the length limit
-    )
-    if pre_norm[0]:
+    if a.get("encoder_normalize_before", False):
         from headprune.models.prenorm import prenorm_config
 
+        share_output = bool(a.get("share_decoder_input_output_embed", False))
         return prenorm_config(source_vocab_size=src_vocab_size, target_vocab_size=tgt_vocab_size,
                               share_all_embeddings=share_all, share_decoder_input_output_embed=share_output,
                               **common)
@@ -165,6 +120,63 @@ def config_from_fairseq_options(options, src_vocab_size: int, tgt_vocab_size: in
         # output projection; FSMT ties exactly those three when tie_word_embeddings is set.
         tie_word_embeddings=share_all,
         **common,
+    )
+
+
+def _required(a: dict, name: str):
+    if a.get(name) is None:
+        raise ValueError(f"fairseq options lack '{name}', which is needed to build the model")
+    return a[name]
+
+
+def _check_representable(a: dict, embed_dim, src_vocab_size: int, tgt_vocab_size: int) -> None:
+    """Refuse the options that would make the converted model compute something else than fairseq's."""
+    for name, what in _UNSUPPORTED_OPTIONS.items():
+        if a.get(name):
+            raise ValueError(f"fairseq option {name}={a[name]!r}: {what} cannot be represented by the converted model")
+    for name in ("decoder_embed_dim", "decoder_input_dim", "decoder_output_dim"):
+        value = a.get(name, embed_dim)
+        if value is not None and value != embed_dim:
+            raise ValueError(f"fairseq option {name}={value} but encoder_embed_dim={embed_dim}: "
+                             "the converted model needs one model dimension throughout")
+    activation = a.get("activation_fn", "relu")
+    if activation not in _ACTIVATIONS:
+        raise ValueError(f"fairseq option activation_fn='{activation}' has no transformers equivalent")
+    pre_norm = bool(a.get("encoder_normalize_before", False)), bool(a.get("decoder_normalize_before", False))
+    if pre_norm[0] != pre_norm[1]:
+        raise ValueError(f"fairseq options encoder_normalize_before={pre_norm[0]} and decoder_normalize_before="
+                         f"{pre_norm[1]}: a model that mixes pre-norm and post-norm stacks cannot be represented")
+    if bool(a.get("share_all_embeddings", False)) and src_vocab_size != tgt_vocab_size:
+        raise ValueError(f"fairseq option share_all_embeddings needs one joined dictionary, got vocab sizes "
+                         f"{src_vocab_size} and {tgt_vocab_size}")
+
+
+def _common_config(a: dict, embed_dim) -> dict:
+    """The settings both config classes take, from the options that passed ``_check_representable``."""
+    # fairseq's own rule: the 2018 name relu_dropout applies when activation_dropout is 0 or absent.
+    activation_dropout = a.get("activation_dropout") or a.get("relu_dropout") or 0.0
+    return dict(
+        activation_function=_ACTIVATIONS[a.get("activation_fn", "relu")],  # fairseq before 0.7 had no choice: ReLU
+        d_model=int(embed_dim),
+        # Both classes grow their sinusoidal tables on demand; this only sizes the first one.
+        max_position_embeddings=int(max(a.get("max_source_positions", 1024), a.get("max_target_positions", 1024))),
+        encoder_ffn_dim=int(_required(a, "encoder_ffn_embed_dim")),
+        encoder_layers=int(_required(a, "encoder_layers")),
+        encoder_attention_heads=int(_required(a, "encoder_attention_heads")),
+        encoder_layerdrop=float(a.get("encoder_layerdrop", 0.0) or 0.0),
+        decoder_ffn_dim=int(_required(a, "decoder_ffn_embed_dim")),
+        decoder_layers=int(_required(a, "decoder_layers")),
+        decoder_attention_heads=int(_required(a, "decoder_attention_heads")),
+        decoder_layerdrop=float(a.get("decoder_layerdrop", 0.0) or 0.0),
+        dropout=float(a.get("dropout", 0.1)),
+        attention_dropout=float(a.get("attention_dropout", 0.0)),
+        activation_dropout=float(activation_dropout),
+        scale_embedding=not a.get("no_scale_embedding", False),
+        pad_token_id=PAD_ID,
+        bos_token_id=BOS_ID,
+        eos_token_id=EOS_ID,
+        decoder_start_token_id=EOS_ID,  # fairseq starts decoding from </s>
+        forced_eos_token_id=EOS_ID,  # and ends every hypothesis with it at the length limit
     )
 
 

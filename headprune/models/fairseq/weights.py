@@ -72,11 +72,32 @@ def fairseq_to_hf_state_dict(fairseq_state: dict, config, options=None) -> dict:
     ``options`` (the fairseq options, optional) say which embeddings are shared.
     """
     expected = _expected_shapes(config)
+    converted, embeddings = _converted_layers(checked_weights(fairseq_state), expected, config)
+    converted.update(_converted_embeddings(embeddings, expected, config, options))
+    # FSMT keeps its (deterministic) sinusoidal tables as weights; fairseq does not save them.
+    for side in ("encoder", "decoder"):
+        name = f"model.{side}.embed_positions.weight"
+        if name in expected:
+            num_positions, dim = expected[name]
+            converted[name] = SinusoidalPositionalEmbedding.get_embedding(num_positions, dim, config.pad_token_id)
+
+    missing = sorted(set(expected) - set(converted))
+    if missing:
+        raise ValueError(f"missing keys ({config.model_type} names) after converting the fairseq state dict: {missing}")
+    for name, tensor in converted.items():
+        if tuple(tensor.shape) != tuple(expected[name]):
+            raise ValueError(f"shape mismatch for '{name}': checkpoint has {tuple(tensor.shape)}, "
+                             f"the architecture in the options needs {tuple(expected[name])}")
+    return converted
+
+
+def _converted_layers(fairseq_state: dict, expected: dict, config) -> tuple[dict, dict]:
+    """(every weight but the embeddings and the output projection, under its transformers name, fused
+    projections split; those fairseq embedding and output weights, under their fairseq names)."""
     converted = {}
     unexpected = []
-    embeddings = {}  # fairseq embedding/output names -> tensor, resolved after the loop
-
-    for name, tensor in checked_weights(fairseq_state).items():
+    embeddings = {}  # fairseq embedding/output names -> tensor, resolved by _converted_embeddings
+    for name, tensor in fairseq_state.items():
         if name.endswith(_DROPPED_SUFFIXES):
             continue
         if name in _FAIRSEQ_EMBEDDINGS:
@@ -102,10 +123,16 @@ def fairseq_to_hf_state_dict(fairseq_state: dict, config, options=None) -> dict:
     if unexpected:
         raise ValueError(f"unexpected keys in the fairseq state dict (the {config.model_type} model has no place "
                          f"for them): {unexpected}")
+    return converted, embeddings
 
-    # Embeddings. With share_all_embeddings fairseq stores the one matrix under both
-    # encoder.embed_tokens and decoder.embed_tokens; the output projection reuses the decoder
-    # embeddings unless a separate decoder.embed_out (old) / decoder.output_projection (new) exists.
+
+def _converted_embeddings(embeddings: dict, expected: dict, config, options) -> dict:
+    """The source and target embeddings and the output projection under their transformers names, shared as
+    the options (or, without them, the config) say.
+
+    With share_all_embeddings fairseq stores the one matrix under both encoder.embed_tokens and
+    decoder.embed_tokens; the output projection reuses the decoder embeddings unless a separate
+    decoder.embed_out (old) / decoder.output_projection (new) exists."""
     a = _options_dict(options) if options is not None else {}
     share_all = bool(a.get("share_all_embeddings", getattr(config, "tie_word_embeddings", False)))
     share_output = share_all or bool(a.get("share_decoder_input_output_embed", False))
@@ -124,6 +151,7 @@ def fairseq_to_hf_state_dict(fairseq_state: dict, config, options=None) -> dict:
     elif share_output and decoder_embed is not None and not torch.equal(output_projection, decoder_embed):
         raise ValueError("the options share the decoder's input and output embeddings, but the checkpoint's "
                          "output projection differs from decoder.embed_tokens")
+    converted = {}
     source_names, target_names, output_names = _EMBEDDING_NAMES[config.model_type]
     for names, tensor, fairseq_name in [(source_names, encoder_embed, "encoder.embed_tokens.weight"),
                                         (target_names, decoder_embed, "decoder.embed_tokens.weight"),
@@ -133,21 +161,6 @@ def fairseq_to_hf_state_dict(fairseq_state: dict, config, options=None) -> dict:
                 converted[hf_name] = tensor
             elif hf_name in expected:
                 raise ValueError(f"missing key '{fairseq_name}' in the fairseq state dict")
-
-    # FSMT keeps its (deterministic) sinusoidal tables as weights; fairseq does not save them.
-    for side in ("encoder", "decoder"):
-        name = f"model.{side}.embed_positions.weight"
-        if name in expected:
-            num_positions, dim = expected[name]
-            converted[name] = SinusoidalPositionalEmbedding.get_embedding(num_positions, dim, config.pad_token_id)
-
-    missing = sorted(set(expected) - set(converted))
-    if missing:
-        raise ValueError(f"missing keys ({config.model_type} names) after converting the fairseq state dict: {missing}")
-    for name, tensor in converted.items():
-        if tuple(tensor.shape) != tuple(expected[name]):
-            raise ValueError(f"shape mismatch for '{name}': checkpoint has {tuple(tensor.shape)}, "
-                             f"the architecture in the options needs {tuple(expected[name])}")
     return converted
 
 
