@@ -15,11 +15,7 @@ MAX_LINES = 80
 
 # (file under headprune/, qualified name) -> why it may be longer. Only a function that is a table of data
 # belongs here: splitting a table cuts it where nothing has a name.
-ALLOWED: dict[tuple[str, str], str] = {
-    # Not a table: its owner splits it on another branch of issue #47 item 5. Remove this entry when that
-    # lands (test_allowed_functions_are_still_long says when).
-    ("config_checks.py", "check_config"): "split on another branch (issue #47 item 5)",
-}
+ALLOWED: dict[tuple[str, str], str] = {}
 
 
 def function_lengths() -> dict[tuple[str, str], int]:
