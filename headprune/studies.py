@@ -209,8 +209,9 @@ class Study:
     def eval_settings(self, bleu, masking: str | None = None, data=()):
         """How the model is evaluated (headprune.experiments.runs.EvalSettings); ``masking`` is how a switched-off
         head is replaced (a config word of headprune.models.masking: zero, the paper's, uniform, streaming, mean,
-        optimal, resample; None: the paper's, ``masking.DEFAULT``) with what its mode reads: the streaming window, and ``data``, [its file of constants or
-        donors], whose place is the constants stage's (headprune.stages.constants.eval_settings passes it)."""
+        optimal, resample; None: the paper's, ``masking.DEFAULT``) with what its mode reads: the streaming window,
+        and ``data``, [its file of constants or donors], whose place is the constants stage's
+        (headprune.stages.constants.eval_settings passes it)."""
         rows = self.config["ablation"].get("variant_batch_size", {}).get(self.kind, 256)
         masking = default_word(masking)
         mode = MODES[masking]

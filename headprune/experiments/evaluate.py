@@ -112,6 +112,7 @@ def translate_variants(model, tokenizer, sources: list[str], gates_list: list, *
     return out  # type: ignore[return-value]
 
 
-def translate(model, tokenizer, sources: list[str], gates=None, masking: Masking | None = None, **options) -> list[str]:
+def translate(model, tokenizer, sources: list[str], gates=None, masking: Masking | None = None,
+              **options) -> list[str]:
     """Detokenized translations of one gate setting (``translate_variants`` with one variant)."""
     return translate_variants(model, tokenizer, sources, [gates], masking=masking, **options)[0]
