@@ -27,7 +27,7 @@ from headprune.experiments.kinds.base import ConfigError
 from headprune.experiments.kinds.language_modeling import LM_SPLITS
 from headprune.io.download import local_source
 from headprune.models.attention_types import TOWER_TYPES
-from headprune.models.masking import MODES
+from headprune.models.masking import MODES, default_word
 
 # The test sets a study is evaluated on, by role: "eval" (Table 1, pruning), "ood" (cross-domain,
 # Figure 2), "selection" and "test" (one head per layer, Tables 2-3).
@@ -206,12 +206,14 @@ class Study:
         """How this study's ablation and pruning mask a head: models.<study>.masking over the experiment's."""
         return self.entry.get("masking", default)
 
-    def eval_settings(self, bleu, masking="zero", data=()):
+    def eval_settings(self, bleu, masking: str | None = None, data=()):
         """How the model is evaluated (headprune.experiments.runs.EvalSettings); ``masking`` is how a switched-off
         head is replaced (a config word of headprune.models.masking: zero, the paper's, uniform, streaming, mean,
-        optimal, resample) with what its mode reads: the streaming window, and ``data``, [its file of constants or
-        donors], whose place is the constants stage's (headprune.stages.constants.eval_settings passes it)."""
+        optimal, resample; None: the paper's, ``masking.DEFAULT``) with what its mode reads: the streaming window,
+        and ``data``, [its file of constants or donors], whose place is the constants stage's
+        (headprune.stages.constants.eval_settings passes it)."""
         rows = self.config["ablation"].get("variant_batch_size", {}).get(self.kind, 256)
+        masking = default_word(masking)
         mode = MODES[masking]
         if mode.data and not data:
             raise ValueError(f"{masking} masking reads a file ({mode.data}): headprune.stages.constants.eval_settings")

@@ -35,9 +35,10 @@ with logged(snakemake) as log:
         settings += [("random", k, seed, random.Random(seed).sample(heads, k)) for seed in range(p["random_sets"])]
     gates = [gates_without(model, masked) if masked else None for *_, masked in settings]
     results = {}
-    for entry in p["scores"]:
+    built = [EvalSettings(**entry["settings"]) for entry in p["scores"]]  # each mode once, kept for the rows' word
+    for entry, eval_settings in zip(p["scores"], built):
         name = entry["name"]
-        evalset, eval_settings = load_evalset(entry["eval"]), EvalSettings(**entry["settings"])
+        evalset = load_evalset(entry["eval"])
         started = time.perf_counter()
         scored = scored_variants(model, tokenizer, evalset, gates, eval_settings)
         log.info("%s: %d settings on %d items in %.2f s under %s masking", name, len(gates), len(evalset),
@@ -45,7 +46,7 @@ with logged(snakemake) as log:
         test = {key: p["significance"][key] for key in ("resamples", "seed", "alpha")}
         results[name] = ([compare_to_full(evalset, scored[0], result, **test) for result in scored], evalset.metric)
     rows = []
-    masking = EvalSettings(**p["scores"][0]["settings"]).masking.word
+    masking = built[0].masking.word
     for i, (selection, k, seed, masked) in enumerate(settings[1:], start=1):
         row = {"study": study["name"], "k": k, "selection": selection, "seed": seed,
                "heads": " ".join(head_name(h) for h in masked), "masking": masking}

@@ -453,3 +453,53 @@ def test_pruned_heads_constants_are_never_read():
     assert torch.isfinite(logits(pruned, batch, gates, Mean(bad))[real]).all()
     assert (logits(pruned, batch, gates, Mean(bad)) - logits(pruned, batch, gates, Mean(constants)))[real].abs().max() \
         == 0
+
+
+def test_one_default_masking():
+    """masking=None means the paper's masking in every signature, resolved in headprune.models.masking alone: no
+    function of headprune writes another default for a ``masking`` argument (a word there would be one more place
+    to change), and the mode None resolves to is the one the schema's masking keys default to."""
+    import ast
+    from pathlib import Path
+
+    import yaml
+
+    from headprune.experiments.runs import EvalSettings
+    from headprune.models.masking import DEFAULT, as_mode, default_word
+
+    root = Path(__file__).resolve().parent.parent
+    found = []
+    for path in sorted((root / "headprune").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                args = node.args
+                pairs = list(zip(args.posonlyargs + args.args, [None] * (len(args.posonlyargs + args.args)
+                                                                        - len(args.defaults)) + args.defaults))
+                pairs += list(zip(args.kwonlyargs, args.kw_defaults))
+                found += [f"{path.relative_to(root)}:{node.lineno} {node.name}" for arg, default in pairs
+                          if arg.arg == "masking" and default is not None
+                          and not (isinstance(default, ast.Constant) and default.value is None)]
+            if isinstance(node, ast.ClassDef):  # dataclass fields: EvalSettings.masking
+                found += [f"{path.relative_to(root)}:{item.lineno} {node.name}" for item in node.body
+                          if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+                          and item.target.id == "masking" and item.value is not None
+                          and not (isinstance(item.value, ast.Constant) and item.value.value is None)]
+    assert not found, f"masking defaults other than None: {found}"
+
+    schema = yaml.safe_load((root / "rules/schemas/config.schema.yaml").read_text())
+    defaults = set()
+
+    def walk(node):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "masking" and isinstance(value, dict) and "default" in value:
+                    defaults.add(value["default"])
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(schema)
+    assert defaults == {DEFAULT.word}
+    assert as_masking(None) == as_mode(None) == EvalSettings().masking == MODES[DEFAULT.word]() == Zero()
+    assert default_word(None) == "zero" and default_word("uniform") == "uniform"

@@ -29,6 +29,7 @@ from transformers import GenerationConfig
 
 from headprune.models.beam_cache import SourceSharingCache
 from headprune.models.heads import ENC_SELF, adapter_for, full_gates, gated
+from headprune.models.masking import Masking
 
 NEG = -1.0e9  # transformers' "never pick this" score
 
@@ -84,7 +85,7 @@ def _row_gates(settings: list[dict], rows: torch.Tensor, types) -> dict:
 
 @torch.no_grad()
 def beam_search(model, encoded: dict, gates_list: list, *, beam: int, lenpen: float, max_new: int,
-                masking: str = "zero") -> list[list[torch.Tensor]]:
+                masking: Masking | None = None) -> list[list[torch.Tensor]]:
     """Best hypothesis (token ids, decoder start first) per gate setting and per sentence of ``encoded``
     (input_ids and attention_mask of one batch); a setting of None is the full model.
 

@@ -18,6 +18,7 @@ from headprune.experiments.beam_search import supports as beam_search_supports
 from headprune.experiments.shared_layers import forward_variants, variant_progress
 from headprune.models.beam_cache import SourceSharingCache
 from headprune.models.heads import gated, stack_gates
+from headprune.models.masking import Masking
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ def _logits(model, inputs):
 
 @torch.no_grad()
 def predict_classes_variants(model, batches: list[dict], gates_list: list, *, variant_batch_size: int = 256,
-                             device=None, progress: bool = False, masking: str = "zero") -> np.ndarray:
+                             device=None, progress: bool = False, masking: Masking | None = None) -> np.ndarray:
     """(variants, examples) predicted class indices (argmax of the logits), one row per gate setting.
 
     ``masking`` says how a gate of 0 masks a head (``heads.gated``): a mode of ``headprune.models.masking``.
@@ -61,7 +62,7 @@ def predict_classes_variants(model, batches: list[dict], gates_list: list, *, va
 
 
 def predict_classes(model, batches: list[dict], gates=None, device=None, progress: bool = False,
-                    masking: str = "zero") -> np.ndarray:
+                    masking: Masking | None = None) -> np.ndarray:
     """Predicted class index per example (argmax of the logits), with optional head gates."""
     return predict_classes_variants(model, batches, [gates], device=device, progress=progress, masking=masking)[0]
 
@@ -70,7 +71,7 @@ def predict_classes(model, batches: list[dict], gates=None, device=None, progres
 def translate_variants(model, tokenizer, sources: list[str], gates_list: list, *, beam: int = 5,
                        lenpen: float = 1.0, batch_size: int = 64, variant_batch_size: int = 256,
                        max_len_a: float = 1.2, max_len_b: int = 10, device=None,
-                       progress: bool = False, masking: str = "zero") -> list[list[str]]:
+                       progress: bool = False, masking: Masking | None = None) -> list[list[str]]:
     """Detokenized translations per gate setting, with beam search (fairseq's defaults: beam 5, length penalty 1).
 
     Sentences are sorted by length and cut into batches of ``batch_size`` so batches pad little;
@@ -111,6 +112,7 @@ def translate_variants(model, tokenizer, sources: list[str], gates_list: list, *
     return out  # type: ignore[return-value]
 
 
-def translate(model, tokenizer, sources: list[str], gates=None, masking: str = "zero", **options) -> list[str]:
+def translate(model, tokenizer, sources: list[str], gates=None, masking: Masking | None = None,
+              **options) -> list[str]:
     """Detokenized translations of one gate setting (``translate_variants`` with one variant)."""
     return translate_variants(model, tokenizer, sources, [gates], masking=masking, **options)[0]

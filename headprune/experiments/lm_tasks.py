@@ -44,6 +44,7 @@ import torch
 from transformers import StoppingCriteria
 
 from headprune.experiments.loglikelihoods import loglikelihood_variants  # noqa: F401 (its API too)
+from headprune.models.masking import Masking
 
 log = logging.getLogger(__name__)
 
@@ -384,7 +385,7 @@ def _scored_pairs(hflm, instances: list) -> list[list[tuple[list[int], list[int]
 
 @torch.no_grad()
 def evaluate_variants(model, tokenizer, task: LMTask, gates_list: list, *, batch_size: int,
-                      variant_batch_size: int, masking="zero", progress: bool = True,
+                      variant_batch_size: int, masking: Masking | None = None, progress: bool = True,
                       max_length: int | None = None) -> list[list]:
     """Per gate setting (None: every head on), per document of ``task``, the document's responses: per
     request, ``[logprob, is_greedy]`` (loglikelihood, each choice of multiple_choice), the summed log-likelihood
@@ -428,7 +429,7 @@ def evaluate_variants(model, tokenizer, task: LMTask, gates_list: list, *, batch
 
 
 def _generate_variants(model, hflm, instances: list, gates_list: list, *, batch_size: int, variant_batch_size: int,
-                       masking, progress: bool) -> list[list[str]]:
+                       masking: Masking | None, progress: bool) -> list[list[str]]:
     """Per gate setting, per ``generate_until`` request: the generated text as HFLM's ``generate_until`` gives
     it (greedy; its context left-truncated to ``max_length - max_gen_toks`` tokens; decoded without special
     tokens and cut at the first stop string, the EOS token's text among them)."""

@@ -17,12 +17,14 @@ from dataclasses import dataclass, field
 
 import torch
 
+from headprune.models.masking import Masking
+
 log = logging.getLogger(__name__)
 
 
 def loglikelihood_variants(model, pairs: list[tuple[list[int], list[int]]], gates_list: list, *, max_length: int,
-                           batch_size: int, variant_batch_size: int, masking="zero", progress: bool = False,
-                           share_contexts: bool = True) -> list[list[tuple[float, bool]]]:
+                           batch_size: int, variant_batch_size: int, masking: Masking | None = None,
+                           progress: bool = False, share_contexts: bool = True) -> list[list[tuple[float, bool]]]:
     """Per gate setting, per (context tokens, continuation tokens) pair: (the continuation's summed log-probability,
     whether it is the greedy continuation), as HFLM's ``_loglikelihood_tokens`` computes them: the model reads
     (context + continuation) cut to its last ``max_length`` + 1 tokens, less the last token, and the
@@ -140,7 +142,7 @@ class _Rows:
 
 
 def _shared_context_scores(model, reads: list[tuple], starts: list[int], inputs: dict, gates_list: list, forward,
-                           *, variant_batch_size: int, masking, done=None) -> list[torch.Tensor]:
+                           *, variant_batch_size: int, masking: Masking | None, done=None) -> list[torch.Tensor]:
     """``forward(model, inputs, past_key_values=...)`` per gate setting, where row r of ``inputs`` (the tokens
     ``reads[r][starts[r]:]``, right-padded) goes on from the keys and values of its context
     ``reads[r][:starts[r]]`` under the setting's gates.
@@ -229,7 +231,7 @@ class _ContextBatch:
 
     model: object
     forward: Callable
-    masking: object
+    masking: Masking | None
     stack: list
     heads: list | None  # the head output modules, where the masking lets a setting replay them
     wanted: object  # what_to_record's: the modules to record, the last layer's, the projections

@@ -45,6 +45,7 @@ import numpy as np
 import torch
 
 from headprune.experiments.stats import paired_bootstrap
+from headprune.models.masking import Masking
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +159,8 @@ def window_batches(chunks: list[list[int]], batch_size: int) -> list[dict]:
 
 @torch.no_grad()
 def window_nll_variants(model, batches: list[dict], gates_list: list, *, variant_batch_size: int = 64,
-                        device=None, progress: bool = False, masking: str = "zero") -> list[list[tuple[float, int]]]:
+                        device=None, progress: bool = False,
+                        masking: Masking | None = None) -> list[list[tuple[float, int]]]:
     """Per gate setting (None: all heads), per window: (summed next-token NLL, predicted tokens).
 
     Several settings share a forward pass (batched gate variants, ``headprune.models.heads.gated``), and

@@ -51,6 +51,7 @@ from headprune.experiments.shared_layers import (_recording, _replaying, first_m
 from headprune.experiments.stats import paired_bootstrap
 from headprune.models.heads import gated, stack_gates
 from headprune.models.loading import attention_backend
+from headprune.models.masking import Masking
 
 # End-of-turn tokens of chat models (Llama 3, ChatML/Qwen, Gemma, Phi-3): an answer ends there as at EOS.
 END_OF_TURN_TOKENS = ("<|eot_id|>", "<|im_end|>", "<end_of_turn>", "<|end|>")
@@ -122,7 +123,7 @@ def stop_token_ids(model, tokenizer) -> list[int]:
 
 
 def answer_variants(model, tokenizer, items: list[dict], gates_list: list, *, max_new_tokens: int = 32,
-                    batch_size: int = 8, variant_batch_size: int = 64, masking: str = "zero",
+                    batch_size: int = 8, variant_batch_size: int = 64, masking: Masking | None = None,
                     progress: bool = False) -> list[list[str]]:
     """Per gate setting (None: all heads), per item: the greedy answer, its new tokens decoded without
     special tokens (``generate_variants``)."""
@@ -134,7 +135,7 @@ def answer_variants(model, tokenizer, items: list[dict], gates_list: list, *, ma
 
 @torch.no_grad()
 def generate_variants(model, tokenizer, items: list[dict], gates_list: list, *, max_new_tokens: int = 32,
-                      batch_size: int = 8, variant_batch_size: int = 64, masking: str = "zero",
+                      batch_size: int = 8, variant_batch_size: int = 64, masking: Masking | None = None,
                       progress: bool = False) -> list[list[list[int]]]:
     """Per gate setting, per item: the greedy answer's new token ids, up to (not including) the first stop
     token (``stop_token_ids``) or ``max_new_tokens`` of them.
@@ -170,7 +171,7 @@ def generate_variants(model, tokenizer, items: list[dict], gates_list: list, *, 
 
 
 def _greedy_variants(model, ids, gates_list, firsts, stack, *, max_new_tokens, stops, pad, variant_batch_size,
-                     masking, done=None, stopping_criteria=None) -> list[list[list[int]]]:
+                     masking: Masking | None, done=None, stopping_criteria=None) -> list[list[list[int]]]:
     """Per gate setting, per row of ``ids`` (prompts of one length): the answer's new token ids; ``done(rows)``
     is told the (setting, item) rows each generate() answered. ``stopping_criteria`` (generate()'s, per row;
     rows are variant-major) end rows early besides the stop tokens (a row ended so is padded after)."""

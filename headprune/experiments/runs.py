@@ -23,7 +23,7 @@ from headprune.experiments import metrics
 # Below the kinds of score, which build evaluation sets; still importable from here.
 from headprune.experiments.evalset import EvalSet  # noqa: F401
 from headprune.experiments.kinds import kind_of
-from headprune.models.masking import as_mode
+from headprune.models.masking import Masking, as_mode
 
 if TYPE_CHECKING:  # tables are read by the scripts; an evaluation job need not import pandas (0.4 s)
     import pandas as pd
@@ -100,8 +100,9 @@ class EvalSettings:
     variant_batch_size: int = 256
     # How a gate of 0 masks a head: a mode of headprune.models.masking (Zero(), the paper's, Uniform(),
     # Streaming(sink, recent), Mean(constants), Optimal(constants), Resample(pool, seed, draw, draws)), given as
-    # the object, a word that needs nothing more ("zero", "uniform") or a job's params {"word": ..., its fields}.
-    masking: object = "zero"
+    # the object, a word that needs nothing more ("zero", "uniform") or a job's params {"word": ..., its fields};
+    # None: the paper's (masking.DEFAULT). A mode object once built: a job's code below takes it as it is.
+    masking: Masking | str | dict | None = None
     max_new_tokens: int = 32  # retrieval: the longest answer generated (greedy)
 
     def __post_init__(self):

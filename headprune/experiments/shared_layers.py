@@ -31,6 +31,7 @@ from torch import nn
 
 from headprune.io.progress import Progress
 from headprune.models.heads import adapter_for, gated, stack_gates
+from headprune.models.masking import Masking
 
 
 class _Recorded(Exception):
@@ -158,7 +159,7 @@ def _replaying(outputs: dict, rows: int, times: int):
                 module.forward = forward
 
 
-def replays_head_outputs(masking) -> bool:
+def replays_head_outputs(masking: Masking | None) -> bool:
     """Whether a variant may replay its first masked layer's head outputs from the full model's pass: the masking
     changes the output projection's input alone and by the gates alone (zero, mean, optimal: a constant); a
     masking inside the attention (uniform, streaming) or one that reads positions (resample) runs that layer."""
@@ -191,7 +192,7 @@ def replayed_modules(stack: nn.ModuleList, heads: list | None, first: int, recor
 
 
 def forward_variants(model, inputs: dict, gates_list: list, forward: Callable, *, variant_batch_size: int,
-                     masking: str = "zero", done: Callable[[int], None] | None = None) -> list:
+                     masking: Masking | None = None, done: Callable[[int], None] | None = None) -> list:
     """``forward(model, inputs)`` (rows first) for every gate setting (None: the full model), its rows
     repeated once per variant of a group, groups of up to ``variant_batch_size`` rows. ``done(rows)`` is
     told the (setting, item) rows each pass finished (a ``Progress``'s update).

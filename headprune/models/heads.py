@@ -19,6 +19,7 @@ each); gating, scoring and pruning only talk to ``AttentionSite`` objects (both 
 from __future__ import annotations
 
 import contextlib
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -26,6 +27,9 @@ from headprune.models.attention_types import ATTENTION_TYPES, DEC_SELF, ENC_DEC,
 # The sites and adapters live in headprune.models.sites (below the masking modes); importable from here.
 from headprune.models.sites import (AttentionSite, HeadAdapter, HeadCapture, _batch_major, _causal,  # noqa: F401
                                     _gate_per_row, _site_gate)
+
+if TYPE_CHECKING:  # the modes import heads' machinery when put on a model: gated imports them when called
+    from headprune.models.masking import Masking
 
 def adapter_for(model) -> HeadAdapter:
     """The head adapter of the model's family (``headprune.models.families``: one file per family)."""
@@ -81,15 +85,16 @@ def __getattr__(name):
 
 @contextlib.contextmanager
 def gated(model, gates: dict[str, torch.Tensor] | None = None, capture: HeadCapture | None = None,
-          masking="zero"):
+          masking: Masking | str | None = None):
     """Mask heads by their gates while the context is open.
 
     ``gates[attn_type]`` has shape (layers, original heads). Gates of heads that were physically
     pruned are ignored. How a gate switches a head off is ``masking``'s (``headprune.models.masking``:
-    the strings "zero" and "uniform", or a mode object: ``Zero()``, ``Uniform()``,
-    ``Streaming(sink, recent)``, ``Mean(constants)``, ``Optimal(constants)``, ``Resample(pool, seed, draw)``).
+    a mode object: ``Zero()``, ``Uniform()``, ``Streaming(sink, recent)``, ``Mean(constants)``,
+    ``Optimal(constants)``, ``Resample(pool, seed, draw)``, or the strings "zero" and "uniform"; None is the
+    paper's, ``masking.DEFAULT``).
 
-    ``masking="zero"`` (the default) multiplies every head's output by its gate, which may be 0/1
+    ``Zero()`` (the default) multiplies every head's output by its gate, which may be 0/1
     or any real value (a leaf with requires_grad gives dL/dxi). With ``capture``, each head's output
     (batch, time, heads, head_dim) and its gradient are recorded for importance scores.
 

@@ -471,6 +471,14 @@ class Resample(_OutputMasking):
 # --- From a word ------------------------------------------------------------------------------------------
 
 MASKING_WORDS = tuple(MODES)
+# The paper's masking: what ``masking=None`` means in every signature, resolved here alone (``as_masking``,
+# ``as_mode``, ``default_word``); the schema's default word for the masking keys is checked against it (a test).
+DEFAULT: type[Masking] = Zero
+
+
+def default_word(word: str | None) -> str:
+    """A config word, the default mode's where None (job params keep the bare word, as they always had)."""
+    return DEFAULT.word if word is None else word
 
 
 def _needs(cls: type[Masking]) -> list[str]:
@@ -483,11 +491,14 @@ def _plain() -> list[str]:
     return [word for word, cls in MODES.items() if not _needs(cls)]
 
 
-def as_masking(masking) -> Masking:
-    """``gated``'s masking argument as a mode: a ``Masking`` as it is, a word whose mode needs nothing ("zero",
-    "uniform") as its object; a word that needs data is refused with what to pass instead."""
+def as_masking(masking: Masking | str | None) -> Masking:
+    """``gated``'s masking argument as a mode: a ``Masking`` as it is, None as the paper's (``DEFAULT``), a word
+    whose mode needs nothing ("zero", "uniform") as its object; a word that needs data is refused with what to
+    pass instead."""
     if isinstance(masking, Masking):
         return masking
+    if masking is None:
+        return DEFAULT()
     plain = _plain()
     if isinstance(masking, str) and masking in plain:
         return MODES[masking]()
@@ -520,11 +531,11 @@ def masking_for(word: str, **settings) -> Masking:
     return cls(**settings)
 
 
-def as_mode(masking) -> Masking:
-    """An ``EvalSettings``' masking as its mode: a ``Masking`` as it is, a config word, or a job's params dict
-    {"word": ..., its fields} (``Pipeline``'s studies write them)."""
-    if isinstance(masking, Masking):
-        return masking
+def as_mode(masking: Masking | str | dict | None) -> Masking:
+    """An ``EvalSettings``' masking as its mode: a ``Masking`` as it is, None as the paper's (``DEFAULT``), a config
+    word, or a job's params dict {"word": ..., its fields} (``Pipeline``'s studies write them)."""
+    if isinstance(masking, Masking) or masking is None:
+        return as_masking(masking)
     if isinstance(masking, dict):
         if "word" not in masking:
             raise ValueError(f"a masking's settings name its mode: {{'word': one of {tuple(MODES)}, ...}}, got {masking!r}")

@@ -47,6 +47,7 @@ from torch import nn
 
 from headprune.io.progress import counted
 from headprune.models.heads import adapter_for, gated, head_shape
+from headprune.models.masking import Masking
 
 TEMPERATURE = 0.33
 STRETCH = (-0.1, 1.1)
@@ -191,7 +192,7 @@ def loss_terms(adapter, batch) -> int:
 def train_gates(model, batches: Iterable[dict], *, penalty: float, steps: int, lr: float,
                 train_model: bool = False, model_lr: float | None = None, seed: int = 0,
                 temperature: float = TEMPERATURE, init_log_a: float | None = INIT_LOG_A,
-                device: str | torch.device | None = None, masking="zero",
+                device: str | torch.device | None = None, masking: Masking | None = None,
                 progress: bool = True) -> tuple[HardConcreteGates, pd.DataFrame]:
     """Learn Hard Concrete head gates on ``batches`` (cycled for ``steps`` Adam steps).
 
@@ -207,7 +208,7 @@ def train_gates(model, batches: Iterable[dict], *, penalty: float, steps: int, l
     fine-tunes with its gates (Adam, ``model_lr``, required) in train mode, its dropout on as in her
     training. The model's mode and requires_grad flags are restored afterwards.
 
-    ``masking`` is how a gate acts (``gated``'s argument: "zero", Voita's g * o_h, or a mode of
+    ``masking`` is how a gate acts (``gated``'s argument: None or ``Zero()``, Voita's g * o_h, or a mode of
     ``headprune.models.masking`` that takes real gates: ``Mean``/``Optimal``, g * o_h + (1 - g) * c_h, and
     ``Resample``, g * o_h + (1 - g) * r_h, the donors of its one draw). Uniform and streaming masking take gates
     0 or 1 only, which a gate sample is not: they are refused.

@@ -4,7 +4,7 @@ stage whose jobs mask that way reads it from here: where it is (``masking_data``
 name it (``eval_settings``)."""
 from __future__ import annotations
 
-from headprune.models.masking import MODES
+from headprune.models.masking import MODES, default_word
 
 
 def params(study, word):
@@ -21,6 +21,8 @@ def masking_data(study, word) -> list[str]:
     return [f"{study.pipeline.results_dir}/{owner.name}/head_constants/{word}.safetensors"]
 
 
-def eval_settings(study, bleu, masking="zero"):
-    """The study's evaluation settings under ``masking``, with the file its mode reads."""
+def eval_settings(study, bleu, masking: str | None = None):
+    """The study's evaluation settings under ``masking`` (a config word; None: the paper's), with the file its mode
+    reads."""
+    masking = default_word(masking)
     return study.eval_settings(bleu, masking, masking_data(study, masking))
