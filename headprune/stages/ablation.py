@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from headprune.experiments.kinds.base import ConfigError
+from headprune.models.masking import default_word
 from headprune.stages import constants
 
 EXPERIMENTS = ("ablation", "cross_domain", "one_head_per_layer")
@@ -187,7 +188,7 @@ def check_screen(pipeline):
             head_count(screen["sample"], heads - top_k, "ablation.screen.sample")
         except ValueError as error:
             raise ConfigError(f"config: {error}") from None
-        masking = study.masking(ablation.get("masking", "zero"))
+        masking = study.masking(default_word(ablation.get("masking")))
         if screen["method"] != "exact" and masking not in GRADIENT_MASKINGS:
             key = f"models.{study_name}.masking" if "masking" in study.entry else "ablation.masking"
             raise ConfigError(f"config: ablation.screen.method is {screen['method']}, a gradient screen, which needs "

@@ -3,7 +3,7 @@ job per penalty, each model set beside I_h pruning and random pruning with as ma
 from __future__ import annotations
 
 from headprune.experiments.kinds.base import ConfigError
-from headprune.models.masking import MODES
+from headprune.models.masking import MODES, default_word
 from headprune.stages import constants
 from headprune.stages.ablation import full_model_roles
 
@@ -24,7 +24,7 @@ def rows(study):
 
 def masking(study):
     """models.<study>.masking over concrete.masking (gates are real numbers: modes that take them)."""
-    return study.masking(study.config["concrete"].get("masking", "zero"))
+    return study.masking(default_word(study.config["concrete"].get("masking")))
 
 
 def masking_data(study) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from headprune.experiments.kinds import kind_of
 from headprune.experiments.kinds.base import ConfigError
+from headprune.models.masking import default_word
 from headprune.stages import constants
 
 EXPERIMENTS = ("retrieval_heads",)
@@ -42,7 +43,7 @@ def heads_source(study):
 def heads_masking(study):
     """How Wu et al.'s experiment masks the K heads (both scores): models.<study>.masking over
     retrieval_heads.masking (zero by default, as Wu et al. mask them)."""
-    return study.masking(study.config["retrieval_heads"].get("masking", "zero"))
+    return study.masking(default_word(study.config["retrieval_heads"].get("masking")))
 
 
 def heads_params(study):
