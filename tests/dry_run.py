@@ -42,3 +42,21 @@ def write_config(path, edit=lambda config: None, base=DEMO_CONFIG):
     edit(config)
     Path(path).write_text(yaml.safe_dump(config, sort_keys=False))
     return path
+
+
+WORKFLOW = ("Snakefile", "rules", "headprune", "scripts", "demo", "report", "envs", "config.yaml")
+
+
+def copy_workflow(dest: Path) -> Path:
+    """The workflow's files (what a dry run reads) copied into ``dest``, for a test that adds files to it."""
+    import shutil
+
+    root = DEMO_CONFIG.parents[1]
+    dest.mkdir(parents=True)
+    for name in WORKFLOW:
+        source = root / name
+        if source.is_dir():
+            shutil.copytree(source, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(source, dest / name)
+    return dest

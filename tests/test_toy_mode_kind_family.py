@@ -6,7 +6,6 @@ leaves out an answer is refused by tests/test_kinds_abstract.py; a stage is test
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import types
@@ -16,13 +15,12 @@ import pytest
 import torch
 import yaml
 
-from dry_run import job_stats, planned_jobs, write_config
+from dry_run import copy_workflow, planned_jobs, write_config
 from headprune import config_schema
 from headprune.models import families, masking
 from headprune.models.heads import adapter_for, gated
 
 ROOT = Path(__file__).resolve().parents[1]
-WORKFLOW = ("Snakefile", "rules", "headprune", "scripts", "demo", "report", "envs", "config.yaml")
 
 # The toy mode, as a developer writes it into headprune/models/masking.py: switched off, a head's output is shrunk
 # by a scale from the config rather than removed. Every name it uses is masking.py's own.
@@ -85,14 +83,7 @@ def add_toy_kind(copy: Path) -> set[str]:
 def workflow(tmp_path_factory):
     """One copy of the workflow with the toy mode and the toy kind written in as the docs say, and what that
     changed: two dry runs share it, and nothing registered there reaches this process."""
-    copy = tmp_path_factory.mktemp("toys") / "workflow"
-    copy.mkdir()
-    for name in WORKFLOW:
-        source = ROOT / name
-        if source.is_dir():
-            shutil.copytree(source, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(source, copy / name)
+    copy = copy_workflow(tmp_path_factory.mktemp("toys") / "workflow")
     before = files(copy)
     touched = {"mode": add_toy_mode(copy), "kind": add_toy_kind(copy)}
     after = files(copy)

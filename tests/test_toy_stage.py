@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import yaml
 
-from dry_run import job_stats, write_config
+from dry_run import copy_workflow, job_stats, write_config
 
-ROOT = Path(__file__).resolve().parents[1]
-WORKFLOW = ("Snakefile", "rules", "headprune", "scripts", "demo", "report", "envs", "config.yaml")
 
 TOY = {
     "rules/toy.smk": '''"""A toy stage: each study of experiments.toy counts its heads toy.repeats times."""
@@ -108,14 +105,7 @@ def files(folder: Path) -> set[str]:
 
 
 def test_a_toy_stage_is_four_files(tmp_path):
-    copy = tmp_path / "workflow"
-    copy.mkdir()
-    for name in WORKFLOW:
-        source = ROOT / name
-        if source.is_dir():
-            shutil.copytree(source, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(source, copy / name)
+    copy = copy_workflow(tmp_path / "workflow")
     before = files(copy)
     for name, text in TOY.items():
         (copy / name).write_text(text)
