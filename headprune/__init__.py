@@ -35,12 +35,13 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # what __getattr__ imports, spelled out for type checkers and tests/test_layering.py
     from headprune.experiments import criteria, metrics, perplexity, retrieval, runs, screening, sweeps  # noqa: F401
-    from headprune.models import export, heads, loading  # noqa: F401
+    from headprune.models import export, heads, loading, masking  # noqa: F401
     from headprune.scoring import importance  # noqa: F401
 
 _NAMES = {
     "models.loading": ("load_model", "guess_kind"),
-    "models.heads": ("gated", "full_gates", "head_shape"),
+    "models.heads": ("full_gates", "head_shape"),
+    "models.masking": ("gated",),
     "models.export": ("save_pruned",),
     "scoring.importance": ("head_scores",),
     "experiments.criteria": ("criterion_order", "CRITERIA"),

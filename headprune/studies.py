@@ -27,7 +27,6 @@ from headprune.experiments.kinds.base import ConfigError
 from headprune.experiments.kinds.language_modeling import LM_SPLITS
 from headprune.io.download import local_source
 from headprune.models.attention_types import TOWER_TYPES
-from headprune.models.masking import MODES, default_word
 
 # The test sets a study is evaluated on, by role: "eval" (Table 1, pruning), "ood" (cross-domain,
 # Figure 2), "selection" and "test" (one head per layer, Tables 2-3).
@@ -202,25 +201,10 @@ class Study:
         """The files a job reads to evaluate on ``roles``."""
         return self.scoring.eval_data(self, roles)
 
-    def masking(self, default):
-        """How this study's ablation and pruning mask a head: models.<study>.masking over the experiment's."""
-        return self.entry.get("masking", default)
-
-    def eval_settings(self, bleu, masking: str | None = None, data=()):
-        """How the model is evaluated (headprune.experiments.runs.EvalSettings); ``masking`` is how a switched-off
-        head is replaced (a config word of headprune.models.masking: zero, the paper's, uniform, streaming, mean,
-        optimal, resample; None: the paper's, ``masking.DEFAULT``) with what its mode reads: the streaming window,
-        and ``data``, [its file of constants or donors], whose place is the constants stage's
-        (headprune.stages.constants.eval_settings passes it)."""
-        rows = self.config["ablation"].get("variant_batch_size", {}).get(self.kind, 256)
-        masking = default_word(masking)
-        mode = MODES[masking]
-        if mode.data and not data:
-            raise ValueError(f"{masking} masking reads a file ({mode.data}): headprune.stages.constants.eval_settings")
-        settings = {**mode.settings_from_config(self.pipeline.mode_config(masking)),
-                    **({mode.data: data[0]} if mode.data else {})}
-        # the word alone where the mode has nothing more (the paper's zero: its jobs' params as they were)
-        return self.scoring.eval_settings(self, bleu, {"word": masking, **settings} if settings else masking, rows)
+    @property
+    def variant_rows(self) -> int:
+        """How many rows (examples x gate settings) one forward pass of an ablation or pruning job takes."""
+        return self.config["ablation"].get("variant_batch_size", {}).get(self.kind, 256)
 
     @property
     def importance_table(self):
@@ -276,14 +260,6 @@ class Pipeline:
         config = yaml.safe_load(Path(path).read_text())
         validate(config, schema or SCHEMA_FILE)
         return cls(config)
-
-    def mode_config(self, word) -> dict:
-        """The config section of a masking mode's settings (``MODES[word].config_key``; {}: none)."""
-        keys = MODES[word].config_key
-        section = self.config if keys else {}
-        for key in keys:
-            section = section.get(key, {})
-        return section
 
     @functools.cache
     def study(self, name) -> Study:

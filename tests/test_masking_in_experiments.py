@@ -2,6 +2,8 @@
 config word and the file of its data, and a job's gate settings evaluated together (the layers below each
 setting's first masked head replayed from the full model's pass where the mode allows it) give what each setting
 gives alone under headprune.gated."""
+import ast
+
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -10,7 +12,7 @@ from headprune.experiments.perplexity import window_batches, window_nll_variants
 from headprune.experiments.runs import EvalSettings, gates_without
 from headprune.experiments.shared_layers import replays_head_outputs
 from headprune.models.heads import gated
-from headprune.models.masking import Mean, Resample, Uniform
+from headprune.models.masking import MODES, Mean, Resample, Uniform
 from headprune.scoring.constants import mean_constants, resample_pool
 from headprune import stages
 
@@ -226,7 +228,8 @@ def test_a_study_masked_by_a_constant_reads_its_importance_datas_file():
     assert stages.constants.params(lm, "optimal") == {"mode": "optimal", "steps": 50, "lr": 0.05, "repeats": 1, "seed": 0}
     # a mode without settings in the config has none: its data job reruns for nothing else (no other config key)
     assert stages.constants.params(lm, "mean") == {"mode": "mean"}
-    assert [pipeline.mode_config(word) for word in ("zero", "uniform", "mean")] == [{}, {}, {}]
+    assert [MODES[word].section(pipeline.config) for word in ("zero", "uniform", "mean")] == [{}, {}, {}]
+    assert MODES["streaming"].section(pipeline.config) is pipeline.config["streaming"]
     assert stages.constants.masking_data(pipeline.study("mnli"), "zero") == []
 
 
@@ -377,3 +380,48 @@ def test_the_demo_compares_its_language_model_under_four_modes():
     assert stages.masking_modes.inputs(study, "zero")["masking"] == []
     assert f"{pipeline.figures_dir}/tiny_llama/masking_modes_summary.csv" in pipeline.targets()
     assert len(stages.report.scorecard_inputs(pipeline)["masking_modes"]) == 4
+
+
+def test_a_studys_masking_is_resolved_in_the_constants_stage_alone():
+    """The config side of masking's path (#47 item 4): the override models.<study>.masking over each experiment's
+    word, the paper's when neither is written, resolved by stages.constants.masking alone, which every stage's
+    jobs get their settings from (a study and the other stages never read a masking key)."""
+    from pathlib import Path
+
+    from headprune.stages import constants
+
+    config = demo_config()
+    config["ablation"]["masking"] = "uniform"
+    config["pruning"]["masking"] = "mean"
+    config["concrete"].pop("masking", None)
+    config["models"]["tiny_llama"]["masking"] = "optimal"
+    config["models"]["roberta_mnli"].pop("masking", None)
+    pipeline = validated_pipeline(config)
+    lm, roberta = pipeline.study("tiny_llama"), pipeline.study("roberta_mnli")
+    assert [constants.masking(lm, key) for key in ("ablation", "pruning", "concrete")] == ["optimal"] * 3
+    assert [constants.masking(roberta, key) for key in ("ablation", "pruning", "concrete")] == ["uniform", "mean", "zero"]
+    assert constants.masking_key(lm, "pruning") == "models.tiny_llama.masking"
+    assert constants.masking_key(roberta, "pruning") == "pruning.masking"
+    # what the jobs get: the stages' settings are the constants stage's, by experiment
+    assert stages.ablation.settings(roberta)["masking"] == "uniform"
+    assert stages.pruning.settings(roberta)["masking"] == {
+        "word": "mean", "constants": f"{pipeline.results_dir}/roberta_mnli/head_constants/mean.safetensors"}
+    assert stages.pruning.settings(lm)["masking"]["word"] == "optimal"
+    assert constants.eval_settings(roberta, "detokenized")["masking"] == "zero"  # a full model: no head off
+
+    root = Path(__file__).resolve().parents[1]
+    readers = []
+    for path in [root / "headprune/studies.py", *sorted((root / "headprune/stages").glob("*.py"))]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            # config["masking"], entry.get("masking"), "masking" in entry: a masking key read from the config
+            read = (isinstance(node, ast.Subscript) and _is_masking(node.slice)
+                    or isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "get" and node.args and _is_masking(node.args[0])
+                    or isinstance(node, ast.Compare) and _is_masking(node.left))
+            if read and path.name != "constants.py":
+                readers.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert readers == [], readers
+
+
+def _is_masking(node):
+    return isinstance(node, ast.Constant) and node.value == "masking"

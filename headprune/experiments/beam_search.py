@@ -16,7 +16,7 @@ sentence for sentence. It handles the logits processors translation models use (
 NLLB and mBART's target language; forced EOS at the cap, as fairseq); ``supports`` says whether a
 model asks for nothing else, and the caller falls back to generate() when it does.
 
-Each row of the batch carries its own gate variant (``heads.gated`` with one gate setting per row),
+Each row of the batch carries its own gate variant (``masking.gated`` with one gate setting per row),
 so rows can leave in any order.
 """
 from __future__ import annotations
@@ -28,8 +28,8 @@ import torch
 from transformers import GenerationConfig
 
 from headprune.models.beam_cache import SourceSharingCache
-from headprune.models.heads import ENC_SELF, adapter_for, full_gates, gated
-from headprune.models.masking import Masking
+from headprune.models.heads import ENC_SELF, adapter_for, full_gates
+from headprune.models.masking import Masking, gated
 
 NEG = -1.0e9  # transformers' "never pick this" score
 

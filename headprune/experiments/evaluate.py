@@ -1,7 +1,7 @@
 """Run a (gated or pruned) model over a test set: class predictions or translations.
 
 The ``*_variants`` functions evaluate several gate settings at once: each batch is repeated once
-per variant (variant-major, as ``heads.gated`` reads stacked gates), so one forward or
+per variant (variant-major, as ``masking.gated`` reads stacked gates), so one forward or
 generate() serves them all. The batches themselves stay as a single variant's run makes them, so
 each variant's outputs equal its run alone (the translation length cap depends on a batch's
 padded length, so a sentence must not change batches with the number of variants).
@@ -17,8 +17,8 @@ from headprune.experiments.beam_search import beam_search
 from headprune.experiments.beam_search import supports as beam_search_supports
 from headprune.experiments.shared_layers import forward_variants, variant_progress
 from headprune.models.beam_cache import SourceSharingCache
-from headprune.models.heads import gated, stack_gates
-from headprune.models.masking import Masking
+from headprune.models.heads import stack_gates
+from headprune.models.masking import Masking, gated
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def predict_classes_variants(model, batches: list[dict], gates_list: list, *, va
                              device=None, progress: bool = False, masking: Masking | None = None) -> np.ndarray:
     """(variants, examples) predicted class indices (argmax of the logits), one row per gate setting.
 
-    ``masking`` says how a gate of 0 masks a head (``heads.gated``): a mode of ``headprune.models.masking``.
+    ``masking`` says how a gate of 0 masks a head (``gated``): a mode of ``headprune.models.masking``.
     Variants share the layers below their first masked head (``shared_layers.forward_variants``).
     """
     device = device or next(model.parameters()).device
@@ -79,7 +79,7 @@ def translate_variants(model, tokenizer, sources: list[str], gates_list: list, *
     padded source length + max_len_b. Each beam search runs one batch for as many variants as fit
     in ``variant_batch_size`` sentences: ``beam_search.beam_search`` (finished sentences leave the
     batch) where it computes what generate() does, else generate(). ``masking`` says how a gate of 0
-    masks a head (``heads.gated``): a mode of ``headprune.models.masking``.
+    masks a head (``gated``): a mode of ``headprune.models.masking``.
     """
     device = device or next(model.parameters()).device
     model.eval()

@@ -281,7 +281,7 @@ class _ContextBatch:
 
         from headprune.experiments.retrieval import _prefill
         from headprune.experiments.shared_layers import _replaying
-        from headprune.models.heads import gated
+        from headprune.models.masking import gated
 
         replay, replay_rows, own_from = replays
         contexts, rows = len(self.context), self.inputs["input_ids"].shape[0]

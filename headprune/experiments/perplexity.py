@@ -163,7 +163,7 @@ def window_nll_variants(model, batches: list[dict], gates_list: list, *, variant
                         masking: Masking | None = None) -> list[list[tuple[float, int]]]:
     """Per gate setting (None: all heads), per window: (summed next-token NLL, predicted tokens).
 
-    Several settings share a forward pass (batched gate variants, ``headprune.models.heads.gated``), and
+    Several settings share a forward pass (batched gate variants, ``headprune.models.masking.gated``), and
     the layers below their first masked head (``shared_layers.forward_variants``)."""
     from headprune.experiments.shared_layers import forward_variants, variant_progress
 

@@ -15,7 +15,7 @@ filling a ``DynamicCache``; each variant then replays the recorded outputs of la
 (``shared_layers``) and computes layers f.. only, and the cache entries of the replayed layers (which it
 does not write) are the full model's. The variants' caches are written, variant-major, into one cache
 with room for the answer's tokens, and ``generate()`` runs them all together: the prompt's last token, then
-greedy steps, under batched gates (``headprune.models.heads.gated``). On a model without one stack of
+greedy steps, under batched gates (``headprune.models.masking.gated``). On a model without one stack of
 layers holding every head, each variant runs its prompt whole.
 
 Each variant's prompt is computed in a pass of its own (its batch's rows, whatever
@@ -49,9 +49,9 @@ from headprune.experiments.shared_layers import (_recording, _replaying, first_m
                                                  layer_stack, replayed_modules, replays_head_outputs, variant_progress,
                                                  what_to_record)
 from headprune.experiments.stats import paired_bootstrap
-from headprune.models.heads import gated, stack_gates
+from headprune.models.heads import stack_gates
 from headprune.models.loading import attention_backend
-from headprune.models.masking import Masking
+from headprune.models.masking import Masking, gated
 
 # End-of-turn tokens of chat models (Llama 3, ChatML/Qwen, Gemma, Phi-3): an answer ends there as at EOS.
 END_OF_TURN_TOKENS = ("<|eot_id|>", "<|im_end|>", "<end_of_turn>", "<|end|>")

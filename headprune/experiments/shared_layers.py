@@ -30,8 +30,8 @@ import torch
 from torch import nn
 
 from headprune.io.progress import Progress
-from headprune.models.heads import adapter_for, gated, stack_gates
-from headprune.models.masking import Masking
+from headprune.models.heads import adapter_for, stack_gates
+from headprune.models.masking import Masking, gated
 
 
 class _Recorded(Exception):

@@ -58,7 +58,8 @@ from headprune.experiments.timing import (Batch, device_name, environment, gpu_m
                                          stopwatch_for, synchronizer, time_variants, weight_bytes)
 from headprune.io.progress import Progress
 from headprune.models.beam_cache import SourceSharingCache
-from headprune.models.heads import adapter_for, gated
+from headprune.models.heads import adapter_for
+from headprune.models.masking import gated
 from headprune.models.prune import count_heads, prune_heads
 
 ORIGINAL, PRUNED, UNIFORM, STOCK = "original", "pruned", "uniform", "stock"

@@ -1,6 +1,6 @@
 """How a gate of 0 switches a head off: one class per masking mode, the six side by side (issue #32).
 
-``headprune.models.heads.gated(model, gates, capture, masking)`` finds the model's attention sites, asks the
+``gated(model, gates, capture, masking)`` (here; importable from ``headprune.models.heads`` too) finds the model's attention sites, asks the
 mode to check the gates and the model (``Masking.check``), and to put its hooks on the model
 (``Masking.install``); the hooks come off when the context closes. A mode is one class here and owns all
 there is to it: its config word (``word``), its parameters, where they sit in the config and their schema
@@ -79,6 +79,7 @@ ride along as a gate variant: beam search gives every row its own gate setting).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
@@ -111,6 +112,14 @@ class Masking:
     data_maker: ClassVar[str | None] = None
 
     # --- from the config (no torch) -----------------------------------------------------------------------
+
+    @classmethod
+    def section(cls, config: dict) -> dict:
+        """This mode's section of the whole config (at ``config_key``; {}: none)."""
+        section = config if cls.config_key else {}
+        for key in cls.config_key:
+            section = section.get(key, {})
+        return section
 
     @classmethod
     def settings_from_config(cls, section: dict) -> dict:
@@ -506,6 +515,70 @@ def as_masking(masking: Masking | str | None) -> Masking:
                          f"{MODES[masking].hint}")
     raise ValueError(f"masking must be one of {tuple(plain)} or a masking object "
                      f"({', '.join(cls.__name__ for word, cls in MODES.items() if word not in plain)}), got {masking!r}")
+
+
+@contextlib.contextmanager
+def gated(model, gates: dict | None = None, capture=None, masking: Masking | str | None = None):
+    """Mask heads by their gates while the context is open.
+
+    ``gates[attn_type]`` has shape (layers, original heads). Gates of heads that were physically
+    pruned are ignored. How a gate switches a head off is ``masking``'s (``headprune.models.masking``:
+    a mode object: ``Zero()``, ``Uniform()``, ``Streaming(sink, recent)``, ``Mean(constants)``,
+    ``Optimal(constants)``, ``Resample(pool, seed, draw)``, or the strings "zero" and "uniform"; None is the
+    paper's, ``masking.DEFAULT``).
+
+    ``Zero()`` (the default) multiplies every head's output by its gate, which may be 0/1
+    or any real value (a leaf with requires_grad gives dL/dxi). With ``capture``, each head's output
+    (batch, time, heads, head_dim) and its gradient are recorded for importance scores.
+
+    ``Mean(constants)`` / ``Optimal(constants)`` give a head g * output + (1 - g) * its constant vector,
+    any real gate, with ``capture`` as zero masking; ``Resample(pool, seed, draw)`` the same with a donor
+    token's output in place of the constant.
+
+    ``masking="uniform"`` takes gates 0 or 1 only: a head with gate 0 attends uniformly to the keys
+    it may attend to (its query is zeroed, see ``headprune.models.masking``), a head with gate 1 is left
+    as it is. It does not take ``capture``, and refuses models whose scores have terms besides
+    query . key and the mask.
+
+    ``masking=Streaming(sink, recent)`` takes gates 0 or 1 only: a head with gate 0 attends only to the
+    first ``sink`` and the last ``recent`` tokens up to its query (a streaming head), a head with gate 1 is
+    left as it is. It does not take ``capture``, runs on the decoder-only LMs under eager or sdpa attention,
+    and counts positions over the real tokens of the 2-D ``attention_mask``. (The string "streaming" is
+    refused: the window has no default.)
+
+    Gates of shape (variants, layers, heads) evaluate several gate settings in one pass: the batch
+    must then be the evaluation batch repeated once per variant, variant-major (rows [0, B) get
+    variant 0, [B, 2B) variant 1, ...). ``generate()`` keeps that order when it expands each
+    example into its beams, so the same input works there too.
+
+    >>> import torch
+    >>> gates = full_gates(model)
+    >>> gates["dec_self"][1, 2] = 0.0  # switch off head 2 of layer 1
+    >>> batch = evalset_batches(tokenizer, evalset, 2)[0]
+    >>> with torch.no_grad(), gated(model, gates):
+    ...     loss = model(**batch).loss
+    >>> bool(torch.isfinite(loss))
+    True
+    """
+    import torch
+
+    from headprune.models.families import adapter_for_model
+
+    mode = as_masking(masking)
+    adapter = adapter_for_model(model)
+    sites = adapter.sites(model)
+    mode.check(model, adapter, sites, gates, capture)
+    handles: list = []
+    try:
+        mode.install(handles, model, sites, gates, capture)
+        if isinstance(model, torch.nn.Module):
+            from headprune.models.masking_hooks import check_reached
+
+            check_reached(handles, model, sites, gates, capture, mode)
+        yield sites
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def masking_for(word: str, **settings) -> Masking:

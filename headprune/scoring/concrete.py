@@ -2,7 +2,7 @@
 
 Beyond the paper: Michel et al. rank heads by I_h; Voita et al. let the data decide which heads to
 drop. Every head h gets a scalar gate g_h on its output, before the output projection (the same
-place as the paper's xi_h, ``headprune.models.heads.gated``), drawn from a Hard Concrete distribution
+place as the paper's xi_h, ``headprune.models.masking.gated``), drawn from a Hard Concrete distribution
 (Louizos et al., 2018) with one learned parameter log_a per head. Following Voita's code
 (lena-voita/the-story-of-heads, lib/layers/concrete_gate.py), with temperature T = 0.33 and
 stretch limits (l, r) = (-0.1, 1.1):
@@ -46,8 +46,8 @@ import torch
 from torch import nn
 
 from headprune.io.progress import counted
-from headprune.models.heads import adapter_for, gated, head_shape
-from headprune.models.masking import Masking
+from headprune.models.heads import adapter_for, head_shape
+from headprune.models.masking import Masking, gated
 
 TEMPERATURE = 0.33
 STRETCH = (-0.1, 1.1)
@@ -114,7 +114,7 @@ class HardConcreteGates(nn.Module):
     """One log_a per head, a (layers, heads) tensor per attention type, as ``full_gates`` shapes them.
 
     ``sample``, ``deterministic`` and ``kept`` return dicts attn_type -> (layers, heads) that
-    ``headprune.models.heads.gated`` takes.
+    ``headprune.models.masking.gated`` takes.
     """
 
     def __init__(self, shape: dict[str, tuple[int, int]], *, temperature: float = TEMPERATURE,

@@ -51,8 +51,8 @@ import torch
 from headprune.io.progress import counted
 from headprune.io.registry import Registry
 from headprune.models.head_constants import HeadConstants, ResamplePool, STREAMS
-from headprune.models.heads import HeadCapture, adapter_for, gated, head_shape
-from headprune.models.masking import MODES, Constant
+from headprune.models.heads import HeadCapture, adapter_for, head_shape
+from headprune.models.masking import MODES, Constant, gated
 
 DEFAULT_STEPS = 200
 DEFAULT_LR = 0.05

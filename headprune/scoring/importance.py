@@ -185,7 +185,8 @@ class _HeadSums:
 
     def add_batch(self, model, adapter, batch: dict, leaves: dict, masking, constants, values: dict) -> None:
         """One forward and backward pass through the model gated by ``leaves``; its terms added."""
-        from headprune.models.heads import HeadCapture, gated
+        from headprune.models.heads import HeadCapture
+        from headprune.models.masking import gated
 
         capture = HeadCapture()
         with gated(model, leaves, capture, masking=masking) as sites:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from headprune.experiments.kinds.base import ConfigError
-from headprune.models.masking import default_word
 from headprune.stages import constants
 
 EXPERIMENTS = ("ablation", "cross_domain", "one_head_per_layer")
@@ -70,13 +69,12 @@ def screen_table(study) -> list[str]:
 
 def settings(study):
     """The ablation's evaluation settings: its masking (models.<study>.masking over ablation.masking)."""
-    ablation = study.config["ablation"]
-    return constants.eval_settings(study, ablation["bleu"], study.masking(ablation["masking"]))
+    return constants.eval_settings(study, study.config["ablation"]["bleu"], "ablation")
 
 
 def masking_data(study) -> list[str]:
     """The file the ablation's masking reads, else nothing."""
-    return constants.masking_data(study, study.masking(study.config["ablation"]["masking"]))
+    return constants.masking_data(study, constants.masking(study, "ablation"))
 
 
 def screen_params(study):
@@ -188,9 +186,9 @@ def check_screen(pipeline):
             head_count(screen["sample"], heads - top_k, "ablation.screen.sample")
         except ValueError as error:
             raise ConfigError(f"config: {error}") from None
-        masking = study.masking(default_word(ablation.get("masking")))
+        masking = constants.masking(study, "ablation")
         if screen["method"] != "exact" and masking not in GRADIENT_MASKINGS:
-            key = f"models.{study_name}.masking" if "masking" in study.entry else "ablation.masking"
+            key = constants.masking_key(study, "ablation")
             raise ConfigError(f"config: ablation.screen.method is {screen['method']}, a gradient screen, which needs "
                               f"{', '.join(GRADIENT_MASKINGS[:-1])} or {GRADIENT_MASKINGS[-1]} masking; {key} is {masking} (use the exact screen)")
         screen_params(study)  # a kind without a screen set refuses the exact screen here, naming the key

@@ -3,7 +3,7 @@ job per penalty, each model set beside I_h pruning and random pruning with as ma
 from __future__ import annotations
 
 from headprune.experiments.kinds.base import ConfigError
-from headprune.models.masking import MODES, default_word
+from headprune.models.masking import MODES
 from headprune.stages import constants
 from headprune.stages.ablation import full_model_roles
 
@@ -22,13 +22,8 @@ def rows(study):
             for p in study.config["concrete"]["penalties"]]
 
 
-def masking(study):
-    """models.<study>.masking over concrete.masking (gates are real numbers: modes that take them)."""
-    return study.masking(default_word(study.config["concrete"].get("masking")))
-
-
 def masking_data(study) -> list[str]:
-    return constants.masking_data(study, masking(study))
+    return constants.masking_data(study, constants.masking(study, "concrete"))
 
 
 def eval_data(study):
@@ -39,7 +34,7 @@ def params(study, penalty):
     config, concrete = study.config, study.config["concrete"]
     return {"penalty": float(penalty), "train": study.train_spec(concrete["batch_size"]),
             **{key: concrete[key] for key in ("train_model", "steps", "lr", "model_lr", "temperature", "seed", "compare")},
-            "eval": study.evalset_spec(), "settings": constants.eval_settings(study, config["pruning"]["bleu"], masking(study)),
+            "eval": study.evalset_spec(), "settings": constants.eval_settings(study, config["pruning"]["bleu"], "concrete"),
             "random_seed": config["pruning"]["random_seed"], "significance": config["significance"]}
 
 
@@ -54,9 +49,8 @@ def targets(pipeline) -> list[str]:
 def check(pipeline):
     """Gates are real numbers in [0, 1]: a study of experiments.concrete is masked by a mode that takes them."""
     for study in pipeline.experiment_studies("concrete"):
-        word = masking(study)
+        word = constants.masking(study, "concrete")
         if not MODES[word].real_gates:
-            key = f"models.{study.name}.masking" if "masking" in study.entry else "concrete.masking"
-            raise ConfigError(f"config: {key} is {word}, which takes gates 0 or 1 only, and experiments.concrete "
+            raise ConfigError(f"config: {constants.masking_key(study, 'concrete')} is {word}, which takes gates 0 or 1 only, and experiments.concrete "
                               f"names '{study.name}': Voita's Hard Concrete gates are real numbers in [0, 1] "
                               f"({', '.join(word for word, mode in MODES.items() if mode.real_gates)} masking)")

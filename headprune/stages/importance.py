@@ -10,7 +10,7 @@ def settings(study) -> dict:
     """config.importance, and under a pruning masking that puts a constant in a head's place (mean, optimal) the
     constants I_h measures a head's change to (|(o_h - c_h) . dL/do_h|, the first-order change of the loss when
     the head becomes its constant)."""
-    word = study.masking(study.config["pruning"]["masking"])
+    word = constants_stage.masking(study, "pruning")
     mode = MODES[word]
     constants = constants_stage.masking_data(study, word)[0] if mode.constant_output and mode.data else None
     return {**study.config["importance"], **({"constants": constants} if constants else {})}

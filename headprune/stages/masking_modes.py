@@ -30,7 +30,7 @@ def params(study, mode):
     layer under that masking."""
     config = study.config
     one_head = {role: study.evalset_spec(role) for role in roles(study)[1:]}
-    return {"mode": mode, "eval": study.evalset_spec(), "settings": constants.eval_settings(study, config["pruning"]["bleu"], mode),
+    return {"mode": mode, "eval": study.evalset_spec(), "settings": constants.eval_settings(study, config["pruning"]["bleu"], word=mode),
             "step_percent": config["pruning"]["step_percent"], "importance": config["importance"],
             "significance": config["significance"], **({"one_head": one_head} if one_head else {})}
 

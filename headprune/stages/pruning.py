@@ -66,13 +66,12 @@ def criteria_jobs(study):
 
 
 def settings(study):
-    pruning = study.config["pruning"]
-    return constants.eval_settings(study, pruning["bleu"], study.masking(pruning["masking"]))
+    return constants.eval_settings(study, study.config["pruning"]["bleu"], "pruning")
 
 
 def masking_data(study) -> list[str]:
     """The file the pruning's masking reads, else nothing."""
-    return constants.masking_data(study, study.masking(study.config["pruning"]["masking"]))
+    return constants.masking_data(study, constants.masking(study, "pruning"))
 
 
 def eval_data(study):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from headprune.experiments.kinds import kind_of
 from headprune.experiments.kinds.base import ConfigError
-from headprune.models.masking import default_word
 from headprune.stages import constants
 
 EXPERIMENTS = ("retrieval_heads",)
@@ -43,7 +42,7 @@ def heads_source(study):
 def heads_masking(study):
     """How Wu et al.'s experiment masks the K heads (both scores): models.<study>.masking over
     retrieval_heads.masking (zero by default, as Wu et al. mask them)."""
-    return study.masking(default_word(study.config["retrieval_heads"].get("masking")))
+    return constants.masking(study, "retrieval_heads")
 
 
 def heads_params(study):
@@ -52,9 +51,9 @@ def heads_params(study):
     settings, bleu = study.config["retrieval_heads"], study.config["pruning"]["bleu"]
     heads, masking = len(study.heads), heads_masking(study)
     scores = [{"name": study.scoring.wu_score, "eval": study.evalset_spec("eval"),
-               "settings": constants.eval_settings(study, bleu, masking)},
+               "settings": constants.eval_settings(study, bleu, word=masking)},
               {"name": "perplexity", "eval": study.lm.evalset_spec("eval"),
-               "settings": constants.eval_settings(study.lm, bleu, masking)}]
+               "settings": constants.eval_settings(study.lm, bleu, word=masking)}]
     return {"k": [k for k in settings["k"] if k <= heads], "random_sets": settings["random_sets"],
             "heads_from": heads_source(study).name, "scores": scores, "significance": study.config["significance"]}
 
