@@ -23,7 +23,7 @@ if not config:
 
 
 
-validate(config)  # rules/schemas/config.schema.yaml and what the masking modes declare
+validate(config)  # rules/schemas/config.schema.yaml, each stage's beside it, and what the masking modes declare
 PIPELINE = Pipeline(config)  # a config that cannot run stops here, before any job, naming its key
 
 DATA = PIPELINE.data_dir

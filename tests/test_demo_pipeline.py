@@ -83,8 +83,9 @@ def test_demo_compares_every_head_criterion(demo_run):
     import yaml
 
     config = yaml.safe_load((ROOT / "demo" / "config.yaml").read_text())
-    schema = yaml.safe_load((ROOT / "rules" / "schemas" / "config.schema.yaml").read_text())
-    default = schema["properties"]["criteria"]["properties"]["compare"]["default"]
+    from headprune.config_schema import schema as config_schema
+
+    default = config_schema()["properties"]["criteria"]["properties"]["compare"]["default"]
     results = demo_run / "results" / "demo"
     for study in config["experiments"]["criteria"]:
         criteria = config["criteria"].get("per_study", {}).get(study, config["criteria"].get("compare", default))

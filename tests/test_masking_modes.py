@@ -462,8 +462,7 @@ def test_one_default_masking():
     import ast
     from pathlib import Path
 
-    import yaml
-
+    from headprune import config_schema
     from headprune.experiments.runs import EvalSettings
     from headprune.models.masking import DEFAULT, as_mode, default_word
 
@@ -486,20 +485,21 @@ def test_one_default_masking():
                           and not (isinstance(item.value, ast.Constant) and item.value.value is None)]
     assert not found, f"masking defaults other than None: {found}"
 
-    schema = yaml.safe_load((root / "rules/schemas/config.schema.yaml").read_text())
-    defaults = set()
+    schema = config_schema.schema()  # the file and each stage's section beside it
+    defaults, count = set(), [0]
 
     def walk(node):
         if isinstance(node, dict):
             for key, value in node.items():
                 if key == "masking" and isinstance(value, dict) and "default" in value:
                     defaults.add(value["default"])
+                    count[0] += 1
                 walk(value)
         elif isinstance(node, list):
             for value in node:
                 walk(value)
 
     walk(schema)
-    assert defaults == {DEFAULT.word}
+    assert defaults == {DEFAULT.word} and count[0] >= 4  # ablation, pruning, concrete, retrieval_heads
     assert as_masking(None) == as_mode(None) == EvalSettings().masking == MODES[DEFAULT.word]() == Zero()
     assert default_word(None) == "zero" and default_word("uniform") == "uniform"

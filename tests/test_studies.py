@@ -330,6 +330,29 @@ def test_the_stages_are_found_and_own_the_experiments_and_the_targets(paper):
     assert not [node for node in ast.walk(study) if isinstance(node, ast.Name) and node.id == "stages"]
 
 
+def test_each_stage_describes_its_own_experiments_and_sections():
+    """A stage's schema file (rules/schemas/<stage>.schema.yaml) holds its experiments' entries, exactly its
+    EXPERIMENTS, and sections no other file describes; the shared file describes no experiment."""
+    import yaml
+
+    schemas = ROOT / "rules" / "schemas"
+    shared = yaml.safe_load((schemas / "config.schema.yaml").read_text())
+    assert shared["properties"]["experiments"]["properties"] == {}
+    sections = {}
+    for name, stage in stages.STAGES.items():
+        path = schemas / f"{name}.schema.yaml"
+        if not path.is_file():
+            assert not getattr(stage, "EXPERIMENTS", ()), f"{name} owns experiments but has no schema file"
+            continue
+        own = yaml.safe_load(path.read_text())["properties"]
+        experiments = own.pop("experiments", {}).get("properties", {})
+        assert sorted(experiments) == sorted(getattr(stage, "EXPERIMENTS", ())), name
+        for section in own:
+            assert section not in shared["properties"] and section not in sections, (name, section)
+            sections[section] = name
+    assert {"ablation", "pruning", "criteria", "concrete", "roles", "speed", "dynamics"} <= set(sections)
+
+
 def test_the_config_checks_are_one_section_each():
     """No check function holds unrelated checks in one: each of config_checks.py and of the stages is under 40
     lines, and a stage's section is checked by its stage."""
