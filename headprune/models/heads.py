@@ -19,7 +19,6 @@ each); gating, scoring and pruning only talk to ``AttentionSite`` objects (both 
 """
 from __future__ import annotations
 
-
 import torch
 
 from headprune.models.attention_types import ATTENTION_TYPES, DEC_SELF, ENC_DEC, ENC_SELF, TYPE_LABELS  # noqa: F401
@@ -69,8 +68,8 @@ def stack_gates(model, group: list):
 
 # Moved to headprune.models.masking with the modes (gated: how a gate switches a head off is the mode's); still
 # importable from here.
-_MOVED = {"gated", "Streaming", "streaming_window", "check_binary_gates", "as_masking", "Masking", "Zero", "Uniform", "Mean",
-          "Optimal", "Constant", "Resample"}
+_MOVED = {"gated", "Streaming", "streaming_window", "check_binary_gates", "as_masking", "Masking", "Zero", "Uniform",
+          "Mean", "Optimal", "Constant", "Resample"}
 
 
 def __getattr__(name):

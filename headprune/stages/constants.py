@@ -44,4 +44,5 @@ def eval_settings(study, bleu: str, experiment: str | None = None, *, word: str 
     settings = {**mode.settings_from_config(mode.section(study.config)),
                 **({mode.data: masking_data(study, word)[0]} if mode.data else {})}
     # the word alone where the mode has nothing more (the paper's zero: its jobs' params as they were)
-    return study.scoring.eval_settings(study, bleu, {"word": word, **settings} if settings else word, study.variant_rows)
+    masking_param = {"word": word, **settings} if settings else word
+    return study.scoring.eval_settings(study, bleu, masking_param, study.variant_rows)
