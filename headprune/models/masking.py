@@ -1,16 +1,16 @@
 """How a gate of 0 switches a head off: one class per masking mode, the six side by side (issue #32).
 
-``gated(model, gates, capture, masking)`` (here; importable from ``headprune.models.heads`` too) finds the model's attention sites, asks the
-mode to check the gates and the model (``Masking.check``), and to put its hooks on the model
-(``Masking.install``); the hooks come off when the context closes. A mode is one class here and owns all
-there is to it: its config word (``word``), its parameters, where they sit in the config and their schema
-(``config_key``, ``config_schema``: merged into rules/schemas/config.schema.yaml by ``headprune.config_schema``),
-the data file it reads and the function that makes it (``data``, ``data_maker``: the head_constants job), how it
-is built from the config (``settings_from_config``), its checks, its hooks, and what it says on a model card
-(``summary``, ``describe``). ``MODES`` maps each word to its class; this module imports without torch (the hooks'
-machinery is ``headprune.models.masking_hooks``, imported when a mode is put on a model). ``gated`` takes a mode
-object, or the strings "zero" and "uniform" (``as_masking``); ``masking_for(word, ...)`` builds one from a
-config word and the data it needs, as ``EvalSettings`` does from a job's params.
+``gated(model, gates, capture, masking)`` (here; importable from ``headprune.models.heads`` too) finds the model's
+attention sites, asks the mode to check the gates and the model (``Masking.check``), and to put its hooks on the
+model (``Masking.install``); the hooks come off when the context closes. A mode is one class here and owns all there
+is to it: its config word (``word``), its parameters, where they sit in the config and their schema (``config_key``,
+``config_schema``: merged into rules/schemas/config.schema.yaml by ``headprune.config_schema``), the data file it
+reads and the function that makes it (``data``, ``data_maker``: the head_constants job), how it is built from the
+config (``settings_from_config``), its checks, its hooks, and what it says on a model card (``summary``,
+``describe``). ``MODES`` maps each word to its class; this module imports without torch (the hooks' machinery is
+``headprune.models.masking_hooks``, imported when a mode is put on a model). ``gated`` takes a mode object, or the
+strings "zero" and "uniform" (``as_masking``); ``masking_for(word, ...)`` builds one from a config word and the data
+it needs, as ``EvalSettings`` does from a job's params.
 
 Modes that act on a head's OUTPUT: the input of the layer's output projection is the concatenation of the
 head outputs, head-major (..., heads * head_dim), so a forward pre-hook on that projection sees each head's
@@ -83,9 +83,12 @@ import contextlib
 import functools
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from headprune.io.registry import Registry
+
+if TYPE_CHECKING:  # torch's: imported when a mode is put on a model
+    from headprune.models.sites import HeadCapture
 
 _SEED = {"$ref": "#/definitions/seed", "default": 0}
 
@@ -518,7 +521,8 @@ def as_masking(masking: Masking | str | None) -> Masking:
 
 
 @contextlib.contextmanager
-def gated(model, gates: dict | None = None, capture=None, masking: Masking | str | None = None):
+def gated(model, gates: dict | None = None, capture: HeadCapture | None = None,
+          masking: Masking | str | None = None):
     """Mask heads by their gates while the context is open.
 
     ``gates[attn_type]`` has shape (layers, original heads). Gates of heads that were physically

@@ -52,5 +52,6 @@ def check(pipeline):
         word = constants.masking(study, "concrete")
         if not MODES[word].real_gates:
             raise ConfigError(f"config: {constants.masking_key(study, 'concrete')} is {word}, which takes gates 0 or 1 "
-                              f"only, and experiments.concrete names '{study.name}': Voita's Hard Concrete gates are real numbers in [0, 1] "
+                              f"only, and experiments.concrete names '{study.name}': Voita's Hard Concrete gates are "
+                              "real numbers in [0, 1] "
                               f"({', '.join(word for word, mode in MODES.items() if mode.real_gates)} masking)")
