@@ -141,16 +141,17 @@ def auto_map(model, source: str) -> dict[str, str]:
 
 
 def save_pruned(model, tokenizer, folder, *, base_model: str | None = None, criterion: str | None = None,
-                masking: str | None = None, curve_point: dict | None = None, layout: str | None = None) -> Path:
+                masking=None, curve_point: dict | None = None, layout: str | None = None) -> Path:
     """Write ``model`` (pruned or not) and ``tokenizer`` (or None) to ``folder`` so that plain transformers loads
     it with ``trust_remote_code=True`` (see the module docstring); headprune's ``load_pruned_weights`` reads it
     too. Written to a temporary sibling and renamed, so a half-written folder is never seen. Returns the folder.
 
     The model card (README.md) says which heads were removed and, where the caller gives them, from which model
     (``base_model``: a hub id or a path; default the model's ``name_or_path``), by which ``criterion`` and
-    ``masking`` they were chosen, and the pruning curve's point it was cut at (``curve_point``: its row of
-    pruning.csv, with ``percent_pruned``, ``heads_pruned``, ``score`` and ``metric``, and where known
-    ``unpruned_score`` and ``data``, what it was scored on).
+    ``masking`` (a config word or a mode of ``headprune.models.masking``) they were chosen, and the pruning
+    curve's point it was cut at (``curve_point``: its row of pruning.csv, with ``percent_pruned``,
+    ``heads_pruned``, ``score`` and ``metric``, and where known ``unpruned_score`` and ``data``, what it was scored
+    on).
 
     >>> from transformers import AutoModelForCausalLM
     >>> _ = remove_heads(model, [("dec_self", 0, 1)])
