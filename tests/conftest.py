@@ -1,5 +1,8 @@
 """Tiny random models and batches shared by the core tests."""
+import functools
 import os
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -26,6 +29,44 @@ RELATIVE_TOLERANCE = {torch.float32: 0.0 if TEST_DEVICE.type == "cpu" else 1e-5,
 EXACT_DECODING = TEST_DTYPE == torch.float32
 if TEST_DEVICE.type == "cuda":
     torch.set_float32_matmul_precision("highest")  # float32 products, not TF32's 10-bit mantissa
+
+
+# --- How the suite splits over pytest-xdist's workers (README: python -m pytest -q -n 2) -------------------
+# Each test file runs whole on one worker, so a module fixture (a trained model, a SLURM cluster) is built once.
+# The files that use the session's finished demo (demo_run: about five minutes of both cores) or a SLURM test
+# cluster (one at a time: CI gives them one HEADPRUNE_SLURM_ROOT) are one unit, sent first since it takes
+# longest. Told apart by their text, a test or fixture taking one of those (the scheduler sees test ids, not
+# fixtures; tests/test_suite_split.py checks the text against pytest's collection). xdist's own --dist loadgroup
+# marks the ids in a way pytest 9 ignores.
+DEMO_GROUP_FIXTURES = ("demo_run", "demo_results", "slurm_cluster")
+DEMO_GROUP = re.compile(rf"[(,]\s*({'|'.join(DEMO_GROUP_FIXTURES)})\s*[,)]")
+
+
+@functools.cache
+def in_demo_group(test_file: str) -> bool:
+    return bool(DEMO_GROUP.search((ROOT / test_file).read_text()))
+
+
+def pytest_collection_modifyitems(config, items):
+    if hasattr(config, "workerinput"):  # an xdist worker: each collects the same, the demo's group first
+        items.sort(key=lambda item: not in_demo_group(item.nodeid.split("::", 1)[0]))
+
+
+try:
+    from xdist.scheduler import LoadFileScheduling
+except ImportError:  # pytest-xdist comes with the test extra; without it the suite runs in one process
+    LoadFileScheduling = None
+
+if LoadFileScheduling is not None:
+    class DemoFilesTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            test_file = super()._split_scope(nodeid)
+            return "demo" if in_demo_group(test_file) else test_file
+
+    @pytest.hookimpl(tryfirst=True)  # before xdist's own, which picks by --dist
+    def pytest_xdist_make_scheduler(config, log):
+        config.option.loadscopereorder = False  # the collection's order, not the files' test counts
+        return DemoFilesTogether(config, log)
 
 
 def on_test_device(thing):
@@ -153,10 +194,8 @@ def model_and_batch(request):
 # (test_demo_pipeline.py checks its numbers, test_daily_use.py dry-runs changes against it,
 # test_slurm.py compares a SLURM run with it.)
 
-import os  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
