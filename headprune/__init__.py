@@ -18,7 +18,8 @@ Examples in the names' docstrings use the README's tiny Llama (``model, tokenize
 ``evalset = evalset_from_text(tokenizer, text, window=16)``); ``tests/test_api.py`` runs them.
 
 - load a model: ``load_model`` (hub id, model folder, pruned folder, fairseq tarball), ``guess_kind``;
-- mask heads: ``gated``, ``full_gates``, ``gates_without``, ``head_shape``, ``all_heads``;
+- mask heads: ``gated``, ``masked_as`` (how every gate of a model masks while a block is open), ``full_gates``,
+  ``gates_without``, ``head_shape``, ``all_heads``;
 - score heads: ``head_scores`` (I_h and every other criterion), ``criterion_order``, ``CRITERIA``;
 - test sets: ``EvalSet``, ``EvalSettings``, ``evalset_from_text``, ``evalset_from_tsv``, ``evalset_batches``;
 - evaluate: ``run``, ``score``, ``compare_to_full``, ``bleu_detokenized``, ``bleu_tokenized``,
@@ -41,7 +42,7 @@ if TYPE_CHECKING:  # what __getattr__ imports, spelled out for type checkers and
 _NAMES = {
     "models.loading": ("load_model", "guess_kind"),
     "models.heads": ("full_gates", "head_shape"),
-    "models.masking": ("gated",),
+    "models.masking": ("gated", "masked_as"),
     "models.export": ("save_pruned",),
     "scoring.importance": ("head_scores",),
     "experiments.criteria": ("criterion_order", "CRITERIA"),

@@ -9,6 +9,7 @@ from headprune.experiments import evaluate
 from headprune.experiments.beam_search import beam_search, supports
 from headprune.experiments.runs import gates_without
 from headprune.models.heads import gated
+from headprune.models.masking import masked_as
 from test_adapter_contract import tiny_bart, tiny_marian, tiny_mbart, tiny_nllb
 
 MODELS = {"fsmt": tiny_fsmt, "prenorm": tiny_m2m100, "bart": tiny_bart, "mbart": tiny_mbart, "marian": tiny_marian,
@@ -84,7 +85,8 @@ def test_a_sentence_at_the_length_cap_and_uniform_masking():
     model, batch = tiny_fsmt(), source_batch(seed=2)
     gates_list = [None, gates_without(model, [("dec_self", 1, 2)]), gates_without(model, [("enc_self", 0, 0)])]
     for masking in ("zero", "uniform"):
-        best = beam_search(model, batch, gates_list, beam=3, lenpen=1.0, max_new=6, masking=masking)
+        with masked_as(model, masking):
+            best = beam_search(model, batch, gates_list, beam=3, lenpen=1.0, max_new=6)
         for gates, variant in zip(gates_list, best):
             with torch.no_grad(), gated(model, gates, masking=masking):
                 out = model.generate(**batch, num_beams=3, early_stopping=True, max_new_tokens=6, max_length=None,
@@ -154,7 +156,8 @@ def test_fsmt_beam_step_is_generate_under_every_mode(pruned, mode, monkeypatch):
     batch = source_batch(sentences=5, seed=4)
     gates_list = [None, gates_without(model, [("dec_self", 0, 2)]), gates_without(model, [("enc_dec", 0, 3)]),
                   gates_without(model, [("enc_self", 1, 1), ("enc_dec", 1, 1)])]
-    best = beam_search(model, batch, gates_list, beam=4, lenpen=1.0, max_new=8, masking=masking)
+    with masked_as(model, masking):
+        best = beam_search(model, batch, gates_list, beam=4, lenpen=1.0, max_new=8)
     assert steps
     assert not any("forward" in vars(attention) for layer in model.model.decoder.layers
                    for attention in (layer.self_attn, layer.encoder_attn))  # the step is taken off again

@@ -9,6 +9,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 
 from headprune.experiments.lm_tasks import TaskError, aggregate, evaluate_variants, item_metrics, load_task
 from headprune.models.heads import Streaming, adapter_for, full_gates, gated
+from headprune.models.masking import masked_as
 
 lm_eval = pytest.importorskip("lm_eval")
 
@@ -260,8 +261,9 @@ def check_against_simple_evaluate(model, tokenizer, path, settings, masking, num
     """Every gate setting's responses, per-item metrics and aggregate equal simple_evaluate's."""
     task = load_task(str(path), num_fewshot=num_fewshot, limit=limit)
     # batches of 9 rows: two questions' choices (and their contexts, of different lengths) go together
-    responses = evaluate_variants(model, tokenizer, task, settings, batch_size=9, variant_batch_size=64,
-                                  masking=masking, progress=False)
+    with masked_as(model, masking):
+        responses = evaluate_variants(model, tokenizer, task, settings, batch_size=9, variant_batch_size=64,
+                                      progress=False)
     json.dumps(responses)  # the pipeline stores them
     assert len(responses) == len(settings)
     distinct = set()

@@ -12,7 +12,7 @@ from headprune.experiments.perplexity import window_batches, window_nll_variants
 from headprune.experiments.runs import EvalSettings, gates_without
 from headprune.experiments.shared_layers import replays_head_outputs
 from headprune.models.heads import gated
-from headprune.models.masking import MODES, Mean, Resample, Uniform
+from headprune.models.masking import MODES, Mean, Resample, Uniform, masked_as
 from headprune.scoring.constants import mean_constants, resample_pool
 from headprune import stages
 
@@ -61,11 +61,13 @@ def test_a_modes_batched_variants_equal_each_setting_alone(llama, data, word):
     settings = EvalSettings(masking={"word": word, **files.get(word, {})})
     masking = settings.masking
     assert isinstance(masking, {"mean": Mean, "resample": Resample, "uniform": Uniform}[word])
-    assert replays_head_outputs(masking) == (word == "mean")  # resample reads positions: its layer runs
+    with masked_as(llama, masking):
+        assert replays_head_outputs(llama) == (word == "mean")  # resample reads positions: its layer runs
     batches = window_batches(windows(2), 3)
     gates_list = [None] + [gates_without(llama, [("dec_self", layer, head)]) for layer, head in
                            [(0, 1), (1, 4), (2, 0), (2, 5)]] + [gates_without(llama, [("dec_self", 1, h) for h in range(3)])]
-    batched = window_nll_variants(llama, batches, gates_list, variant_batch_size=9, masking=masking)
+    with masked_as(llama, masking):
+        batched = window_nll_variants(llama, batches, gates_list, variant_batch_size=9)
     for gates, got in zip(gates_list, batched):
         expected = nll_alone(llama, batches, gates, masking)
         assert [n for _, n in got] == [n for _, n in expected]
@@ -87,7 +89,9 @@ def test_a_mode_that_needs_data_says_which_file(llama, data):
     assert isinstance(a, Mean) and a.head_constants is b.head_constants
     with pytest.raises(ValueError, match="Optimal masking takes optimal constants; these are 'mean'"):
         EvalSettings(masking={"word": "optimal", "constants": str(data / "mean.safetensors")}).masking.head_constants
-    assert not replays_head_outputs(Uniform())
+    with masked_as(llama, Uniform()):
+        assert not replays_head_outputs(llama)
+    assert replays_head_outputs(llama)  # outside a block: the paper's zero masking
 
 
 # --- resample's draws: K masking objects, every experiment's score their mean ------------------------------------

@@ -18,6 +18,7 @@ from headprune.experiments.retrieval import (answer_variants, generate_variants,
                                              retrieval_accuracy, rouge1_recall, stop_token_ids, value_found)
 from headprune.experiments.runs import gates_without
 from headprune.models.heads import adapter_for, gated
+from headprune.models.masking import masked_as
 
 ENDS = (".", "!", "?", "\n")
 WORDS = ("the river old fox saw a bright house near green hills where people walk slowly every morning and "
@@ -356,15 +357,17 @@ def test_answers_of_batched_variants_equal_generate_on_each_setting(make_model, 
     # then every variant in one chunk
     for batch_size, variant_batch_size in ((2, 6), (4, 64)):
         with prompt_work(model) as work:
-            tokens = generate_variants(model, tokenizer, items, settings, max_new_tokens=8, batch_size=batch_size,
-                                       variant_batch_size=variant_batch_size, masking=masking)
+            with masked_as(model, masking):
+                tokens = generate_variants(model, tokenizer, items, settings, max_new_tokens=8, batch_size=batch_size,
+                                           variant_batch_size=variant_batch_size)
         assert tokens == expected
         # the prompts (but their last token) went through layer j's attention once for the full model and once
         # per variant first masked below layer j (first masked layers 3, 0, 0, 2, 1): 1, 3, 4 times; with a
         # masking that acts inside the attention, also in the variant's first masked layer: 3, 4, 5 times
         prefix = sum(len(item["prompt_ids"]) - 1 for item in items)
         assert work == [prefix * n for n in ([1, 3, 4] if masking == "zero" else [3, 4, 5])]
-    answers = answer_variants(model, tokenizer, items, settings, max_new_tokens=8, masking=masking)
+    with masked_as(model, masking):
+        answers = answer_variants(model, tokenizer, items, settings, max_new_tokens=8)
     assert answers == [[tokenizer.decode(a, skip_special_tokens=True) for a in per] for per in expected]
     assert all(len(set(map(tuple, (per[i] for per in expected)))) > 1 for i in range(len(items)))  # heads mattered
     assert any(len(a) == 8 for per in expected for a in per)

@@ -9,6 +9,7 @@ from headprune.experiments.runs import gates_without
 from headprune.experiments.shared_layers import (attention_modules, first_masked_layer, forward_variants, head_output_modules,
                                                  layer_stack)
 from headprune.models.heads import adapter_for, full_gates, gated
+from headprune.models.masking import masked_as
 from test_adapter_contract import CAUSAL, ENCODERS, FAMILIES, build
 
 ONE_STACK = ["bert", *ENCODERS, *CAUSAL]
@@ -117,7 +118,8 @@ def test_uniform_masking_recomputes_the_masked_layer():
     inputs = inputs_of(batch)
     gates_list = [gates_without(model, [("enc_self", 1, 2)]), gates_without(model, [("enc_self", 0, 0)])]
     with torch.no_grad():
-        shared = forward_variants(model, inputs, gates_list, logits, variant_batch_size=1000, masking="uniform")
+        with masked_as(model, "uniform"):
+            shared = forward_variants(model, inputs, gates_list, logits, variant_batch_size=1000)
         for gates, mine in zip(gates_list, shared):
             with gated(model, gates, masking="uniform"):
                 assert (mine - model(**inputs).logits).abs().max() <= 1e-5

@@ -15,6 +15,7 @@ from headprune.experiments.runs import EvalSettings, gates_without
 from headprune.experiments.shared_layers import forward_variants
 from headprune.models.families.causal_lm import positions
 from headprune.models.heads import HeadCapture, Streaming, adapter_for, full_gates, gated, stack_gates
+from headprune.models.masking import masked_as
 from headprune.models.prune import prune_heads
 
 T = "dec_self"
@@ -294,8 +295,9 @@ def test_batched_variants_equal_each_alone(family, backend):
         with gated(model, stack_gates(model, settings), masking=WINDOW):
             together = logits(model, repeated(batch, len(settings)))
         # shared_layers replays the layers below a variant's first masked layer, not the attention module
-        shared = forward_variants(model, batch_inputs(batch), settings + [None],
-                                  lambda m, inputs: logits(m, inputs), variant_batch_size=1000, masking=WINDOW)
+        with masked_as(model, WINDOW):
+            shared = forward_variants(model, batch_inputs(batch), settings + [None],
+                                      lambda m, inputs: logits(m, inputs), variant_batch_size=1000)
         full = logits(model, batch)
     rows = batch["input_ids"].shape[0]
     for k, single in enumerate(alone):

@@ -82,6 +82,11 @@ def test_the_papers_models_and_jobs(paper):
     # Figure 6 prunes a glue task in the importance order only: no single-head ablation needed
     assert stages.pruning.jobs(sst2) == [("all", "importance")] and stages.pruning.criteria(sst2) == []
     assert stages.constants.eval_settings(mnli, "detokenized")["batch_size"] == 64
+    # the keys in their order of old (masking before variant_batch_size): finished jobs' params unchanged
+    assert list(stages.constants.eval_settings(mnli, "detokenized")) == ["batch_size", "max_length", "masking",
+                                                                        "variant_batch_size"]
+    assert list(stages.constants.eval_settings(wmt, "detokenized")) == ["batch_size", "beam", "lenpen", "bleu",
+                                                                       "masking", "variant_batch_size"]
     assert wmt.resource("ablate", "gpu") == 1
 
 
@@ -165,8 +170,11 @@ def test_a_retrieval_study_scores_its_language_model(demo):
     assert niah.retrieval["context_lengths"] == [96, 192] and niah.retrieval["needle"] == "The special magic number is {value}."
     # pruned by I_h estimated on perplexity: the language model's importance table, no job of its own
     assert niah.importance_table == "results/demo/tiny_llama/importance.csv" == lm.importance_table
-    assert stages.constants.eval_settings(niah, "tokenized", word="zero") == {"batch_size": 10, "masking": "zero", "variant_batch_size": 64,
-                                                       "max_new_tokens": 8}
+    settings = stages.constants.eval_settings(niah, "tokenized", word="zero")
+    assert settings == {"batch_size": 10, "masking": "zero", "variant_batch_size": 64, "max_new_tokens": 8}
+    # in the order the kind wrote them before the constants stage added masking: a job's params (compared by
+    # repr) as finished runs recorded them
+    assert list(settings) == ["batch_size", "masking", "variant_batch_size", "max_new_tokens"]
     assert set(stages.roles.inputs(niah)) == {"model", "importance", "windows", "needles"}
     assert [scope_orders[1] for scope_orders in stages.pruning.jobs(niah)][-1] == "oracle"
     assert "retrieval" in stages.pruning.criteria(niah) and niah.experiments == ["ablation", "pruning", "one_head_per_layer",
@@ -207,7 +215,8 @@ def test_llama_config(llama):
     assert study.params["dtype"] == "bfloat16"
     # a study's own resources override config.resources for its jobs only
     assert study.resource("ablate", "gpu") == 1 and study.resource("ablate", "mem_mb") == 64000
-    assert stages.constants.eval_settings(study, "detokenized") == {"batch_size": 4, "masking": "zero", "variant_batch_size": 4}
+    assert list(stages.constants.eval_settings(study, "detokenized").items()) == \
+        [("batch_size", 4), ("masking", "zero"), ("variant_batch_size", 4)]
 
 
 def test_chunks_and_penalties():

@@ -10,6 +10,7 @@ from conftest import (EOS, FAMILIES, PAD, TRANSLATION_FAMILIES, DigitTokenizer, 
 from headprune.experiments.evaluate import predict_classes, predict_classes_variants, stack_gates, translate, translate_variants
 from headprune.experiments.runs import EvalSet, EvalSettings, gates_without, run_variants
 from headprune.models.heads import HeadCapture, adapter_for, full_gates, gated
+from headprune.models.masking import masked_as
 from headprune.models.prune import prune_heads
 
 ATTN_TYPES = ("enc_self", "enc_dec", "dec_self")
@@ -197,8 +198,9 @@ def test_predict_classes_variants_equals_one_by_one():
     model = make_model()
     batches = [make_batch(seed) for seed in (1, 2, 3)]
     gates_list = variants(model, "enc_self")
-    batched = predict_classes_variants(model, batches, gates_list, variant_batch_size=8, masking="uniform")
-    alone = np.stack([predict_classes(model, batches, gates, masking="uniform") for gates in gates_list])
+    with masked_as(model, "uniform"):
+        batched = predict_classes_variants(model, batches, gates_list, variant_batch_size=8)
+        alone = np.stack([predict_classes(model, batches, gates) for gates in gates_list])
     assert batched.shape == (4, 12) and np.array_equal(batched, alone)
     zero = predict_classes_variants(model, batches, gates_list, variant_batch_size=8)
     assert not np.array_equal(batched, zero)
@@ -213,9 +215,9 @@ def test_translate_variants_equals_one_by_one_and_run_variants_passes_masking_on
     model, tokenizer, sources = tiny_fsmt(), DigitTokenizer(), sentences()
     gates_list = variants(model, "enc_dec") + [gates_without(model, [("dec_self", 1, 0), ("enc_self", 0, 3)])]
     options = dict(beam=3, batch_size=3, max_len_a=1.0, max_len_b=3)
-    batched = translate_variants(model, tokenizer, sources, gates_list, variant_batch_size=6, masking="uniform",
-                                 **options)
-    alone = [translate(model, tokenizer, sources, gates, masking="uniform", **options) for gates in gates_list]
+    with masked_as(model, "uniform"):
+        batched = translate_variants(model, tokenizer, sources, gates_list, variant_batch_size=6, **options)
+        alone = [translate(model, tokenizer, sources, gates, **options) for gates in gates_list]
     assert batched == alone
     assert len({tuple(t) for t in alone}) == len(alone)  # the variants translate differently
     zero = translate_variants(model, tokenizer, sources, gates_list, variant_batch_size=6, **options)
@@ -224,7 +226,8 @@ def test_translate_variants_equals_one_by_one_and_run_variants_passes_masking_on
     evalset = EvalSet(kind="translation", references=sources, sources=sources)
     settings = dict(beam=3, batch_size=3, variant_batch_size=6)
     via_settings = run_variants(model, tokenizer, evalset, gates_list, EvalSettings(masking="uniform", **settings))
-    direct = translate_variants(model, tokenizer, sources, gates_list, masking="uniform", **settings)
+    with masked_as(model, "uniform"):
+        direct = translate_variants(model, tokenizer, sources, gates_list, **settings)
     assert via_settings == direct
     assert run_variants(model, tokenizer, evalset, gates_list, EvalSettings(**settings)) == \
         translate_variants(model, tokenizer, sources, gates_list, **settings)

@@ -29,7 +29,7 @@ from transformers import GenerationConfig
 
 from headprune.models.beam_cache import SourceSharingCache
 from headprune.models.heads import ENC_SELF, adapter_for, full_gates
-from headprune.models.masking import Masking, gated
+from headprune.models.masking import gated
 
 NEG = -1.0e9  # transformers' "never pick this" score
 
@@ -84,19 +84,19 @@ def _row_gates(settings: list[dict], rows: torch.Tensor, types) -> dict:
 
 
 @torch.no_grad()
-def beam_search(model, encoded: dict, gates_list: list, *, beam: int, lenpen: float, max_new: int,
-                masking: Masking | None = None) -> list[list[torch.Tensor]]:
+def beam_search(model, encoded: dict, gates_list: list, *, beam: int, lenpen: float,
+                max_new: int) -> list[list[torch.Tensor]]:
     """Best hypothesis (token ids, decoder start first) per gate setting and per sentence of ``encoded``
     (input_ids and attention_mask of one batch); a setting of None is the full model.
 
     The decoder runs its family's own beam steps where it has them (``HeadAdapter.beam_decoding``: FSMT),
     which get the encoder states once per sentence instead of once per beam."""
     with adapter_for(model).beam_decoding(model) as per_sentence:
-        return _search(model, encoded, gates_list, beam=beam, lenpen=lenpen, max_new=max_new, masking=masking,
+        return _search(model, encoded, gates_list, beam=beam, lenpen=lenpen, max_new=max_new,
                        per_sentence=per_sentence)
 
 
-def _search(model, encoded, gates_list, *, beam, lenpen, max_new, masking, per_sentence):
+def _search(model, encoded, gates_list, *, beam, lenpen, max_new, per_sentence):
     device = encoded["input_ids"].device
     n, variants, K = encoded["input_ids"].shape[0], len(gates_list), beam
     tokens = _Tokens.of(model)
@@ -111,7 +111,7 @@ def _search(model, encoded, gates_list, *, beam, lenpen, max_new, masking, per_s
     settings = [g if g is not None else {t: v.to(device) for t, v in full_gates(model).items()}
                 for g in gates_list] if gated_any else []
     decoder_types = [t for t in (settings[0] if settings else {}) if t != ENC_SELF]
-    encoder_states, mask, encoder_of = _encoder_states(model, encoded, gates_list, masking)
+    encoder_states, mask, encoder_of = _encoder_states(model, encoded, gates_list)
 
     # Rows: (variant, sentence, beam), variant-major. A sentence is a (variant, sentence) pair.
     sentence_variant = torch.arange(variants, device=device).repeat_interleave(n)
@@ -130,7 +130,7 @@ def _search(model, encoded, gates_list, *, beam, lenpen, max_new, masking, per_s
     cache = SourceSharingCache.for_beam_search(model)
     cur_len = 1
     while B:
-        with gated(model, gates, masking=masking):
+        with gated(model, gates):
             logits = model(encoder_outputs=(states,), attention_mask=source_mask,
                            decoder_input_ids=beams.running[:, :, cur_len - 1].reshape(B * K, 1),
                            past_key_values=cache, use_cache=True).logits[:, -1, :]
@@ -185,7 +185,7 @@ class _Tokens:
         return log_probs
 
 
-def _encoder_states(model, encoded: dict, gates_list: list, masking):
+def _encoder_states(model, encoded: dict, gates_list: list):
     """The encoder once per distinct encoder gate setting (None: all on, as for decoder-only variants):
     (encoder states and attention mask, one block of the batch's rows per distinct setting; each gate
     setting's block)."""
@@ -203,7 +203,7 @@ def _encoder_states(model, encoded: dict, gates_list: list, masking):
     if any(k is not None for k in keys):
         on = torch.ones_like(next(k for k in keys if k is not None))
         encoder_gates = {ENC_SELF: torch.stack([k if k is not None else on for k in keys]).repeat_interleave(n, 0)}
-    with gated(model, encoder_gates, masking=masking):
+    with gated(model, encoder_gates):
         encoder_states = model.get_encoder()(input_ids=ids, attention_mask=mask, return_dict=True).last_hidden_state
     return encoder_states, mask, encoder_of
 

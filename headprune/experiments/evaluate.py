@@ -4,7 +4,9 @@ The ``*_variants`` functions evaluate several gate settings at once: each batch 
 per variant (variant-major, as ``masking.gated`` reads stacked gates), so one forward or
 generate() serves them all. The batches themselves stay as a single variant's run makes them, so
 each variant's outputs equal its run alone (the translation length cap depends on a batch's
-padded length, so a sentence must not change batches with the number of variants).
+padded length, so a sentence must not change batches with the number of variants). A gate of 0
+masks a head as the ``masked_as`` block open on the model says (``headprune.models.masking``; the
+paper's masking outside one).
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from headprune.experiments.beam_search import supports as beam_search_supports
 from headprune.experiments.shared_layers import forward_variants, variant_progress
 from headprune.models.beam_cache import SourceSharingCache
 from headprune.models.heads import stack_gates
-from headprune.models.masking import Masking, gated
+from headprune.models.masking import gated
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +41,9 @@ def _logits(model, inputs):
 
 @torch.no_grad()
 def predict_classes_variants(model, batches: list[dict], gates_list: list, *, variant_batch_size: int = 256,
-                             device=None, progress: bool = False, masking: Masking | None = None) -> np.ndarray:
+                             device=None, progress: bool = False) -> np.ndarray:
     """(variants, examples) predicted class indices (argmax of the logits), one row per gate setting.
 
-    ``masking`` says how a gate of 0 masks a head (``gated``): a mode of ``headprune.models.masking``.
     Variants share the layers below their first masked head (``shared_layers.forward_variants``).
     """
     device = device or next(model.parameters()).device
@@ -54,32 +55,30 @@ def predict_classes_variants(model, batches: list[dict], gates_list: list, *, va
         for batch in batches:
             inputs = {k: batch[k].to(device) for k in keys}
             logits = forward_variants(model, inputs, gates_list, _logits, variant_batch_size=variant_batch_size,
-                                      masking=masking, done=counter.update)
+                                      done=counter.update)
             predictions.append(torch.stack(logits).argmax(-1).cpu().numpy())
     if not predictions:
         return np.zeros((len(gates_list), 0), dtype=int)
     return np.concatenate(predictions, axis=1)
 
 
-def predict_classes(model, batches: list[dict], gates=None, device=None, progress: bool = False,
-                    masking: Masking | None = None) -> np.ndarray:
+def predict_classes(model, batches: list[dict], gates=None, device=None, progress: bool = False) -> np.ndarray:
     """Predicted class index per example (argmax of the logits), with optional head gates."""
-    return predict_classes_variants(model, batches, [gates], device=device, progress=progress, masking=masking)[0]
+    return predict_classes_variants(model, batches, [gates], device=device, progress=progress)[0]
 
 
 @torch.no_grad()
 def translate_variants(model, tokenizer, sources: list[str], gates_list: list, *, beam: int = 5,
                        lenpen: float = 1.0, batch_size: int = 64, variant_batch_size: int = 256,
                        max_len_a: float = 1.2, max_len_b: int = 10, device=None,
-                       progress: bool = False, masking: Masking | None = None) -> list[list[str]]:
+                       progress: bool = False) -> list[list[str]]:
     """Detokenized translations per gate setting, with beam search (fairseq's defaults: beam 5, length penalty 1).
 
     Sentences are sorted by length and cut into batches of ``batch_size`` so batches pad little;
     the output keeps the input order. The output length is capped at max_len_a * the batch's
     padded source length + max_len_b. Each beam search runs one batch for as many variants as fit
     in ``variant_batch_size`` sentences: ``beam_search.beam_search`` (finished sentences leave the
-    batch) where it computes what generate() does, else generate(). ``masking`` says how a gate of 0
-    masks a head (``gated``): a mode of ``headprune.models.masking``.
+    batch) where it computes what generate() does, else generate().
     """
     device = device or next(model.parameters()).device
     model.eval()
@@ -95,10 +94,10 @@ def translate_variants(model, tokenizer, sources: list[str], gates_list: list, *
         first = 0
         for group in variant_groups(gates_list, batch_size, variant_batch_size):
             if fast:  # finished sentences leave the batch; the same translations as generate()
-                best = beam_search(model, encoded, group, beam=beam, lenpen=lenpen, max_new=max_new, masking=masking)
+                best = beam_search(model, encoded, group, beam=beam, lenpen=lenpen, max_new=max_new)
                 generated = torch.stack([tokens for variant in best for tokens in variant])
             else:
-                with gated(model, stack_gates(model, group), masking=masking):
+                with gated(model, stack_gates(model, group)):
                     generated = model.generate(**{k: _repeated(v, len(group)) for k, v in encoded.items()},
                                                num_beams=beam, length_penalty=lenpen, early_stopping=True,
                                                max_new_tokens=max_new, max_length=None, do_sample=False,
@@ -112,7 +111,6 @@ def translate_variants(model, tokenizer, sources: list[str], gates_list: list, *
     return out  # type: ignore[return-value]
 
 
-def translate(model, tokenizer, sources: list[str], gates=None, masking: Masking | None = None,
-              **options) -> list[str]:
+def translate(model, tokenizer, sources: list[str], gates=None, **options) -> list[str]:
     """Detokenized translations of one gate setting (``translate_variants`` with one variant)."""
-    return translate_variants(model, tokenizer, sources, [gates], masking=masking, **options)[0]
+    return translate_variants(model, tokenizer, sources, [gates], **options)[0]

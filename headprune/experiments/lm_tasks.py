@@ -44,7 +44,6 @@ import torch
 from transformers import StoppingCriteria
 
 from headprune.experiments.loglikelihoods import loglikelihood_variants  # noqa: F401 (its API too)
-from headprune.models.masking import Masking
 
 log = logging.getLogger(__name__)
 
@@ -385,12 +384,12 @@ def _scored_pairs(hflm, instances: list) -> list[list[tuple[list[int], list[int]
 
 @torch.no_grad()
 def evaluate_variants(model, tokenizer, task: LMTask, gates_list: list, *, batch_size: int,
-                      variant_batch_size: int, masking: Masking | None = None, progress: bool = True,
+                      variant_batch_size: int, progress: bool = True,
                       max_length: int | None = None) -> list[list]:
     """Per gate setting (None: every head on), per document of ``task``, the document's responses: per
     request, ``[logprob, is_greedy]`` (loglikelihood, each choice of multiple_choice), the summed log-likelihood
     of its windows (loglikelihood_rolling) or the generated text (generate_until), as lm-eval's HFLM over
-    the model under ``gated(model, gates, masking=masking)`` gives them (``item_metrics`` turns them into
+    the model under ``gated(model, gates)`` (masked as its ``masked_as`` block says) gives them (``item_metrics`` turns them into
     metrics). ``max_length``: HFLM's (None: the model's positions, as HFLM reads them from its config).
 
     ``batch_size`` input rows (or prompts) go together; up to ``variant_batch_size`` rows (a batch repeated
@@ -400,12 +399,12 @@ def evaluate_variants(model, tokenizer, task: LMTask, gates_list: list, *, batch
     instances = [instance for per_doc in task.requests for instance in per_doc]
     if task.output_type == "generate_until":
         responses = _generate_variants(model, hflm, instances, gates_list, batch_size=batch_size,
-                                       variant_batch_size=variant_batch_size, masking=masking, progress=progress)
+                                       variant_batch_size=variant_batch_size, progress=progress)
     else:
         pairs = _scored_pairs(hflm, instances)
         flat = [pair for per_request in pairs for pair in per_request]
         scored = loglikelihood_variants(model, flat, gates_list, max_length=hflm.max_length, batch_size=batch_size,
-                                        variant_batch_size=variant_batch_size, masking=masking, progress=progress)
+                                        variant_batch_size=variant_batch_size, progress=progress)
         responses = []
         for per_pair in scored:
             per_request, start = [], 0
@@ -429,7 +428,7 @@ def evaluate_variants(model, tokenizer, task: LMTask, gates_list: list, *, batch
 
 
 def _generate_variants(model, hflm, instances: list, gates_list: list, *, batch_size: int, variant_batch_size: int,
-                       masking: Masking | None, progress: bool) -> list[list[str]]:
+                       progress: bool) -> list[list[str]]:
     """Per gate setting, per ``generate_until`` request: the generated text as HFLM's ``generate_until`` gives
     it (greedy; its context left-truncated to ``max_length - max_gen_toks`` tokens; decoded without special
     tokens and cut at the first stop string, the EOS token's text among them)."""
@@ -477,7 +476,7 @@ def _generate_variants(model, hflm, instances: list, gates_list: list, *, batch_
             stop_strings = _StopStrings(hflm.tokenizer, until, ids.shape[1])
             generated = _greedy_variants(model, ids, gates_list, firsts, stack, max_new_tokens=prompts[batch[0]][2],
                                          stops=stops, pad=pad, variant_batch_size=variant_batch_size,
-                                         masking=masking, done=counter.update, stopping_criteria=[stop_strings])
+                                         done=counter.update, stopping_criteria=[stop_strings])
             for v, per_item in enumerate(generated):
                 for i, stop, tokens in zip(batch, until, per_item):
                     out[v][i] = postprocess_generated_text(hflm.tok_decode(tokens), stop, None)

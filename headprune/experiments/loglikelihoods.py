@@ -17,14 +17,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from headprune.models.masking import Masking
 
 log = logging.getLogger(__name__)
 
 
 def loglikelihood_variants(model, pairs: list[tuple[list[int], list[int]]], gates_list: list, *, max_length: int,
-                           batch_size: int, variant_batch_size: int, masking: Masking | None = None,
-                           progress: bool = False, share_contexts: bool = True) -> list[list[tuple[float, bool]]]:
+                           batch_size: int, variant_batch_size: int, progress: bool = False, share_contexts: bool = True) -> list[list[tuple[float, bool]]]:
     """Per gate setting, per (context tokens, continuation tokens) pair: (the continuation's summed log-probability,
     whether it is the greedy continuation), as HFLM's ``_loglikelihood_tokens`` computes them: the model reads
     (context + continuation) cut to its last ``max_length`` + 1 tokens, less the last token, and the
@@ -87,11 +85,10 @@ def loglikelihood_variants(model, pairs: list[tuple[list[int], list[int]]], gate
             if sharing:
                 per_variant = _shared_context_scores(model, [rows.reads[row] for row in batch], starts, inputs,
                                                      gates_list, forward, variant_batch_size=variant_batch_size,
-                                                     masking=masking, done=counter.update)
+                                                     done=counter.update)
             else:
                 per_variant = forward_variants(model, inputs, gates_list, forward,
-                                               variant_batch_size=variant_batch_size, masking=masking,
-                                               done=counter.update)
+                                               variant_batch_size=variant_batch_size, done=counter.update)
             for v, scores in enumerate(per_variant):
                 rows.collect(results[v], scores, batch, starts, keep)
     return results
@@ -142,7 +139,7 @@ class _Rows:
 
 
 def _shared_context_scores(model, reads: list[tuple], starts: list[int], inputs: dict, gates_list: list, forward,
-                           *, variant_batch_size: int, masking: Masking | None, done=None) -> list[torch.Tensor]:
+                           *, variant_batch_size: int, done=None) -> list[torch.Tensor]:
     """``forward(model, inputs, past_key_values=...)`` per gate setting, where row r of ``inputs`` (the tokens
     ``reads[r][starts[r]:]``, right-padded) goes on from the keys and values of its context
     ``reads[r][:starts[r]]`` under the setting's gates.
@@ -165,9 +162,9 @@ def _shared_context_scores(model, reads: list[tuple], starts: list[int], inputs:
     stack = layer_stack(model)
     layers, rows = len(stack), inputs["input_ids"].shape[0]
     firsts = [first_masked_layer(gates, layers) for gates in gates_list]
-    heads = head_output_modules(model) if replays_head_outputs(masking) else None
+    heads = head_output_modules(model) if replays_head_outputs(model) else None
     masked = sorted({f for f in firsts if f < layers})
-    batch = _ContextBatch(model, forward, masking, stack, heads, *what_to_record(stack, heads, masked), context,
+    batch = _ContextBatch(model, forward, stack, heads, *what_to_record(stack, heads, masked), context,
                           context_of_row, _going_on_from_contexts(inputs, reads, starts, context.shape[1]))
     batch.prefill_contexts(record_last=layers not in firsts)
 
@@ -231,7 +228,6 @@ class _ContextBatch:
 
     model: object
     forward: Callable
-    masking: Masking | None
     stack: list
     heads: list | None  # the head output modules, where the masking lets a setting replay them
     wanted: object  # what_to_record's: the modules to record, the last layer's, the projections
@@ -287,13 +283,13 @@ class _ContextBatch:
         contexts, rows = len(self.context), self.inputs["input_ids"].shape[0]
         own = DynamicCache(config=self.model.config)
         if first < len(self.stack):
-            with _replaying(replay, contexts, variants), gated(self.model, gates, masking=self.masking):
+            with _replaying(replay, contexts, variants), gated(self.model, gates):
                 _prefill(self.model, self.context.repeat(variants, 1), own)
         # per row of the chunk (variant-major), its context row: in the settings' own cache, and in the full one
         own_rows = torch.cat([k * contexts + self.context_of_row for k in range(variants)])
         cache = self.joined(own_from, own, own_rows, self.context_of_row.repeat(variants))
         repeated = {name: value.repeat(variants, *[1] * (value.dim() - 1)) for name, value in self.inputs.items()}
-        with _replaying(replay_rows, rows, variants), gated(self.model, gates, masking=self.masking):
+        with _replaying(replay_rows, rows, variants), gated(self.model, gates):
             return self.forward(self.model, repeated, past_key_values=cache)
 
     def joined(self, own_from: int, own, own_rows, full_rows, reach: int | None = None):

@@ -45,7 +45,6 @@ import numpy as np
 import torch
 
 from headprune.experiments.stats import paired_bootstrap
-from headprune.models.masking import Masking
 
 log = logging.getLogger(__name__)
 
@@ -159,12 +158,12 @@ def window_batches(chunks: list[list[int]], batch_size: int) -> list[dict]:
 
 @torch.no_grad()
 def window_nll_variants(model, batches: list[dict], gates_list: list, *, variant_batch_size: int = 64,
-                        device=None, progress: bool = False,
-                        masking: Masking | None = None) -> list[list[tuple[float, int]]]:
+                        device=None, progress: bool = False) -> list[list[tuple[float, int]]]:
     """Per gate setting (None: all heads), per window: (summed next-token NLL, predicted tokens).
 
     Several settings share a forward pass (batched gate variants, ``headprune.models.masking.gated``), and
-    the layers below their first masked head (``shared_layers.forward_variants``)."""
+    the layers below their first masked head (``shared_layers.forward_variants``). A masked head is masked as
+    the ``masked_as`` block open on the model says (the paper's outside one)."""
     from headprune.experiments.shared_layers import forward_variants, variant_progress
 
     device = device or model.get_input_embeddings().weight.device  # the first GPU of a model spread over several
@@ -176,7 +175,7 @@ def window_nll_variants(model, batches: list[dict], gates_list: list, *, variant
             ids = batch["input_ids"].to(device)
             per_variant = forward_variants(model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)},
                                            gates_list, _window_nll, variant_batch_size=variant_batch_size,
-                                           masking=masking, done=counter.update)
+                                           done=counter.update)
             for k, nll in enumerate(per_variant):
                 out[k] += [[float(v), ids.shape[1] - 1] for v in nll.tolist()]
     return out

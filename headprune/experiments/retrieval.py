@@ -51,7 +51,7 @@ from headprune.experiments.shared_layers import (_recording, _replaying, first_m
 from headprune.experiments.stats import paired_bootstrap
 from headprune.models.heads import stack_gates
 from headprune.models.loading import attention_backend
-from headprune.models.masking import Masking, gated
+from headprune.models.masking import gated
 
 # End-of-turn tokens of chat models (Llama 3, ChatML/Qwen, Gemma, Phi-3): an answer ends there as at EOS.
 END_OF_TURN_TOKENS = ("<|eot_id|>", "<|im_end|>", "<end_of_turn>", "<|end|>")
@@ -123,19 +123,18 @@ def stop_token_ids(model, tokenizer) -> list[int]:
 
 
 def answer_variants(model, tokenizer, items: list[dict], gates_list: list, *, max_new_tokens: int = 32,
-                    batch_size: int = 8, variant_batch_size: int = 64, masking: Masking | None = None,
+                    batch_size: int = 8, variant_batch_size: int = 64,
                     progress: bool = False) -> list[list[str]]:
     """Per gate setting (None: all heads), per item: the greedy answer, its new tokens decoded without
     special tokens (``generate_variants``)."""
     tokens = generate_variants(model, tokenizer, items, gates_list, max_new_tokens=max_new_tokens,
-                               batch_size=batch_size, variant_batch_size=variant_batch_size, masking=masking,
-                               progress=progress)
+                               batch_size=batch_size, variant_batch_size=variant_batch_size, progress=progress)
     return [[tokenizer.decode(answer, skip_special_tokens=True) for answer in per_item] for per_item in tokens]
 
 
 @torch.no_grad()
 def generate_variants(model, tokenizer, items: list[dict], gates_list: list, *, max_new_tokens: int = 32,
-                      batch_size: int = 8, variant_batch_size: int = 64, masking: Masking | None = None,
+                      batch_size: int = 8, variant_batch_size: int = 64,
                       progress: bool = False) -> list[list[list[int]]]:
     """Per gate setting, per item: the greedy answer's new token ids, up to (not including) the first stop
     token (``stop_token_ids``) or ``max_new_tokens`` of them.
@@ -162,7 +161,7 @@ def generate_variants(model, tokenizer, items: list[dict], gates_list: list, *, 
         for batch in batches:
             ids = torch.tensor([items[i]["prompt_ids"] for i in batch], dtype=torch.long, device=device)
             generated = _greedy_variants(model, ids, gates_list, firsts, stack, max_new_tokens=max_new_tokens,
-                                         stops=stops, pad=pad, variant_batch_size=variant_batch_size, masking=masking,
+                                         stops=stops, pad=pad, variant_batch_size=variant_batch_size,
                                          done=counter.update)
             for k, per_item in enumerate(generated):
                 for i, answer in zip(batch, per_item):
@@ -171,7 +170,7 @@ def generate_variants(model, tokenizer, items: list[dict], gates_list: list, *, 
 
 
 def _greedy_variants(model, ids, gates_list, firsts, stack, *, max_new_tokens, stops, pad, variant_batch_size,
-                     masking: Masking | None, done=None, stopping_criteria=None) -> list[list[list[int]]]:
+                     done=None, stopping_criteria=None) -> list[list[list[int]]]:
     """Per gate setting, per row of ``ids`` (prompts of one length): the answer's new token ids; ``done(rows)``
     is told the (setting, item) rows each generate() answered. ``stopping_criteria`` (generate()'s, per row;
     rows are variant-major) end rows early besides the stop tokens (a row ended so is padded after)."""
@@ -183,7 +182,7 @@ def _greedy_variants(model, ids, gates_list, firsts, stack, *, max_new_tokens, s
     if not share:
         firsts = [0] * len(firsts)
     prefix = ids[:, :-1]
-    heads = head_output_modules(model) if share and replays_head_outputs(masking) else None
+    heads = head_output_modules(model) if share and replays_head_outputs(model) else None
     # the full model's prefix: its cache, and what the variants replay (layers below their first masked one,
     # that layer's head outputs); a variant that masks nothing takes the whole cache
     wanted, last, projections = what_to_record(stack, heads, sorted({f for f in firsts if f < layers}))
@@ -199,9 +198,9 @@ def _greedy_variants(model, ids, gates_list, firsts, stack, *, max_new_tokens, s
         cache = None
         if share:
             cache = _joined_cache(model, prefix, [gates_list[i] for i in chunk], [firsts[i] for i in chunk], stack,
-                                  heads, recorded, full_cache, masking, room=max_new_tokens)
+                                  heads, recorded, full_cache, room=max_new_tokens)
         repeated = ids.repeat(len(chunk), 1)
-        with gated(model, stack_gates(model, [gates_list[i] for i in chunk]), masking=masking):
+        with gated(model, stack_gates(model, [gates_list[i] for i in chunk])):
             generated = model.generate(input_ids=repeated, attention_mask=torch.ones_like(repeated),
                                        past_key_values=cache, do_sample=False, num_beams=1,
                                        max_new_tokens=max_new_tokens, eos_token_id=stops or None, pad_token_id=pad,
@@ -218,7 +217,7 @@ def _prefill(model, prefix, cache):
     model.base_model(input_ids=prefix, attention_mask=torch.ones_like(prefix), past_key_values=cache, use_cache=True)
 
 
-def _variant_cache(model, prefix, gates, first, stack, heads, recorded, masking):
+def _variant_cache(model, prefix, gates, first, stack, heads, recorded):
     """(the prefix's cache for one gate setting first masked in layer ``first``, the first layer it wrote):
     computed under its gates on the replayed outputs of the layers below and, when recorded, of layer
     ``first``'s head outputs (``shared_layers.replayed_modules``); the replayed layers' entries stay empty.
@@ -228,12 +227,12 @@ def _variant_cache(model, prefix, gates, first, stack, heads, recorded, masking)
     rows = prefix.shape[0]
     cache = DynamicCache(config=model.config)
     replay = replayed_modules(stack, heads, first, recorded)
-    with _replaying(replay, rows, 1), gated(model, stack_gates(model, [gates]), masking=masking):
+    with _replaying(replay, rows, 1), gated(model, stack_gates(model, [gates])):
         _prefill(model, prefix, cache)
     return cache, first + 1 if heads is not None and heads[first][0] in replay else first
 
 
-def _joined_cache(model, prefix, gates_list, firsts, stack, heads, recorded, full_cache, masking, room: int):
+def _joined_cache(model, prefix, gates_list, firsts, stack, heads, recorded, full_cache, room: int):
     """One cache for the gate settings ``gates_list`` (first masked in layers ``firsts``), variant-major: in
     the layers below a variant's first masked layer (in every layer, for one that masks nothing; and in
     that layer, when its head outputs were replayed) its rows are the full model's, from there its own
@@ -246,7 +245,7 @@ def _joined_cache(model, prefix, gates_list, firsts, stack, heads, recorded, ful
     joined = DynamicCache(config=model.config)
     buffers: list = [None] * layers  # per layer: (template layer, keys, values, room)
     for k, (gates, first) in enumerate(zip(gates_list, firsts)):
-        own, own_from = _variant_cache(model, prefix, gates, first, stack, heads, recorded, masking) \
+        own, own_from = _variant_cache(model, prefix, gates, first, stack, heads, recorded) \
             if first < layers else (None, layers)
         for j in range(layers):
             layer = own.layers[j] if j >= own_from else full_cache.layers[j]

@@ -23,7 +23,7 @@ from headprune.experiments import metrics
 # Below the kinds of score, which build evaluation sets; still importable from here.
 from headprune.experiments.evalset import EvalSet  # noqa: F401
 from headprune.experiments.kinds import kind_of
-from headprune.models.masking import Masking, as_mode
+from headprune.models.masking import Masking, as_mode, masked_as
 
 if TYPE_CHECKING:  # tables are read by the scripts; an evaluation job need not import pandas (0.4 s)
     import pandas as pd
@@ -101,7 +101,8 @@ class EvalSettings:
     # How a gate of 0 masks a head: a mode of headprune.models.masking (Zero(), the paper's, Uniform(),
     # Streaming(sink, recent), Mean(constants), Optimal(constants), Resample(pool, seed, draw, draws)), given as
     # the object, a word that needs nothing more ("zero", "uniform") or a job's params {"word": ..., its fields};
-    # None: the paper's (masking.DEFAULT). A mode object once built: a job's code below takes it as it is.
+    # None: the paper's (masking.DEFAULT). A mode object once built; run_variants opens masked_as(model, it) around
+    # the kind's evaluation, which names no masking.
     masking: Masking | str | dict | None = None
     max_new_tokens: int = 32  # retrieval: the longest answer generated (greedy)
 
@@ -111,8 +112,12 @@ class EvalSettings:
 
 def run_variants(model, tokenizer, evalset: EvalSet, gates_list: list,
                  settings: EvalSettings = EvalSettings()) -> list[list]:
-    """Per-item outputs of the model under each gate setting (None: all heads on), in one pass over the set."""
-    return kind_of(evalset.kind).run_variants(model, tokenizer, evalset, gates_list, settings)
+    """Per-item outputs of the model under each gate setting (None: all heads on), in one pass over the set.
+
+    The one place where a job's masking meets its model: the kind's evaluation gates the model inside
+    ``masked_as(model, settings.masking)`` and names no masking of its own."""
+    with masked_as(model, settings.masking):
+        return kind_of(evalset.kind).run_variants(model, tokenizer, evalset, gates_list, settings)
 
 
 def draw_settings(settings: EvalSettings) -> list[EvalSettings]:

@@ -31,7 +31,7 @@ from torch import nn
 
 from headprune.io.progress import Progress
 from headprune.models.heads import adapter_for, stack_gates
-from headprune.models.masking import Masking, gated
+from headprune.models.masking import gated, masking_of
 
 
 class _Recorded(Exception):
@@ -159,13 +159,12 @@ def _replaying(outputs: dict, rows: int, times: int):
                 module.forward = forward
 
 
-def replays_head_outputs(masking: Masking | None) -> bool:
-    """Whether a variant may replay its first masked layer's head outputs from the full model's pass: the masking
-    changes the output projection's input alone and by the gates alone (zero, mean, optimal: a constant); a
-    masking inside the attention (uniform, streaming) or one that reads positions (resample) runs that layer."""
-    from headprune.models.masking import as_masking
-
-    return as_masking(masking).constant_output
+def replays_head_outputs(model) -> bool:
+    """Whether a variant may replay its first masked layer's head outputs from the full model's pass: the model's
+    masking (``masking_of``: its ``masked_as`` block's, else the paper's) changes the output projection's input
+    alone and by the gates alone (zero, mean, optimal: a constant); a masking inside the attention (uniform,
+    streaming) or one that reads positions (resample) runs that layer."""
+    return masking_of(model).constant_output
 
 
 def what_to_record(stack: nn.ModuleList, heads: list | None, masked: list[int]):
@@ -192,19 +191,20 @@ def replayed_modules(stack: nn.ModuleList, heads: list | None, first: int, recor
 
 
 def forward_variants(model, inputs: dict, gates_list: list, forward: Callable, *, variant_batch_size: int,
-                     masking: Masking | None = None, done: Callable[[int], None] | None = None) -> list:
+                     done: Callable[[int], None] | None = None) -> list:
     """``forward(model, inputs)`` (rows first) for every gate setting (None: the full model), its rows
     repeated once per variant of a group, groups of up to ``variant_batch_size`` rows. ``done(rows)`` is
     told the (setting, item) rows each pass finished (a ``Progress``'s update).
 
     On a one-stack model a variant whose first masked head is in layer f replays the full model's
-    layers below f, and (zero masking) layer f's head outputs before the gates act: one recording pass
+    layers below f, and (a mode that puts out a constant: zero, mean, optimal) layer f's head outputs before the
+    gates act: one recording pass
     computes them for all variants."""
     rows = next(iter(inputs.values())).shape[0]
     per_group = max(1, variant_batch_size // rows)
     stack = layer_stack(model)
     layers = len(stack) if stack is not None else 0
-    heads = head_output_modules(model) if stack is not None and replays_head_outputs(masking) else None
+    heads = head_output_modules(model) if stack is not None and replays_head_outputs(model) else None
     firsts = [first_masked_layer(gates, layers) if stack is not None else 0 for gates in gates_list]
     wanted, last, projections = what_to_record(stack, heads, sorted({f for f in firsts if f < layers}))
     results: list = [None] * len(gates_list)
@@ -225,7 +225,7 @@ def forward_variants(model, inputs: dict, gates_list: list, forward: Callable, *
             chunk = todo[start:start + per_group]
             repeated = {k: v.repeat(len(chunk), *[1] * (v.dim() - 1)) for k, v in inputs.items()}
             with _replaying(replay, rows, len(chunk)), \
-                    gated(model, stack_gates(model, [gates_list[i] for i in chunk]), masking=masking):
+                    gated(model, stack_gates(model, [gates_list[i] for i in chunk])):
                 output = forward(model, repeated)
             for k, i in enumerate(chunk):
                 results[i] = output[k * rows:(k + 1) * rows]

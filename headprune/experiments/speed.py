@@ -321,7 +321,7 @@ def check_pruned_equals_gated(original, pruned, heads: Sequence[HeadId], batches
     items = agree = 0
     max_diff = 0.0 if logits else math.nan
     for batch in batches:
-        with gated(original, gates):
+        with gated(original, gates, masking="zero"):  # a pruned head is a zeroed one
             expected = gated_step(batch.inputs)
         got = pruned_step(batch.inputs)
         if logits:

@@ -9,8 +9,9 @@ reads and the function that makes it (``data``, ``data_maker``: the head_constan
 config (``settings_from_config``), its checks, its hooks, and what it says on a model card (``summary``,
 ``describe``). ``MODES`` maps each word to its class; this module imports without torch (the hooks' machinery is
 ``headprune.models.masking_hooks``, imported when a mode is put on a model). ``gated`` takes a mode object, or the
-strings "zero" and "uniform" (``as_masking``); ``masking_for(word, ...)`` builds one from a config word and the data
-it needs, as ``EvalSettings`` does from a job's params.
+strings "zero" and "uniform" (``as_masking``), or none: then the mode of the ``masked_as(model, mode)`` block open
+on the model (a job's evaluation runs in one), else the paper's; ``masking_for(word, ...)`` builds one from a
+config word and the data it needs, as ``EvalSettings`` does from a job's params.
 
 Modes that act on a head's OUTPUT: the input of the layer's output projection is the concatenation of the
 head outputs, head-major (..., heads * head_dim), so a forward pre-hook on that projection sees each head's
@@ -81,6 +82,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import weakref
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
@@ -520,6 +522,67 @@ def as_masking(masking: Masking | str | None) -> Masking:
                      f"({', '.join(cls.__name__ for word, cls in MODES.items() if word not in plain)}), got {masking!r}")
 
 
+# --- A model's mode for a block ------------------------------------------------------------------------
+
+# The mode of each model that a ``masked_as`` block is open on; weak, so a model that goes leaves nothing here.
+_MASKED_AS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+@contextlib.contextmanager
+def masked_as(model, masking: Masking | str | None):
+    """While the context is open, every ``gated(model, ...)`` call that names no masking masks heads as
+    ``masking`` (a mode, "zero", "uniform"; None: the paper's). A job's evaluation runs in one
+    (``headprune.experiments.runs.run_variants``), so the functions that run gate settings (perplexity windows,
+    classification, beam search, lm-eval requests, retrieval answers) take no masking of their own: they gate
+    the model, and the block says how. One mode per model at a time: a block, or a ``gated`` call that names its
+    masking, inside a block of another mode on the same model is refused (``run(...)`` with ``EvalSettings``'
+    masking inside ``masked_as`` of another, say), so that no call masks otherwise than its caller was told.
+
+    >>> import torch
+    >>> batch = evalset_batches(tokenizer, evalset, 2)[0]
+    >>> off = gates_without(model, [("dec_self", 0, 1)])
+    >>> with torch.no_grad(), masked_as(model, "uniform"), gated(model, off):
+    ...     uniform = model(**batch).loss
+    >>> with torch.no_grad(), gated(model, off, masking="uniform"):
+    ...     bool(model(**batch).loss == uniform)
+    True
+    """
+    mode = _unless_another_is_open(model, as_masking(masking), "masked_as")
+    had, before = model in _MASKED_AS, _MASKED_AS.get(model)
+    _MASKED_AS[model] = mode
+    try:
+        yield mode
+    finally:
+        if had:
+            _MASKED_AS[model] = before
+        else:
+            _MASKED_AS.pop(model, None)
+
+
+def _unless_another_is_open(model, mode: Masking, what: str) -> Masking:
+    """``mode``, or a ValueError where a ``masked_as`` block of another mode is open on ``model``."""
+    block = _MASKED_AS.get(model)
+    if block is not None and block is not mode and (type(block) is not type(mode) or block != mode):
+        raise ValueError(f"{what}(..., masking={mode.word}) inside masked_as(model, {block.word}): one masking mode "
+                         "per model at a time (run() and scored_variants() take theirs from EvalSettings(masking=...))")
+    return mode
+
+
+def masking_of(model) -> Masking:
+    """How ``gated(model, ...)`` masks a head when the call names no masking: as the ``masked_as`` block open on
+    this model says, else the paper's (``DEFAULT``). A model gated while a block is open on another model is
+    refused: the block was meant for it (a wrapper or a part of the model handed on instead), and the paper's
+    mode there would be silently wrong."""
+    mode = _MASKED_AS.get(model)
+    if mode is not None:
+        return mode
+    if len(_MASKED_AS):
+        raise ValueError(f"gated() got a {type(model).__name__} that names no masking while masked_as(...) is "
+                         f"open on another model ({', '.join(type(m).__name__ for m in _MASKED_AS.keys())}): "
+                         "gate the model the block was opened on, or pass masking= to gated()")
+    return DEFAULT()
+
+
 @contextlib.contextmanager
 def gated(model, gates: dict | None = None, capture: HeadCapture | None = None,
           masking: Masking | str | None = None):
@@ -528,8 +591,9 @@ def gated(model, gates: dict | None = None, capture: HeadCapture | None = None,
     ``gates[attn_type]`` has shape (layers, original heads). Gates of heads that were physically
     pruned are ignored. How a gate switches a head off is ``masking``'s (``headprune.models.masking``:
     a mode object: ``Zero()``, ``Uniform()``, ``Streaming(sink, recent)``, ``Mean(constants)``,
-    ``Optimal(constants)``, ``Resample(pool, seed, draw)``, or the strings "zero" and "uniform"; None is the
-    paper's, ``masking.DEFAULT``).
+    ``Optimal(constants)``, ``Resample(pool, seed, draw)``, or the strings "zero" and "uniform"); None is the
+    mode of the ``masked_as`` block open on the model, and outside one the paper's, ``masking.DEFAULT``
+    (``masking_of``).
 
     ``Zero()`` (the default) multiplies every head's output by its gate, which may be 0/1
     or any real value (a leaf with requires_grad gives dL/dxi). With ``capture``, each head's output
@@ -568,7 +632,7 @@ def gated(model, gates: dict | None = None, capture: HeadCapture | None = None,
 
     from headprune.models.families import adapter_for_model
 
-    mode = as_masking(masking)
+    mode = masking_of(model) if masking is None else _unless_another_is_open(model, as_masking(masking), "gated")
     adapter = adapter_for_model(model)
     sites = adapter.sites(model)
     mode.check(model, adapter, sites, gates, capture)

@@ -84,7 +84,7 @@ def _captured_passes(model, batches, device, what: str, progress: bool):
         for batch in counted(batches, what, "batches", enabled=progress, log=log):
             batch = _on(batch, device)
             capture = HeadCapture()
-            with torch.no_grad(), gated(model, None, capture) as sites:
+            with torch.no_grad(), gated(model, None, capture, masking="zero") as sites:
                 adapter.loss_and_outputs(model, batch)
             yield batch, adapter, sites, capture
     finally:

@@ -45,4 +45,8 @@ def eval_settings(study, bleu: str, experiment: str | None = None, *, word: str 
                 **({mode.data: masking_data(study, word)[0]} if mode.data else {})}
     # the word alone where the mode has nothing more (the paper's zero: its jobs' params as they were)
     masking_param = {"word": word, **settings} if settings else word
-    return study.scoring.eval_settings(study, bleu, masking_param, study.variant_rows)
+    fields = list(study.scoring.eval_settings(study, bleu, study.variant_rows).items())
+    # just before variant_batch_size, where the kinds always had it: a job's params (Snakemake compares their
+    # repr) stay as they were, and no finished job reruns
+    at = [key for key, _ in fields].index("variant_batch_size")
+    return dict(fields[:at] + [("masking", masking_param)] + fields[at:])

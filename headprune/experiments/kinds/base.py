@@ -100,10 +100,10 @@ class Kind(abc.ABC):
     def eval_data(self, study, roles: list[str]) -> list[str]:
         """The files a job reads to evaluate on ``roles``."""
 
-    def eval_settings(self, study, bleu: str, masking: dict, rows: int) -> dict:
-        """How the model is evaluated (``headprune.experiments.runs.EvalSettings``'s fields); ``masking``: the
-        mode's word, or with its fields {"word": ..., the streaming window, the file of constants or donors}."""
-        return {"batch_size": study.entry["batch_size"], "masking": masking, "variant_batch_size": rows}
+    def eval_settings(self, study, bleu: str, rows: int) -> dict:
+        """How the model is evaluated (``headprune.experiments.runs.EvalSettings``'s fields) but its masking, which
+        ``headprune.stages.constants.eval_settings`` adds: ``rows`` is ``variant_batch_size``."""
+        return {"batch_size": study.entry["batch_size"], "variant_batch_size": rows}
 
     def importance_study(self, study):
         """The study whose importance.csv ranks this study's heads: its own, or its language model's."""

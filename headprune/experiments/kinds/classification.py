@@ -30,7 +30,7 @@ class Kind(base.VoitaRoles, base.Kind):
 
         batches = classification_batches(tokenizer, evalset.sources, None, settings.batch_size, settings.max_length)
         return predict_classes_variants(model, batches, gates_list, variant_batch_size=settings.variant_batch_size,
-                                        progress=settings.progress, masking=settings.masking).tolist()
+                                        progress=settings.progress).tolist()
 
     def score(self, evalset, outputs, bleu="detokenized"):
         return metrics.classification_score(evalset.metric, outputs, evalset.references)
@@ -90,12 +90,11 @@ class Kind(base.VoitaRoles, base.Kind):
     def eval_data(self, study, roles):
         return [study.glue_dir]
 
-    def eval_settings(self, study, bleu, masking, rows):
+    def eval_settings(self, study, bleu, rows):
         config = study.config
         in_models = study.name in study.pipeline.models
         return {"batch_size": study.entry.get("batch_size", 64) if in_models else config["bert"]["eval_batch_size"],
-                "max_length": config["bert"]["finetune"]["max_length"], "masking": masking,
-                "variant_batch_size": rows}
+                "max_length": config["bert"]["finetune"]["max_length"], "variant_batch_size": rows}
 
     def importance_data(self, study):
         return [study.glue_dir]

@@ -30,8 +30,7 @@ class Kind(base.Kind):
         from headprune.experiments.perplexity import window_batches, window_nll_variants
 
         return window_nll_variants(model, window_batches(evalset.sources, settings.batch_size), gates_list,
-                                   variant_batch_size=settings.variant_batch_size, progress=settings.progress,
-                                   masking=settings.masking)
+                                   variant_batch_size=settings.variant_batch_size, progress=settings.progress)
 
     def score(self, evalset, outputs, bleu="detokenized"):
         from headprune.experiments.perplexity import perplexity

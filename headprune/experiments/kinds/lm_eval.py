@@ -41,8 +41,7 @@ class Kind(ScoresLanguageModel):
         from headprune.experiments.lm_tasks import evaluate_variants
 
         return evaluate_variants(model, tokenizer, evalset.task, gates_list, batch_size=settings.batch_size,
-                                 variant_batch_size=settings.variant_batch_size, masking=settings.masking,
-                                 progress=settings.progress)
+                                 variant_batch_size=settings.variant_batch_size, progress=settings.progress)
 
     def score(self, evalset, outputs, bleu="detokenized"):
         from headprune.experiments.lm_tasks import aggregate, item_metrics

@@ -27,7 +27,7 @@ class Kind(ScoresLanguageModel):
 
         return answer_variants(model, tokenizer, evalset.sources, gates_list, max_new_tokens=settings.max_new_tokens,
                                batch_size=settings.batch_size, variant_batch_size=settings.variant_batch_size,
-                               masking=settings.masking, progress=settings.progress)
+                               progress=settings.progress)
 
     def score(self, evalset, outputs, bleu="detokenized"):
         from headprune.experiments.retrieval import retrieval_accuracy
@@ -72,8 +72,8 @@ class Kind(ScoresLanguageModel):
     def eval_data(self, study, roles):
         return [study.items_dir]
 
-    def eval_settings(self, study, bleu, masking, rows):
-        return {"batch_size": study.entry["batch_size"], "masking": masking, "variant_batch_size": rows,
+    def eval_settings(self, study, bleu, rows):
+        return {"batch_size": study.entry["batch_size"], "variant_batch_size": rows,
                 "max_new_tokens": study.retrieval["max_new_tokens"]}
 
     def roles_params(self, study, roles):

@@ -27,8 +27,7 @@ class Kind(base.VoitaRoles, base.Kind):
 
         return translate_variants(model, tokenizer, evalset.sources, gates_list, beam=settings.beam,
                                   lenpen=settings.lenpen, batch_size=settings.batch_size,
-                                  variant_batch_size=settings.variant_batch_size, progress=settings.progress,
-                                  masking=settings.masking)
+                                  variant_batch_size=settings.variant_batch_size, progress=settings.progress)
 
     def score(self, evalset, outputs, bleu="detokenized"):
         if bleu == "tokenized":
@@ -80,10 +79,10 @@ class Kind(base.VoitaRoles, base.Kind):
     def eval_data(self, study, roles):
         return sorted({f for role in roles for f in study.pipeline.testset_files(study.evalset_name(role))})
 
-    def eval_settings(self, study, bleu, masking, rows):
+    def eval_settings(self, study, bleu, rows):
         t = study.config["translation"]
         return {"batch_size": study.entry.get("batch_size", t["batch_size"]), "beam": t["beam"],
-                "lenpen": t["lenpen"], "bleu": bleu, "masking": masking, "variant_batch_size": rows}
+                "lenpen": t["lenpen"], "bleu": bleu, "variant_batch_size": rows}
 
     def _sets(self, study, names):
         return [dict(zip(("source", "reference"), study.pipeline.testset_files(name))) for name in names]
