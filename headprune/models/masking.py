@@ -34,29 +34,17 @@ attention is unchanged, so callers may replay what is below a layer's first mask
 Modes that act on a head's ATTENTION (gates 0 or 1 only, no capture):
 
 - ``Uniform()`` ("uniform"): a head with gate 0 attends uniformly to the keys it may attend to (padding and
-  causality respected), so it outputs the mean of its value vectors. A forward hook on the query projection
-  multiplies the head's query slice by its 0/1 gate: a zero query scores 0 against every key, the additive
-  mask leaves 0 on allowed keys and a huge negative number on the others, and the softmax of that is exactly
-  1/(allowed keys) on the allowed ones and 0 elsewhere. This holds in every attention backend and inside
-  generate(): keys, values and their cache are untouched, only each step's new queries are masked. It needs
-  scores that are query . key plus the mask and nothing else (no relative-position terms), which
-  ``HeadAdapter.uniform_masking_problem`` checks.
+  causality respected), so it outputs the mean of its value vectors (its query zeroed: ``masking_hooks``). It
+  needs scores that are query . key plus the mask and nothing else (``HeadAdapter.uniform_masking_problem``).
 - ``Streaming(sink, recent)`` ("streaming"): a head with gate 0 attends as DuoAttention's streaming heads
   (Xiao et al. 2024): only to the first ``sink`` tokens and the last ``recent`` ones up to and including its
   query, within what it could attend to before: allowed(i, j) = allowed_before(i, j) and (j < sink or
   i - j < recent). Positions i, j count the real tokens of the row (the 2-D ``attention_mask``), so a row
   scores the same whichever side it is padded on; without padding they are the absolute positions, and
   inside generate() the query's is the keys so far minus this step's queries plus its index (the cache's
-  ``get_query_offset`` and ``get_mask_sizes``, as transformers' masks take them). This changes which keys a
-  head sees, so it cannot be a projection hook: a forward pre-hook on each attention module that has a
-  masked head replaces the ``attention_mask`` argument (batch, 1, queries, keys) by a per-head one (batch,
-  heads, queries, keys): the original mask (or, where sdpa got none and would use ``is_causal``, the causal
-  mask it stands for) and, for the heads with gate 0, the window. A decoder-only LM's attention takes it
-  inside ``headprune_attention`` (the one attention function, ``remote/headprune_attention.py``), which hands it
-  to the backend in place of the module's own mask; an attention that does not call transformers' attention
-  interface is refused. The eager and sdpa backends take such a mask as it is (grouped-query repetition and
-  sdpa's decoding path included); others (flash, flex) are refused. ``HeadAdapter.streaming_masking_problem`` says which families pass their attention mask through
-  this way (the decoder-only LMs).
+  ``get_query_offset`` and ``get_mask_sizes``, as transformers' masks take them). The window is a per-head
+  attention mask (``masking_hooks``): the decoder-only LMs take it, under eager or sdpa attention
+  (``HeadAdapter.streaming_masking_problem``).
 
 Resample ablation, defined so that it works for every kind of study and does not depend on how rows are
 batched or grouped into gate variants. A ``ResamplePool`` (``headprune.models.head_constants``; recorded by
@@ -632,7 +620,10 @@ def gated(model, gates: dict | None = None, capture: HeadCapture | None = None,
 
     from headprune.models.families import adapter_for_model
 
-    mode = masking_of(model) if masking is None else _unless_another_is_open(model, as_masking(masking), "gated")
+    if masking is None:
+        mode = masking_of(model)
+    else:
+        mode = _unless_another_is_open(model, as_masking(masking), "gated")
     adapter = adapter_for_model(model)
     sites = adapter.sites(model)
     mode.check(model, adapter, sites, gates, capture)

@@ -4,6 +4,27 @@ Kept apart from the mode classes so that those, their config words and their reg
 the output projection's pre-hook that gates (and captures) head outputs, the query gate of uniform masking, the
 decoder positions resample masking reads, the per-head attention mask of streaming masking (its window), and the
 check that every gated layer was reached (``check_reached``).
+
+How they act. The output modes (zero, mean, optimal, resample): the input of a layer's output projection is the
+concatenation of the head outputs, head-major (..., heads * head_dim), so a forward pre-hook on that projection
+sees each head's output o_h in every attention backend, inside generate() and beam search too.
+
+Uniform: a forward hook on the query projection multiplies the head's query slice by its 0/1 gate: a zero query
+scores 0 against every key, the additive mask leaves 0 on allowed keys and a huge negative number on the others,
+and the softmax of that is exactly 1/(allowed keys) on the allowed ones and 0 elsewhere. This holds in every
+attention backend and inside generate(): keys, values and their cache are untouched, only each step's new queries
+are masked. It needs scores that are query . key plus the mask and nothing else (no relative-position terms),
+which ``HeadAdapter.uniform_masking_problem`` checks.
+
+Streaming changes which keys a head sees, so it cannot be a projection hook: a forward pre-hook on each attention
+module that has a masked head replaces the ``attention_mask`` argument (batch, 1, queries, keys) by a per-head one
+(batch, heads, queries, keys): the original mask (or, where sdpa got none and would use ``is_causal``, the causal
+mask it stands for) and, for the heads with gate 0, the window. A decoder-only LM's attention takes it inside
+``headprune_attention`` (the one attention function, ``remote/headprune_attention.py``), which hands it to the
+backend in place of the module's own mask; an attention that does not call transformers' attention interface is
+refused. The eager and sdpa backends take such a mask as it is (grouped-query repetition and sdpa's decoding path
+included); others (flash, flex) are refused. ``HeadAdapter.streaming_masking_problem`` says which families pass
+their attention mask through this way (the decoder-only LMs).
 """
 from __future__ import annotations
 
