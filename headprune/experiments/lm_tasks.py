@@ -389,8 +389,9 @@ def evaluate_variants(model, tokenizer, task: LMTask, gates_list: list, *, batch
     """Per gate setting (None: every head on), per document of ``task``, the document's responses: per
     request, ``[logprob, is_greedy]`` (loglikelihood, each choice of multiple_choice), the summed log-likelihood
     of its windows (loglikelihood_rolling) or the generated text (generate_until), as lm-eval's HFLM over
-    the model under ``gated(model, gates)`` (masked as its ``masked_as`` block says) gives them (``item_metrics`` turns them into
-    metrics). ``max_length``: HFLM's (None: the model's positions, as HFLM reads them from its config).
+    the model under ``gated(model, gates)`` (masked as its ``masked_as`` block says) gives them
+    (``item_metrics`` turns them into metrics). ``max_length``: HFLM's (None: the model's positions, as HFLM
+    reads them from its config).
 
     ``batch_size`` input rows (or prompts) go together; up to ``variant_batch_size`` rows (a batch repeated
     once per gate setting) go through the model together."""

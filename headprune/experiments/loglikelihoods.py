@@ -22,7 +22,8 @@ log = logging.getLogger(__name__)
 
 
 def loglikelihood_variants(model, pairs: list[tuple[list[int], list[int]]], gates_list: list, *, max_length: int,
-                           batch_size: int, variant_batch_size: int, progress: bool = False, share_contexts: bool = True) -> list[list[tuple[float, bool]]]:
+                           batch_size: int, variant_batch_size: int, progress: bool = False,
+                           share_contexts: bool = True) -> list[list[tuple[float, bool]]]:
     """Per gate setting, per (context tokens, continuation tokens) pair: (the continuation's summed log-probability,
     whether it is the greedy continuation), as HFLM's ``_loglikelihood_tokens`` computes them: the model reads
     (context + continuation) cut to its last ``max_length`` + 1 tokens, less the last token, and the
