@@ -536,15 +536,15 @@ def masked_as(model, masking: Masking | str | None):
     True
     """
     mode = _unless_another_is_open(model, as_masking(masking), "masked_as")
-    had, before = model in _MASKED_AS, _MASKED_AS.get(model)
+    before = _MASKED_AS.get(model)  # None: no block open on it
     _MASKED_AS[model] = mode
     try:
         yield mode
     finally:
-        if had:
-            _MASKED_AS[model] = before
-        else:
+        if before is None:
             _MASKED_AS.pop(model, None)
+        else:
+            _MASKED_AS[model] = before
 
 
 def _unless_another_is_open(model, mode: Masking, what: str) -> Masking:
