@@ -29,6 +29,17 @@ RELATIVE_TOLERANCE = {torch.float32: 0.0 if TEST_DEVICE.type == "cpu" else 1e-5,
 EXACT_DECODING = TEST_DTYPE == torch.float32
 if TEST_DEVICE.type == "cuda":
     torch.set_float32_matmul_precision("highest")  # float32 products, not TF32's 10-bit mantissa
+# The torch threads the tests run at: their default (the cores; the registry tables one, tiny matrices only wait on a
+# second), or HEADPRUNE_TEST_THREADS for all. CI runs the reference and registry tests at 1 and at 2 threads too, so
+# that no comparison holds at one thread count only (tests/tolerances.py).
+TEST_THREADS = int(os.environ.get("HEADPRUNE_TEST_THREADS") or 0) or None
+if TEST_THREADS:
+    torch.set_num_threads(TEST_THREADS)
+
+
+def threads_for_tests(default: int) -> int:
+    """The threads a test that picks its own (``default``) runs at: HEADPRUNE_TEST_THREADS where it is set."""
+    return TEST_THREADS or default
 
 
 # --- How the suite splits over pytest-xdist's workers (README: python -m pytest -q -n 2) -------------------

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import threads_for_tests
+
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "models.md"
 
 
@@ -36,7 +38,8 @@ def export_verdicts(script: str, folders, cwd) -> dict:
     """Folder -> "ok" or what went wrong, from one subprocess that runs ``script`` (it prints ``EXPORT <folder>
     <verdict>`` for each folder it is given) with the folders' own files only, headprune blocked by the script."""
     run = subprocess.run([sys.executable, "-c", script, *map(str, folders)], capture_output=True, text=True, cwd=cwd,
-                         timeout=600, env={**os.environ, "PYTHONPATH": "", "OMP_NUM_THREADS": "1"})
+                         timeout=600,
+                         env={**os.environ, "PYTHONPATH": "", "OMP_NUM_THREADS": str(threads_for_tests(1))})
     verdicts = {}
     for folder in folders:
         verdict = re.search(rf"^EXPORT {re.escape(str(folder))} (.*)$", run.stdout, re.MULTILINE)
@@ -52,7 +55,7 @@ def family_table(model_types, check_family, generic_adapter, export_check: str, 
 
     results = {}
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matrices: a second thread only waits
+    torch.set_num_threads(threads_for_tests(1))  # tiny matrices: a second thread only waits
     try:
         with generic_adapter():
             for model_type in model_types:

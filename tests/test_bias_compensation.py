@@ -20,6 +20,7 @@ from transformers.pytorch_utils import Conv1D
 from test_adapter_contract import FAMILIES, REMOVALS, build, gates_for, removal_for
 from test_export import (CASES, CAUSAL_LM, SEQ2SEQ, beam_search_config, child_job, run_child, tiny_llama_6_on_2,
                          tiny_prenorm_shared_all)
+from tolerances import within_rounding
 from headprune.models.export import save_pruned
 from headprune.models.head_constants import HeadConstants
 from headprune.models.heads import adapter_for, gated
@@ -69,7 +70,7 @@ def test_pruned_with_constants_equals_constant_masking(family, removal):
     expected = logits(model, batch, gates_for(model, heads), Constant(constants))
     pruned = prune_heads(copy.deepcopy(model), heads, constants=constants)
     got = logits(pruned, batch)
-    assert (real_rows(model, batch, got) - real_rows(model, batch, expected)).abs().max() <= 1e-5
+    assert within_rounding(real_rows(model, batch, got), real_rows(model, batch, expected))
     zeroed = logits(model, batch, gates_for(model, heads))
     assert (real_rows(model, batch, got) - real_rows(model, batch, zeroed)).abs().max() > 1e-3  # the constants mattered
     assert count_heads(pruned) == count_heads(model) - sum(len(h) for t in heads.values() for h in t.values())
@@ -107,9 +108,9 @@ def test_step_by_step_with_constants_equals_at_once(family):
     stepwise = prune_heads(prune_heads(copy.deepcopy(model), first, constants=constants), second, constants=constants)
     at_once = prune_heads(copy.deepcopy(model), removal_for(model, {0: [0, 1, 2], 1: [3]}), constants=constants)
     a, b = logits(stepwise, batch), logits(at_once, batch)
-    assert (real_rows(model, batch, a) - real_rows(model, batch, b)).abs().max() <= 1e-5
+    assert within_rounding(real_rows(model, batch, a), real_rows(model, batch, b))
     masked = logits(model, batch, gates_for(model, removal_for(model, {0: [0, 1, 2], 1: [3]})), Mean(constants))
-    assert (real_rows(model, batch, a) - real_rows(model, batch, masked)).abs().max() <= 1e-5
+    assert within_rounding(real_rows(model, batch, a), real_rows(model, batch, masked))
 
 
 def test_bfloat16_keeps_its_dtype_and_matches_within_its_precision():
@@ -204,6 +205,6 @@ def test_load_pruned_weights_reads_the_compensated_folder(exported_with_constant
     _, pruned, _, _, inputs, folder, _ = exported_with_constants[family]
     reloaded = load_pruned_weights(type(pruned), folder, attn_implementation="eager")
     with torch.no_grad():
-        assert (reloaded(**inputs).logits - pruned(**inputs).logits).abs().max() <= 1e-5
+        assert within_rounding(reloaded(**inputs).logits, pruned(**inputs).logits)
     assert pruned_heads(reloaded) == pruned_heads(pruned)
     assert getattr(reloaded.config, ADDED_BIAS_KEY, None) == getattr(pruned.config, ADDED_BIAS_KEY, None)

@@ -12,6 +12,8 @@ import torch
 
 from decoder_zoo import tiny_model
 from test_decoder_families import REMOVE, _batch, _logits
+from tolerances import assert_within_rounding
+from tolerances import assert_within_rounding, within_rounding
 from headprune.models.families.decoder import DecoderAdapter
 from headprune.models.heads import adapter_for, full_gates, gated
 from headprune.models.masking import Uniform
@@ -46,11 +48,11 @@ def test_uniform_masking_in_the_attention_function(model_type):
     assert isinstance(adapter_for(model), DecoderAdapter)
     for layer in range(3):
         for h in range(6):
-            probs, before = masked[layer][:, h].double(), plain[layer][:, h].double()
+            probs, before = masked[layer][:, h], plain[layer][:, h]  # float32: its rounding (tests/tolerances.py)
             if h in MASKED.get(layer, []):
-                assert (probs[real] - uniform[real]).abs().max() < 1e-6
+                assert within_rounding(probs[real], uniform[real])
             elif layer == 0:  # layers above see other inputs; layer 0's other heads must not move
-                assert (probs[real] - before[real]).abs().max() < 1e-6
+                assert within_rounding(probs[real], before[real])
     assert model.config._attn_implementation == "eager"  # restored when the context closed
 
 
@@ -62,25 +64,30 @@ COLUMNS = ("importance_token", "importance_example", "importance_batch", "fisher
 def test_generic_adapter_keeps_the_family_adapters_outputs(model_type):
     """Today's outputs kept: gated and pruned logits (uneven kv groups, a layer without heads, a kv group removed)
     and the importance scores equal what the per-family adapters (``families/llama.py``, ``families/gpt2.py``)
-    computed on the same seeded models before they were deleted (tests/data/family_adapters_reference.pt,
-    written with them on 2026-11-28)."""
+    computed on the same seeded models, in float64, before they were deleted (tests/data/family_adapters_reference.pt;
+    tests/data/README.md says how, where and on which machine)."""
     reference = torch.load(REFERENCE)[model_type]
     torch.manual_seed(0)
     model = tiny_model(model_type)
     assert torch.equal(next(model.parameters()).detach().flatten()[:8], reference["first_weights"])  # same model
     assert isinstance(adapter_for(model), DecoderAdapter) and adapter_for(model).family == model_type
+    model = model.double()  # both sides in float64: they differ by its rounding alone (tests/tolerances.py)
     ids, mask = _batch()
     with gated(model, _gates(model, REMOVE)):
-        masked = _logits(model, ids, mask)
-    pruned = _logits(prune_heads(copy.deepcopy(model), {"dec_self": REMOVE}), ids, mask)
+        masked = _double_logits(model, ids, mask)
+    pruned = _double_logits(prune_heads(copy.deepcopy(model), {"dec_self": REMOVE}), ids, mask)
     scores = head_importance(model, [{"input_ids": ids, "attention_mask": mask}], normalize=False, progress=False)
-    # Bit for bit when run with the thread count the reference was written with (2); other counts split float32
-    # sums differently, hence the tolerance of float32's rounding.
-    assert torch.allclose(masked, reference["masked"], rtol=1e-5, atol=1e-6)
-    assert torch.allclose(pruned, reference["pruned"], rtol=1e-5, atol=1e-6)
+    assert masked.dtype == reference["masked"].dtype == torch.float64
+    assert_within_rounding(masked, reference["masked"], f"{model_type} masked")
+    assert_within_rounding(pruned, reference["pruned"], f"{model_type} pruned")
     for column in COLUMNS:
-        assert torch.allclose(torch.tensor(scores[column].to_numpy()), reference["scores"][column], rtol=1e-5,
-                              atol=1e-9)
+        assert_within_rounding(torch.tensor(scores[column].to_numpy()), reference["scores"][column],
+                               f"{model_type} {column}", scores=True)
+
+
+def _double_logits(model, ids, mask):
+    with torch.no_grad():
+        return model(input_ids=ids, attention_mask=mask).logits
 
 
 def test_refusals_name_why():

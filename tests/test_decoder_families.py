@@ -41,6 +41,7 @@ import torch
 import transformers
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
+from conftest import threads_for_tests
 from decoder_zoo import (HEADS, LAYERS, NOT_BUILT, VOCAB, TooLarge, class_name, meta_model, model_types, same_class,
                          tiny_model, wrapper_types)
 import registry_checks
@@ -325,7 +326,7 @@ def family_tables(tmp_path) -> dict[str, dict[str, tuple[str, str]]]:
     table's (Gemma 3's) is that row, built once."""
     tables = {"causal": {}, "wrappers": {}}
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matrices: a second thread only waits (and on a busy machine, spins)
+    torch.set_num_threads(threads_for_tests(1))  # tiny matrices: a second thread only waits
     try:
         with generic_adapter():
             for model_type in model_types():

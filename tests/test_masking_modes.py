@@ -19,6 +19,7 @@ from transformers.pytorch_utils import Conv1D
 
 from conftest import PAD, repeated, variants
 from test_adapter_contract import FAMILIES, build
+from tolerances import within_rounding
 from headprune.models.families.causal_lm import positions
 from headprune.models.head_constants import HeadConstants, ResamplePool
 from headprune.models.heads import HeadCapture, Streaming, adapter_for, full_gates, gated, stack_gates
@@ -196,7 +197,7 @@ def test_constant_replaces_the_head_output_at_the_first_masked_layer(family, pru
             zero = projection_outputs(model, batch, site, gates, Zero())
             mean = projection_outputs(model, batch, site, gates, Mean(constants))
             shift = (1 - g) * columns_times(site, masked, [constants.head(site.attn_type, 0, h) for h in masked])
-            assert ((mean - zero).double() - shift).abs().max() <= 1e-5, (site.attn_type, g)
+            assert within_rounding((mean - zero), shift), (site.attn_type, g)
             assert shift.abs().max() > 1e-2
 
 
@@ -231,7 +232,7 @@ def test_a_bert_layer_by_hand():
     for h in (1, 3):
         context[:, :, h] = constants.head("enc_self", 0, h).double()
     by_hand = context.flatten(-2) @ site.output.weight.double().T + site.output.bias.double()
-    assert (hooked.double() - by_hand).abs().max() <= 1e-5
+    assert within_rounding(hooked, by_hand)
 
 
 def test_real_gates_interpolate_and_capture_works():
@@ -261,9 +262,9 @@ def assert_variants_equal_alone(model, batch, gates_list, masking, beam=True):
     alone = [logits(model, batch, gates, masking) for gates in gates_list]
     if adapter_for(model).attention_types == ("dec_self",):  # padding positions mean nothing
         real = batch["attention_mask"].bool().repeat(len(gates_list), 1)
-        assert (together[real] - torch.cat(alone)[real]).abs().max() <= 1e-5
+        assert within_rounding(together[real], torch.cat(alone)[real])
     else:
-        assert (together - torch.cat(alone)).abs().max() <= 1e-5
+        assert within_rounding(together, torch.cat(alone))
     if not beam:
         return
     rows = len(batch["input_ids"])
@@ -351,10 +352,10 @@ def test_resample_ignores_padding_side_and_batching():
     left, right = causal_batch(padding_side="left"), causal_batch(padding_side="right")
     a, b = logits(model, left, gates, masking), logits(model, right, gates, masking)
     real_left, real_right = left["attention_mask"].bool(), right["attention_mask"].bool()
-    assert (a[real_left] - b[real_right]).abs().max() <= 1e-5
+    assert within_rounding(a[real_left], b[real_right])
     for row in range(len(left["input_ids"])):  # each row alone, unpadded
         alone = {k: v[row:row + 1][:, real_left[row]] for k, v in left.items()}
-        assert (logits(model, alone, gates, masking)[0] - a[row][real_left[row]]).abs().max() <= 1e-5
+        assert within_rounding(logits(model, alone, gates, masking)[0], a[row][real_left[row]])
     assert (a[real_left] - logits(model, left, gates, Zero())[real_left]).abs().max() > 1e-3
 
 

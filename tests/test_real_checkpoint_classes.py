@@ -20,6 +20,7 @@ import warnings
 import pytest
 import torch
 
+from tolerances import assert_within_rounding
 from headprune.models.heads import adapter_for, full_gates, gated
 from headprune.models.masking import Streaming, Uniform
 from headprune.models.prune import prune_heads
@@ -77,7 +78,7 @@ def test_gemma3_wrapper_heads_are_its_language_models():
     with gated(model, gates):
         masked = logits(model)
     assert (masked - logits(model)).abs().max() > 1e-4, "gating a head changed nothing"
-    torch.testing.assert_close(masked, by_hand, atol=1e-5, rtol=0)
+    assert_within_rounding(masked, by_hand)
 
 
 def test_gemma3_wrapper_uniform_masking_is_a_uniform_attention():
@@ -100,7 +101,7 @@ def test_gemma3_wrapper_uniform_masking_is_a_uniform_attention():
     values = seen["values"][..., kv_head * dim:(kv_head + 1) * dim]  # (rows, tokens, dim)
     positions = torch.arange(1, values.shape[1] + 1, dtype=values.dtype)[None, :, None]
     uniform = values.cumsum(1) / positions  # causal: each query averages the values of the keys up to it
-    torch.testing.assert_close(seen["heads"][..., head * dim:(head + 1) * dim], uniform, atol=1e-5, rtol=1e-5)
+    assert_within_rounding(seen["heads"][..., head * dim:(head + 1) * dim], uniform)
     # The model is as it was once the context closed
     torch.testing.assert_close(logits(model), full, atol=0, rtol=0)
     assert language_layers(model)[0].self_attn.config._attn_implementation == model.config._attn_implementation
@@ -121,7 +122,7 @@ def test_gemma3_wrapper_streaming_masking_equals_the_text_class():
     model.set_attn_implementation("eager")
     twin = text_only_twin(model)
     twin.set_attn_implementation("eager")
-    torch.testing.assert_close(logits(twin), logits(model), atol=1e-5, rtol=0)
+    assert_within_rounding(logits(twin), logits(model))
     gates = full_gates(model)
     gates["dec_self"][:, 1] = 0
     with gated(model, gates, masking=Streaming(sink=1, recent=2)):
@@ -129,7 +130,7 @@ def test_gemma3_wrapper_streaming_masking_equals_the_text_class():
     with gated(twin, gates, masking=Streaming(sink=1, recent=2)):
         text = logits(twin)
     assert (wrapped - logits(model)).abs().max() > 1e-4, "streaming masking changed nothing"
-    torch.testing.assert_close(wrapped, text, atol=1e-5, rtol=0)
+    assert_within_rounding(wrapped, text)
 
 
 @pytest.mark.parametrize("backend", ["eager", "sdpa"])
@@ -144,7 +145,7 @@ def test_gemma3_wrapper_prunes_uneven_kv_groups(backend):
         generated = model.generate(IDS, max_new_tokens=3, do_sample=False)
     prune_heads(model, {"dec_self": {0: [0], 2: [0, 1]}})
     assert language_layers(model)[0].self_attn.q_proj.out_features == 3 * 8
-    torch.testing.assert_close(logits(model), expected, atol=1e-5, rtol=0)
+    assert_within_rounding(logits(model), expected)
     assert torch.equal(model.generate(IDS, max_new_tokens=3, do_sample=False), generated)
 
 
@@ -212,7 +213,7 @@ def test_gpt_oss_at_its_real_geometry_keeps_sinks_per_head():
     attention = model.model.layers[0].self_attn
     assert attention.sinks.shape == (61,) and torch.equal(attention.sinks.detach(), kept_sinks)
     assert model.model.layers[1].self_attn.sinks.shape == (56,)
-    torch.testing.assert_close(logits(model, ids), expected, atol=1e-5, rtol=0)
+    assert_within_rounding(logits(model, ids), expected)
 
 
 def test_convbert_gates_its_attention_heads_only():
@@ -242,7 +243,7 @@ def test_convbert_gates_its_attention_heads_only():
     with gated(model, gates):
         masked = logits(model, ids)
     assert (masked - logits(model, ids)).abs().max() > 1e-6
-    torch.testing.assert_close(masked, by_hand, atol=1e-6, rtol=0)
+    assert_within_rounding(masked, by_hand)
 
 
 @pytest.mark.parametrize("q_lora_rank", [None, 16], ids=["q_proj", "q_b_proj"])
@@ -289,11 +290,10 @@ def test_latent_attention_heads_are_gated_masked_and_pruned(q_lora_rank):
     finally:
         handle.remove()
     assert (zeroed - full).abs().max() > 1e-4 and (uniform - full).abs().max() > 1e-5
-    torch.testing.assert_close(zeroed, by_hand, atol=1e-6, rtol=0)
+    assert_within_rounding(zeroed, by_hand)
     values = seen["kv"][:, 0].unflatten(-1, (4, 8 + v_dim))[..., head, 8:]  # (rows, 1 latent head, tokens, .)
     positions = torch.arange(1, ids.shape[1] + 1, dtype=values.dtype)[None, :, None]
-    torch.testing.assert_close(seen["heads"][..., head * v_dim:(head + 1) * v_dim], values.cumsum(1) / positions,
-                               atol=1e-5, rtol=1e-5)
+    assert_within_rounding(seen["heads"][..., head * v_dim:(head + 1) * v_dim], values.cumsum(1) / positions)
     gates = full_gates(model)
     gates["dec_self"][0, [1, 2]] = 0
     gates["dec_self"][1, :] = 0  # a layer left without heads
@@ -303,7 +303,7 @@ def test_latent_attention_heads_are_gated_masked_and_pruned(q_lora_rank):
                                    pad_token_id=0)
     prune_heads(model, {"dec_self": {0: [1, 2], 1: [0, 1, 2, 3]}})
     assert attention.kv_b_proj.out_features == 2 * (8 + v_dim) and attention.o_proj.in_features == 2 * v_dim
-    torch.testing.assert_close(logits(model, ids), expected, atol=1e-5, rtol=0)
+    assert_within_rounding(logits(model, ids), expected)
     assert torch.equal(model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=3, do_sample=False,
                                       pad_token_id=0), generated)
 
@@ -339,7 +339,7 @@ def test_a_llava_style_wrapper_loads_prunes_and_exports_through_its_language_mod
         expected = logits(model, ids)
     assert (expected - logits(model, ids)).abs().max() > 1e-5
     prune_heads(model, {"dec_self": {0: [0]}})
-    torch.testing.assert_close(logits(model, ids), expected, atol=1e-5, rtol=0)
+    assert_within_rounding(logits(model, ids), expected)
     save_pruned(model, None, tmp_path / "pruned")
     torch.save({"ids": ids, "logits": expected}, tmp_path / "expected.pt")
     check = (f"import sys, torch; sys.modules['headprune'] = None\n"

@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 import geometry_zoo as zoo
+from conftest import threads_for_tests
 from headprune.models.heads import adapter_for, full_gates, gated
 from headprune.models.masking import Streaming, Uniform
 from headprune.models.prune import prune_heads
@@ -162,7 +163,7 @@ class Case:
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # small matrices: a second thread only waits (and on a busy machine, spins)
+    torch.set_num_threads(threads_for_tests(1))  # small matrices: a second thread only waits
     yield
     torch.set_num_threads(threads)
 

@@ -3,6 +3,7 @@ and each variant's outputs are those of running it whole, for every one-stack fa
 import pytest
 import torch
 
+from tolerances import within_rounding
 from headprune.experiments.evaluate import predict_classes, predict_classes_variants
 from headprune.experiments.perplexity import window_nll_variants
 from headprune.experiments.runs import gates_without
@@ -46,7 +47,7 @@ def test_variants_sharing_layers_equal_each_variant_run_whole(family):
         shared = forward_variants(model, inputs, gates_list, logits, variant_batch_size=1000)
     hook.remove()
     for gates, mine in zip(gates_list, shared):
-        assert (mine - whole(model, inputs, gates)).abs().max() <= 1e-5
+        assert within_rounding(mine, whole(model, inputs, gates))
     assert all((shared[i] - shared[1]).abs().max() > 1e-4 for i in (0, 2, 3))  # the masks changed the model
     rows = len(inputs["input_ids"])
     # one full pass (recording layer 0, and the full model's own result); the layer-0 variant replays layer
@@ -72,7 +73,7 @@ def test_a_layer_whose_attention_output_is_not_its_projection_output_is_computed
         shared = forward_variants(model, inputs, gates_list, logits, variant_batch_size=1000)
     hook.remove()
     for gates, mine in zip(gates_list, shared):
-        assert (mine - whole(model, inputs, gates)).abs().max() <= 1e-5
+        assert within_rounding(mine, whole(model, inputs, gates))
     rows = len(inputs["input_ids"])
     assert calls == [rows, rows, rows]  # the recording pass, the layer-1 variant (not replayed), the layer-0 one
 
@@ -122,7 +123,7 @@ def test_uniform_masking_recomputes_the_masked_layer():
             shared = forward_variants(model, inputs, gates_list, logits, variant_batch_size=1000)
         for gates, mine in zip(gates_list, shared):
             with gated(model, gates, masking="uniform"):
-                assert (mine - model(**inputs).logits).abs().max() <= 1e-5
+                assert within_rounding(mine, model(**inputs).logits)
 
 
 def test_an_encoder_decoder_has_no_shared_stack():
