@@ -9,10 +9,12 @@ torch and transformers, named in config.json's ``auto_map``. Then, on a machine 
     AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)                # every decoder-only family
     AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True)   # the encoders
     AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)               # the translation models
+    AutoModelForSpeechSeq2Seq.from_pretrained(folder, trust_remote_code=True)           # Whisper, Moonshine, ...
     AutoModel.from_pretrained(folder, trust_remote_code=True)                            # the base model (not pre-norm)
 
-builds transformers' own class with each layer's attentions cut to the heads the config keeps, so the saved
-shapes load, and gives the pruned model's outputs. transformers copies the helper module with the modeling
+(``auto_map`` names every Auto class whose table lists the model's class, e.g. a multimodal wrapper's
+AutoModelForMultimodalLM and AutoModelForImageTextToText) builds transformers' own class with each layer's
+attentions cut to the heads the config keeps, so the saved shapes load, and gives the pruned model's outputs. transformers copies the helper module with the modeling
 file (``dynamic_module_utils.get_relative_import_files`` follows ``from .headprune_common import``). The
 config stays transformers' own (no ``AutoConfig`` entry): headprune's ``load_pruned_weights`` reads the same
 folder as before, and ``from_config`` without ``trust_remote_code`` still builds transformers' class. Weights
