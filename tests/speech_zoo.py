@@ -16,13 +16,13 @@ import transformers
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.auto.modeling_auto import MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES
 
-from seq2seq_zoo import LAYERS, HEADS, HEAD_DIM, HIDDEN, SIZES, VOCAB, _shrink  # noqa: F401 (re-exported)
+from seq2seq_zoo import HEADS, LAYERS, SIZES, VOCAB, _shrink
 
 MEL_BINS = 8
 # the size entries speech configs add to the text ones (Moonshine's per-stack counts)
-SPEECH_SIZES = dict(encoder_num_hidden_layers=LAYERS, decoder_num_hidden_layers=LAYERS, encoder_num_attention_heads=HEADS,
-                    decoder_num_attention_heads=HEADS, encoder_num_key_value_heads=HEADS,
-                    decoder_num_key_value_heads=HEADS)
+SPEECH_SIZES = dict(encoder_num_hidden_layers=LAYERS, decoder_num_hidden_layers=LAYERS,
+                    encoder_num_attention_heads=HEADS, decoder_num_attention_heads=HEADS,
+                    encoder_num_key_value_heads=HEADS, decoder_num_key_value_heads=HEADS)
 OVERRIDES = {
     # whisper tiny.en's head geometry (6 heads of 64 is its own: 4 of 8 here), a short window (32 frames)
     "whisper": dict(num_mel_bins=MEL_BINS, max_source_positions=16, max_target_positions=32,

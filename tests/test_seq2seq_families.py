@@ -138,8 +138,9 @@ def _linear_children(module) -> list:
 def reference_attention(model) -> dict[str, list[tuple[torch.nn.Module, torch.nn.Module]]]:
     """{stack: [(attention module, its output projection) per layer]}: the encoder get_encoder() gives, the decoder
     get_decoder() gives; in each, its first ModuleList of ``LAYERS`` layers that hold an ``...Attention``; in a layer,
-    the modules of an ``...Attention`` class that own three or more linear maps, in registration order (self-attention, then the decoder's
-    cross-attention); in one, the linear map named as an output projection, else the last registered."""
+    the modules of an ``...Attention`` class that own three or more linear maps, in registration order
+    (self-attention, then the decoder's cross-attention); in one, the linear map named as an output projection, else
+    the last registered."""
     found = {}
     for stacks, module in ((("enc_self",), model.get_encoder()), (("dec_self", "enc_dec"), model.get_decoder())):
         # Speech2Text's convolutions before its layers are a list of as many too: a layer holds an attention

@@ -54,7 +54,8 @@ def render(results: dict[str, tuple[str, str]]) -> str:
     left_out = "; ".join(f"{t}: {why}" for t, why in NOT_SPEECH.items())
     intro = (f"{len(results)} model types of transformers' speech seq2seq registry (MODEL_FOR_SPEECH_SEQ_2_SEQ_"
              "MAPPING_NAMES) whose default config is an encoder-decoder (the decoder-only audio LMs of that registry "
-             "are not: those the multimodal table lists are rows of the decoder wrappers' table), through the generic encoder-decoder adapter, exported and loaded "
+             "are not: those the multimodal table lists are rows of the decoder wrappers' table), through the "
+             "generic encoder-decoder adapter, exported and loaded "
              f"with `{AUTO}` with headprune blocked; left out: {left_out}. "
              + ", ".join(f"{n} {o}" for o, n in counts.items()) + ".")
     lines = [BEGIN, "", *textwrap.wrap(intro, 115), "", "| model type | outcome | why / what is refused |",
@@ -77,8 +78,11 @@ def test_every_speech_encoder_decoder_of_the_registry(tmp_path):
 # --- A Whisper at tiny.en's head geometry, as a user prunes and exports it -----------------------------------------
 
 TINY_EN = dict(d_model=384, encoder_attention_heads=6, decoder_attention_heads=6, encoder_ffn_dim=1536,
-               decoder_ffn_dim=1536, num_mel_bins=80, max_source_positions=1500, max_target_positions=448)
-# tiny.en has 4 layers per stack and 51,864 tokens: 2 and 1,024 here keep the test fast; each layer its own heads
+               decoder_ffn_dim=1536, num_mel_bins=80, max_target_positions=448)
+# tiny.en has 4 layers per stack, 51,864 tokens and 30-second windows (3,000 frames, 1,500 positions): 2 layers, 1,024
+# tokens and 5-second windows here keep the test fast; each layer keeps its own heads
+WINDOW = 250  # max_source_positions: the encoder reads 2 x 250 frames
+FRAMES = 2 * WINDOW
 FREE_LAYOUT = [("enc_self", 0, 1), ("enc_self", 0, 4), ("enc_self", 1, 5), ("dec_self", 0, 0),
                ("dec_self", 1, 2), ("dec_self", 1, 3), ("enc_dec", 0, 3), ("enc_dec", 1, 0), ("enc_dec", 1, 1)]
 LOAD_AS_USERS_DO = textwrap.dedent("""
@@ -102,7 +106,7 @@ def test_a_pruned_whisper_loads_as_whisper_is_loaded_without_headprune(tmp_path)
     """load_model, remove_heads (each layer of each stack its own heads), save_pruned: the folder loads with
     AutoModelForSpeechSeq2Seq (the class Whisper's users call, and the card's), headprune blocked from import, as
     WhisperForConditionalGeneration with the pruned attentions, and gives the pruned model's logits and greedy
-    generate() on two batch sizes of 30-second log-mel windows (80 x 3,000)."""
+    generate() on two batch sizes of log-mel windows (80 mel bins x 500 frames)."""
     import json
     import subprocess
     import sys
@@ -113,13 +117,13 @@ def test_a_pruned_whisper_loads_as_whisper_is_loaded_without_headprune(tmp_path)
 
     config = WhisperConfig(vocab_size=1024, encoder_layers=2, decoder_layers=2, decoder_start_token_id=1,
                            pad_token_id=0, bos_token_id=1, eos_token_id=2, begin_suppress_tokens=None,
-                           suppress_tokens=None, **TINY_EN)
+                           suppress_tokens=None, max_source_positions=WINDOW, **TINY_EN)
     torch.manual_seed(0)
     WhisperForConditionalGeneration(config).save_pretrained(tmp_path / "whisper")
     model, _ = hp.load_model(tmp_path / "whisper")
     generator = torch.Generator().manual_seed(0)
-    features = [torch.randn(rows, 80, 3000, generator=generator) for rows in (1, 3)]
-    decoder_ids = [torch.randint(3, 1024, (rows, length), generator=generator) for rows, length in ((1, 5), (3, 9))]
+    features = [torch.randn(rows, 80, FRAMES, generator=generator) for rows in (1, 2)]
+    decoder_ids = [torch.randint(3, 1024, (rows, length), generator=generator) for rows, length in ((1, 5), (2, 9))]
     with torch.no_grad():
         unpruned = model(input_features=features[0], decoder_input_ids=decoder_ids[0]).logits
     pruned = hp.remove_heads(model, FREE_LAYOUT)
@@ -139,7 +143,7 @@ def test_a_pruned_whisper_loads_as_whisper_is_loaded_without_headprune(tmp_path)
                          cwd=tmp_path, timeout=600, env={**os.environ, "PYTHONPATH": "", "OMP_NUM_THREADS": "1"})
     answers = [json.loads(line) for line in run.stdout.splitlines()]
     assert len(answers) == 2, run.stderr[-2000:]
-    for (name, shape, gap, same_tokens), rows in zip(answers, (1, 3)):
-        assert name == "PrunedWhisperForConditionalGeneration" and shape == [rows, 80, 3000], (name, shape)
+    for (name, shape, gap, same_tokens), rows in zip(answers, (1, 2)):
+        assert name == "PrunedWhisperForConditionalGeneration" and shape == [rows, 80, FRAMES], (name, shape)
         assert gap < 1e-4, f"{rows} rows: the export's logits differ from the pruned model's by {gap:.1e}"
         assert same_tokens, f"{rows} rows: generate() differs"

@@ -14,8 +14,9 @@ torch and transformers, named in config.json's ``auto_map``. Then, on a machine 
 
 (``auto_map`` names every Auto class whose table lists the model's class, e.g. a multimodal wrapper's
 AutoModelForMultimodalLM and AutoModelForImageTextToText) builds transformers' own class with each layer's
-attentions cut to the heads the config keeps, so the saved shapes load, and gives the pruned model's outputs. transformers copies the helper module with the modeling
-file (``dynamic_module_utils.get_relative_import_files`` follows ``from .headprune_common import``). The
+attentions cut to the heads the config keeps, so the saved shapes load, and gives the pruned model's outputs.
+transformers copies the helper module with the modeling file (``dynamic_module_utils.get_relative_import_files``
+follows ``from .headprune_common import``). The
 config stays transformers' own (no ``AutoConfig`` entry): headprune's ``load_pruned_weights`` reads the same
 folder as before, and ``from_config`` without ``trust_remote_code`` still builds transformers' class. Weights
 are safetensors only.
@@ -44,8 +45,8 @@ from pathlib import Path
 
 from headprune.io.atomic import atomic_dir
 from headprune.io.registry import Registry
-from headprune.models.remote.headprune_common import AUTO_CLASSES  # noqa: F401 (re-exported)
 from headprune.models.attention_types import AUDIO_SELF, DEC_SELF, ENC_DEC, ENC_SELF, TOWER_TYPES, VISION_SELF
+from headprune.models.remote.headprune_common import AUTO_CLASSES
 
 REMOTE = Path(__file__).resolve().parent / "remote"  # the modeling files (package data)
 

@@ -371,7 +371,7 @@ def _names(value) -> tuple:
     return tuple(value) if isinstance(value, (tuple, list)) else (value,)
 
 
-# Config entries of an encoder-decoder's layer and head counts, per stack, first found first (BART's and Whisper's, T5's)
+# Config entries of an encoder-decoder's layer and head counts per stack, the first found first (BART's, T5's)
 STACK_COUNTS = {"encoder": (("encoder_layers", "num_layers"), ("encoder_attention_heads", "num_heads")),
                 "decoder": (("decoder_layers", "num_decoder_layers", "num_layers"),
                             ("decoder_attention_heads", "num_heads"))}

@@ -19,7 +19,8 @@ transformers 5 declares no tensor- or pipeline-parallel plan for its encoders, s
   reads its convolution heads' features after its attention heads' (``EXTRA_OUTPUT_FEATURES``: gated, never pruned).
 
 What else a family differs by is declared data below (``HEAD_BIASES``, ``NOT_PRUNABLE``, ``HEADLESS_RESULTS``,
-``PER_HEAD_CHANNELS``, ``REBUILDS``), applied by ``keep_encoder_heads`` (headprune's pruning and the exported modeling file alike).
+``PER_HEAD_CHANNELS``, ``REBUILDS``), applied by ``keep_encoder_heads`` (headprune's pruning and the exported modeling
+file alike).
 
 Whether a model is an encoder is what transformers declares: a class of its causal-LM table is not, nor an
 encoder-decoder; attention modules that say ``is_causal`` decide; else the config's ``is_decoder`` or ``causal``
