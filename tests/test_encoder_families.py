@@ -347,7 +347,8 @@ def test_a_pruned_big_bird_runs_after_switching_to_full_attention(tmp_path):
     attention on input too short for it (``set_attention_type``), from the config, with every head. Loaded by
     load_model (eager), heads removed in each layer, on 2 x 12 tokens: the pruned model gives the logits of the whole
     one with those heads' input features of the output projections this test finds (``reference_layers``) zeroed,
-    its rebuilt attentions keep the pruned heads, and the export loads back with them."""
+    its rebuilt attentions keep the pruned heads, and the export loads back with them (in headprune, and as
+    AutoModelForSequenceClassification with headprune blocked)."""
     from transformers import BigBirdConfig, BigBirdForSequenceClassification
 
     import headprune as hp
@@ -371,6 +372,9 @@ def test_a_pruned_big_bird_runs_after_switching_to_full_attention(tmp_path):
         assert [type(a).__name__ for a in rebuilt] == ["BigBirdSelfAttention"] * 2  # the switch happened
         assert [(a.num_attention_heads, a.all_head_size) for a in rebuilt] == [(3, 24), (2, 16)]
         assert _close(got, want) < GATED_CLOSE, f"pruned != gated ({_close(got, want):.1e})"
-        hp.save_pruned(pruned, None, tmp_path / "pruned")
-        back, _ = hp.load_model(tmp_path / "pruned", kind="classification")
+        folder = hp.save_pruned(pruned, None, tmp_path / "pruned")
+        back, _ = hp.load_model(folder, kind="classification")
         assert _close(_logits(back, ids, mask), want) < GATED_CLOSE
+    # and as plain transformers loads it, headprune blocked: the exported headprune_encoder.py keeps them too
+    torch.save({"batches": [(ids, mask)], "logits": [want]}, folder / "expected.pt")
+    assert registry_checks.export_verdicts(EXPORT_CHECK, [folder], tmp_path) == {folder: "ok"}
