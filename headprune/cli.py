@@ -175,8 +175,11 @@ def load(args):
 
     import torch
 
-    from headprune.models.loading import load_model
+    from headprune.models.loading import dropped_heads, load_model
 
+    partial = dropped_heads(args.model, kind)  # a whisper folder given text: never its decoder alone, silently
+    if partial is not None:
+        raise UsageError(f"MODEL {args.model}: {partial}")
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     try:
         model, tokenizer = load_model(args.model, kind, device=device)

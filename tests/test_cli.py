@@ -325,3 +325,34 @@ def test_the_installed_command_is_headprune():
         pytest.skip("headprune is not installed in this environment (pip install -e .)")
     result = subprocess.run([str(command), "--help"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and "prune" in result.stdout, result.stderr
+
+
+@pytest.fixture(scope="module")
+def whisper(tmp_path_factory) -> Path:
+    """A tiny Whisper with tiny.en's head counts: 4 layers of 6 heads per stack (24 + 24 + 24 = 72 heads)."""
+    import torch
+    from transformers import WhisperConfig, WhisperForConditionalGeneration
+
+    folder = tmp_path_factory.mktemp("models") / "tiny-whisper"
+    torch.manual_seed(0)
+    WhisperForConditionalGeneration(WhisperConfig(
+        vocab_size=64, num_mel_bins=8, d_model=24, encoder_layers=4, decoder_layers=4, encoder_attention_heads=6,
+        decoder_attention_heads=6, encoder_ffn_dim=32, decoder_ffn_dim=32, max_source_positions=16,
+        max_target_positions=16, pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1,
+    )).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("command", [["score"], ["prune", "--percent", "10", "--out", "o"]])
+def test_a_speech_encoder_decoder_given_text_is_refused_not_cut_to_its_decoder(command, whisper, data, tmp_path):
+    """A text corpus would load WhisperForCausalLM, the decoder alone (its 4 x 6 self-attention heads of the 72): one
+    line names the class, what would have been scored, and nothing is written."""
+    result = headprune(command[0], whisper, "--data", data["corpus.txt"], *command[1:], cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("headprune: error:")]
+    assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr
+    for words in ("WhisperForConditionalGeneration is a speech encoder-decoder", "WhisperForCausalLM",
+                  "its decoder alone (24 of its 72 heads"):
+        assert words in errors[0], errors[0]
+    assert "WhisperForCausalLM, " not in result.stderr.replace(errors[0], "")  # nothing was loaded before
+    assert not (tmp_path / "o").exists()

@@ -21,7 +21,9 @@ adapter exists) must:
 5. generate() on the pruned model equals generate() under the gates (greedy);
 6. save_pruned then load_pruned_weights gives the same logits;
 7. the exported folder loads in plain transformers with headprune blocked from import (one subprocess for all
-   passing causal-LM types and the wrappers of ``EXPORT_WRAPPERS``), with the same logits and the same generate().
+   passing causal-LM types and the wrappers of ``EXPORT_WRAPPERS``) through the task's Auto class (``task_auto``:
+   AutoModelForCausalLM, a wrapper's AutoModelForImageTextToText or AutoModelForMultimodalLM), with the pruned
+   model's logits and generate() on two input shapes.
 
 The tables of outcomes are docs/models.md's "Decoder families" tables: this test fails when a type a table lists
 as passing no longer passes, and rewrites the tables with HEADPRUNE_WRITE_MODELS_TABLE=1.
@@ -89,6 +91,32 @@ def _batch():
     mask = torch.ones_like(ids)
     mask[1, :3] = 0  # left padding
     return ids, mask
+
+
+def _second_batch():
+    """Another input shape for the export check: 3 rows of 13 tokens, the last left-padded."""
+    ids = torch.randint(3, VOCAB, (3, 13), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    mask[2, :4] = 0
+    return ids, mask
+
+
+# The Auto classes a wrapper's users load it with, by the table of transformers' that lists its class, first first
+# (AudioFlamingo 3: only the seq2seq tables list it)
+WRAPPER_AUTOS = (("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES", "AutoModelForImageTextToText"),
+                 ("MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES", "AutoModelForMultimodalLM"),
+                 ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "AutoModelForSeq2SeqLM"),
+                 ("MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES", "AutoModelForSpeechSeq2Seq"))
+
+
+def task_auto(model, wrapper: bool) -> str:
+    """The Auto class the model's users call: AutoModelForCausalLM; a wrapper's, ``WRAPPER_AUTOS``'."""
+    from transformers.models.auto import modeling_auto
+
+    if not wrapper:
+        return "AutoModelForCausalLM"
+    return next(auto for table, auto in WRAPPER_AUTOS
+                if getattr(modeling_auto, table).get(model.config.model_type) == type(model).__name__)
 
 
 def _logits(model, ids, mask):
@@ -284,8 +312,13 @@ def check_family(model_type: str, folder: Path, wrapper: bool = False) -> tuple[
             reloaded_lm.set_attn_implementation(backends[-1])
         gap = _close(_logits(reloaded, ids, mask), reference_logits)
         assert gap < GATED_CLOSE, f"reloaded != pruned ({gap:.1e})"
-        torch.save({"ids": ids, "mask": mask, "logits": reference_logits, "generated": got,
-                    "auto": "AutoModelForCausalLM" if not wrapper else None}, folder / "expected.pt")
+        # what the export must give on two input shapes: the pruned model's logits and generate()
+        second = _second_batch()
+        with torch.no_grad():
+            second_tokens = pruned.generate(second[0], attention_mask=second[1], max_new_tokens=4, do_sample=False,
+                                            pad_token_id=0)
+        torch.save({"batches": [(ids, mask), second], "logits": [reference_logits, _logits(pruned, *second)],
+                    "generated": [got, second_tokens], "auto": task_auto(model, wrapper)}, folder / "expected.pt")
     except Exception as error:
         return "fails", f"{step}: {registry_checks.one_line(error)}"
     return "passes", "; ".join(refused)
@@ -293,28 +326,30 @@ def check_family(model_type: str, folder: Path, wrapper: bool = False) -> tuple[
 
 
 EXPORT_CHECK = textwrap.dedent("""
-    import json, sys, torch, warnings
+    import sys, torch, warnings
     warnings.simplefilter("ignore")
     sys.modules["headprune"] = None  # headprune blocked from import: only the folder's own files run
     import transformers
     for folder in sys.argv[1:]:
         try:
             expected = torch.load(folder + "/expected.pt")
-            # the Auto class the folder's auto_map names for the model (a wrapper's own, else AutoModelForCausalLM)
-            entries = json.load(open(folder + "/config.json")).get("auto_map", {})
-            auto = expected["auto"] or next((a for a in entries if a != "AutoModel"), None)
-            if auto is None:
-                raise ValueError(f"no Auto class in its auto_map loads the model, only {sorted(entries)}")
-            model = getattr(transformers, auto).from_pretrained(folder, trust_remote_code=True).eval()
-            with torch.no_grad():
-                logits = model(input_ids=expected["ids"], attention_mask=expected["mask"]).logits.float()
-            gap = float((logits - expected["logits"]).abs().max())
-            with torch.no_grad():
-                tokens = model.generate(expected["ids"], attention_mask=expected["mask"], max_new_tokens=4,
-                                        do_sample=False, pad_token_id=0)
-            verdict = "ok" if gap < 1e-5 else f"logits differ by {gap:.1e}"
-            if verdict == "ok" and not torch.equal(tokens, expected["generated"]):
-                verdict = "generate() differs"
+            # the task's Auto class (AutoModelForCausalLM; a wrapper's: AutoModelForImageTextToText, ...)
+            model = getattr(transformers, expected["auto"]).from_pretrained(folder, trust_remote_code=True).eval()
+            verdict = "ok"
+            for (ids, mask), want, generated in zip(expected["batches"], expected["logits"], expected["generated"]):
+                with torch.no_grad():
+                    logits = model(input_ids=ids, attention_mask=mask).logits.float()
+                    tokens = model.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False,
+                                            pad_token_id=0)
+                gap = float((logits - want).abs().max())
+                if gap >= 1e-5:
+                    verdict = f"logits differ by {gap:.1e} on {tuple(ids.shape)}"
+                elif not torch.equal(tokens, generated):
+                    verdict = f"generate() differs on {tuple(ids.shape)}"
+                if verdict != "ok":
+                    break
+            if verdict == "ok" and not type(model).__name__.startswith("Pruned"):
+                verdict = f"loaded as {type(model).__name__}, not through the folder's modeling file"
             print("EXPORT", folder, verdict, flush=True)
         except Exception as error:
             print("EXPORT", folder, f"{type(error).__name__}: {error}".splitlines()[0][:150], flush=True)

@@ -12,8 +12,9 @@ would refuse the type) must:
 3. run masking modes zero, mean and uniform, or refuse them saying why; refuse streaming (a causal-LM idea);
 4. prune: the pruned model equals the gated one, with one layer left without heads;
 5. save_pruned then load_pruned_weights gives the same logits;
-6. the exported folder loads in plain transformers with headprune blocked from import (one subprocess for all
-   passing types), with the same logits.
+6. the exported folder loads in plain transformers, as AutoModelForSequenceClassification (the task's Auto class),
+   with headprune blocked from import (one subprocess for all passing types), with the pruned model's logits on two
+   input shapes.
 
 The table of outcomes is docs/models.md's "Encoder families" table: this test fails when a type it lists as passing
 no longer passes, and rewrites it with HEADPRUNE_WRITE_MODELS_TABLE=1. A second test holds the generic adapter to
@@ -67,6 +68,14 @@ def _batch():
     ids = torch.randint(3, VOCAB, (2, 9), generator=generator)
     mask = torch.ones_like(ids)
     mask[1, 6:] = 0  # right padding
+    return ids, mask
+
+
+def _second_batch():
+    """Another input shape for the export check: 3 rows of 14 tokens, the last right-padded."""
+    ids = torch.randint(3, VOCAB, (3, 14), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    mask[2, 10:] = 0
     return ids, mask
 
 
@@ -246,7 +255,9 @@ def check_family(model_type: str, folder: Path) -> tuple[str, str]:
             reloaded.set_default_language(reloaded.config.languages[0])
         gap = _close(_logits(reloaded, ids, mask), masked)
         assert gap < GATED_CLOSE, f"reloaded != pruned ({gap:.1e})"
-        torch.save({"ids": ids, "mask": mask, "logits": masked}, folder / "expected.pt")
+        second = _second_batch()  # and the pruned model's logits on another input shape
+        torch.save({"batches": [(ids, mask), second], "logits": [masked, _logits(pruned, *second)]},
+                   folder / "expected.pt")
     except Exception as error:
         return "fails", f"{step}: {registry_checks.one_line(error)}"
     return "passes", "; ".join(notes)
@@ -266,10 +277,16 @@ EXPORT_CHECK = textwrap.dedent("""
             if hasattr(model, "set_default_language"):
                 model.set_default_language(model.config.languages[0])
             name = "input_ids" if "input_ids" in inspect.signature(model.forward).parameters else "inputs"
-            with torch.no_grad():
-                logits = model(**{name: expected["ids"]}, attention_mask=expected["mask"]).logits.float()
-            gap = float((logits - expected["logits"]).abs().max())
-            print("EXPORT", folder, "ok" if gap < 1e-5 else f"logits differ by {gap:.1e}", flush=True)
+            verdict = "ok"
+            for (ids, mask), want in zip(expected["batches"], expected["logits"]):
+                with torch.no_grad():
+                    logits = model(**{name: ids}, attention_mask=mask).logits.float()
+                gap = float((logits - want).abs().max())
+                if gap >= 1e-5 and verdict == "ok":
+                    verdict = f"logits differ by {gap:.1e} on {tuple(ids.shape)}"
+            if verdict == "ok" and not type(model).__name__.startswith("Pruned"):
+                verdict = f"loaded as {type(model).__name__}, not through the folder's modeling file"
+            print("EXPORT", folder, verdict, flush=True)
         except Exception as error:
             print("EXPORT", folder, f"{type(error).__name__}: {error}".splitlines()[0][:150], flush=True)
 """)
@@ -323,3 +340,41 @@ def test_a_refusal_names_the_type_its_class_and_what_it_was_read_as():
     with pytest.raises(ValueError, match=r"no head adapter for model type 'fnet' \(FNetForSequenceClassification\), "
                                          r"read as an encoder: no list of 2 encoder layers"):
         adapter_for(tiny_model("fnet"))
+
+
+def test_a_pruned_big_bird_runs_after_switching_to_full_attention(tmp_path):
+    """BigBird's default attention is block-sparse; its model's forward rebuilds every layer's attention as full
+    attention on input too short for it (``set_attention_type``), from the config, with every head. Loaded by
+    load_model (eager), heads removed in each layer, on 2 x 12 tokens: the pruned model gives the logits of the whole
+    one with those heads' input features of the output projections this test finds (``reference_layers``) zeroed,
+    its rebuilt attentions keep the pruned heads, and the export loads back with them (in headprune, and as
+    AutoModelForSequenceClassification with headprune blocked)."""
+    from transformers import BigBirdConfig, BigBirdForSequenceClassification
+
+    import headprune as hp
+
+    config = BigBirdConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                           intermediate_size=37, max_position_embeddings=64, num_labels=2, pad_token_id=0,
+                           bos_token_id=1, eos_token_id=2, sep_token_id=3)
+    assert config.attention_type == "block_sparse"
+    torch.manual_seed(0)
+    BigBirdForSequenceClassification(config).eval().save_pretrained(tmp_path / "big_bird")
+    model, _ = hp.load_model(tmp_path / "big_bird", kind="classification")
+    ids = torch.randint(4, VOCAB, (2, 12), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    remove = {0: [1], 1: [0, 3]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # BigBird says it switches to full attention
+        want = _zeroed_by_hand(model, reference_layers(model), remove, ids, mask)
+        pruned = hp.remove_heads(model, [("enc_self", layer, h) for layer, heads in remove.items() for h in heads])
+        got = _logits(pruned, ids, mask)
+        rebuilt = [layer.attention.self for layer in pruned.bert.encoder.layer]
+        assert [type(a).__name__ for a in rebuilt] == ["BigBirdSelfAttention"] * 2  # the switch happened
+        assert [(a.num_attention_heads, a.all_head_size) for a in rebuilt] == [(3, 24), (2, 16)]
+        assert _close(got, want) < GATED_CLOSE, f"pruned != gated ({_close(got, want):.1e})"
+        folder = hp.save_pruned(pruned, None, tmp_path / "pruned")
+        back, _ = hp.load_model(folder, kind="classification")
+        assert _close(_logits(back, ids, mask), want) < GATED_CLOSE
+    # and as plain transformers loads it, headprune blocked: the exported headprune_encoder.py keeps them too
+    torch.save({"batches": [(ids, mask)], "logits": [want]}, folder / "expected.pt")
+    assert registry_checks.export_verdicts(EXPORT_CHECK, [folder], tmp_path) == {folder: "ok"}

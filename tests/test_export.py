@@ -51,6 +51,16 @@ def tiny_llama_6_on_2(seed=0):
     return _random_biases(_spread_weights(LlamaForCausalLM(config).eval()))
 
 
+def tiny_llama_classifier(seed=0):
+    """A decoder-only classifier (its head reads the last token): exported as AutoModelForSequenceClassification."""
+    from transformers import LlamaForSequenceClassification
+
+    torch.manual_seed(seed)
+    config = _causal_config(LlamaConfig, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, num_labels=3)
+    return _random_biases(_spread_weights(LlamaForSequenceClassification(config).eval()))
+
+
 def tiny_fsmt_as_converted():
     """As headprune's fairseq reader leaves FSMT: plain forward passes without the cache (FSMT builds its causal
     decoder mask only then), generate() with it."""
@@ -105,6 +115,7 @@ CASES = {
     "mistral": (tiny_mistral, causal_inputs, {"dec_self": FOUR_HEADS}, CAUSAL_LM),
     "qwen2": (tiny_qwen2, causal_inputs, {"dec_self": FOUR_HEADS}, CAUSAL_LM),
     "gpt2": (tiny_gpt2, causal_inputs, {"dec_self": FOUR_HEADS}, CAUSAL_LM),
+    "llama_classifier": (tiny_llama_classifier, causal_inputs, {"dec_self": FOUR_HEADS}, CLASSIFIER),
     "bert": (tiny_bert, lambda: encoder_inputs(bert_batch()), {"enc_self": FOUR_HEADS}, CLASSIFIER),
     "roberta": (tiny_roberta, lambda: encoder_inputs(roberta_batch()), {"enc_self": FOUR_HEADS}, CLASSIFIER),
     "xlm_roberta": (tiny_xlm_roberta, lambda: encoder_inputs(roberta_batch()), {"enc_self": FOUR_HEADS}, CLASSIFIER),

@@ -16,7 +16,10 @@ must:
    the gates (greedy);
 5. save_pruned then load_pruned_weights gives the same logits;
 6. the exported folder loads in plain transformers (AutoModelForSeq2SeqLM) with headprune blocked from import (one
-   subprocess for every passing type), with the same logits and generate().
+   subprocess for every passing type), with the pruned model's logits and generate() on two input shapes.
+
+tests/test_speech_seq2seq_families.py runs the same checks (``check_family`` with its ``Zoo``) on the speech
+registry's encoder-decoders (Whisper, Moonshine, Speech2Text, ...), loaded with AutoModelForSpeechSeq2Seq.
 
 And on m2m_100 (headprune's PreNormTransformer and NLLB's dense layout), bart, mbart and marian the generic adapter
 computes what their hand-written family files did before they were deleted (tests/family_reference.py: gated, masked
@@ -28,10 +31,12 @@ passing no longer passes, and rewrites the table with HEADPRUNE_WRITE_MODELS_TAB
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import textwrap
 import warnings
 from pathlib import Path
+from typing import Callable
 from unittest import mock
 
 import pytest
@@ -66,25 +71,45 @@ def generic_adapter():
     return mock.patch.object(families, "adapter_for_model", lambda model: Seq2SeqAdapter(model.config.model_type))
 
 
-def _batch():
+def _batches(model) -> list:
+    """Two batches of different shapes: (the encoder's inputs, the decoder's ids)."""
     generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(3, VOCAB, (2, 7), generator=generator)
-    mask = torch.ones_like(ids)
-    mask[1, 5:] = 0  # right padding of the source
-    decoder_ids = torch.randint(3, VOCAB, (2, 5), generator=generator)
+    batches = []
+    for rows, length, decoder_length in ((2, 7, 5), (3, 11, 6)):
+        ids = torch.randint(3, VOCAB, (rows, length), generator=generator)
+        mask = torch.ones_like(ids)
+        mask[1, length - 2:] = 0  # right padding of the source
+        batches.append(({"input_ids": ids, "attention_mask": mask}, _decoder_ids(rows, decoder_length, generator)))
+    return batches
+
+
+def _decoder_ids(rows, length, generator):
+    decoder_ids = torch.randint(3, VOCAB, (rows, length), generator=generator)
     decoder_ids[:, 0] = 0  # the decoder start token
-    return ids, mask, decoder_ids
+    return decoder_ids
 
 
 def _logits(model, batch):
-    ids, mask, decoder_ids = batch
+    inputs, decoder_ids = batch
     with torch.no_grad():
-        return model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids).logits.float()
+        return model(**inputs, decoder_input_ids=decoder_ids).logits.float()
 
 
 def _generate(model, batch):
     with torch.no_grad():
-        return model.generate(batch[0], attention_mask=batch[1], max_new_tokens=4, do_sample=False, num_beams=1)
+        return model.generate(**batch[0], max_new_tokens=4, do_sample=False, num_beams=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Zoo:
+    """A registry's tiny models, their inputs, the Auto class their users load them with."""
+    tiny_model: Callable
+    tiny_config: Callable
+    batches: Callable
+    auto: str
+
+
+TEXT = Zoo(tiny_model, tiny_config, _batches, "AutoModelForSeq2SeqLM")
 
 
 def _close(a, b) -> float:
@@ -112,12 +137,15 @@ def _linear_children(module) -> list:
 
 def reference_attention(model) -> dict[str, list[tuple[torch.nn.Module, torch.nn.Module]]]:
     """{stack: [(attention module, its output projection) per layer]}: the encoder get_encoder() gives, the decoder
-    get_decoder() gives; in each, its ModuleList of ``LAYERS`` layers; in a layer, the modules of an ``...Attention``
-    class that own three or more linear maps, in registration order (self-attention, then the decoder's
-    cross-attention); in one, the linear map named as an output projection, else the last registered."""
+    get_decoder() gives; in each, its first ModuleList of ``LAYERS`` layers that hold an ``...Attention``; in a layer,
+    the modules of an ``...Attention`` class that own three or more linear maps, in registration order
+    (self-attention, then the decoder's cross-attention); in one, the linear map named as an output projection, else
+    the last registered."""
     found = {}
     for stacks, module in ((("enc_self",), model.get_encoder()), (("dec_self", "enc_dec"), model.get_decoder())):
-        lists = [m for m in module.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == LAYERS]
+        # Speech2Text's convolutions before its layers are a list of as many too: a layer holds an attention
+        lists = [m for m in module.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == LAYERS and
+                 all(any(type(c).__name__.endswith("Attention") for c in layer.modules()) for layer in m)]
         assert lists, f"the test finds no list of {LAYERS} layers in {type(module).__name__}"
         for stack in stacks:
             found[stack] = []
@@ -154,13 +182,14 @@ def _zeroed_by_hand(model, reference, remove, batch):
 
 # --- One model type -----------------------------------------------------------------------------------------
 
-def check_family(model_type: str, folder: Path) -> tuple[str, str]:
+def check_family(model_type: str, folder: Path, zoo: Zoo = TEXT) -> tuple[str, str]:
     torch.manual_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            model = tiny_model(model_type)
-            batch = _batch()
+            model = zoo.tiny_model(model_type)
+            batches = zoo.batches(model)
+            batch = batches[0]
             plain = _logits(model, batch)
         except Exception as error:  # the tiny config does not build or run for this type
             return "not built", registry_checks.one_line(error)
@@ -172,7 +201,7 @@ def check_family(model_type: str, folder: Path) -> tuple[str, str]:
     step = "heads"
     try:
         reference = reference_attention(model)
-        config = tiny_config(model_type)
+        config = zoo.tiny_config(model_type)
         for stack in STACKS:
             mine = [s for s in sites if s.attn_type == stack]
             assert len(mine) == LAYERS == len(reference[stack]), f"{stack}: {len(mine)} layers"
@@ -229,7 +258,11 @@ def check_family(model_type: str, folder: Path) -> tuple[str, str]:
         reloaded = load_pruned_weights(type(pruned), folder)
         gap = _close(_logits(reloaded, batch), gated_logits)
         assert gap < GATED_CLOSE, f"reloaded != pruned ({gap:.1e})"
-        torch.save({"batch": batch, "logits": gated_logits, "generated": got}, folder / "expected.pt")
+        # what the export must give on each input shape: the pruned model's logits and generate()
+        logits = [gated_logits] + [_logits(pruned, b) for b in batches[1:]]
+        generated = [got] + [_generate(pruned, b) for b in batches[1:]]
+        torch.save({"batches": batches, "logits": logits, "generated": generated, "auto": zoo.auto},
+                   folder / "expected.pt")
     except Exception as error:
         return "fails", f"{step}: {registry_checks.one_line(error)}"
     return "passes", "; ".join(notes)
@@ -244,15 +277,22 @@ EXPORT_CHECK = textwrap.dedent("""
     for folder in sys.argv[1:]:
         try:
             expected = torch.load(folder + "/expected.pt")
-            ids, mask, decoder_ids = expected["batch"]
-            model = transformers.AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True).eval()
-            with torch.no_grad():
-                logits = model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids).logits.float()
-                tokens = model.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False, num_beams=1)
-            gap = float((logits - expected["logits"]).abs().max())
-            verdict = "ok" if gap < 1e-5 else f"logits differ by {gap:.1e}"
-            if verdict == "ok" and not torch.equal(tokens, expected["generated"]):
-                verdict = "generate() differs"
+            # the task's Auto class (AutoModelForSeq2SeqLM, AutoModelForSpeechSeq2Seq), as its users load it
+            model = getattr(transformers, expected["auto"]).from_pretrained(folder, trust_remote_code=True).eval()
+            verdict = "ok"
+            for (inputs, decoder_ids), want, generated in zip(expected["batches"], expected["logits"],
+                                                              expected["generated"]):
+                shape = "x".join(map(str, next(iter(inputs.values())).shape))
+                with torch.no_grad():
+                    logits = model(**inputs, decoder_input_ids=decoder_ids).logits.float()
+                    tokens = model.generate(**inputs, max_new_tokens=4, do_sample=False, num_beams=1)
+                gap = float((logits - want).abs().max())
+                if gap >= 1e-5:
+                    verdict = f"logits differ by {gap:.1e} on {shape}"
+                elif not torch.equal(tokens, generated):
+                    verdict = f"generate() differs on {shape}"
+                if verdict != "ok":
+                    break
             if verdict == "ok" and not type(model).__name__.startswith("Pruned"):
                 verdict = f"loaded as {type(model).__name__}, not through the folder's modeling file"
             print("EXPORT", folder, verdict, flush=True)

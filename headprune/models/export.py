@@ -9,11 +9,14 @@ torch and transformers, named in config.json's ``auto_map``. Then, on a machine 
     AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)                # every decoder-only family
     AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True)   # the encoders
     AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)               # the translation models
+    AutoModelForSpeechSeq2Seq.from_pretrained(folder, trust_remote_code=True)           # Whisper, Moonshine, ...
     AutoModel.from_pretrained(folder, trust_remote_code=True)                            # the base model (not pre-norm)
 
-builds transformers' own class with each layer's attentions cut to the heads the config keeps, so the saved
-shapes load, and gives the pruned model's outputs. transformers copies the helper module with the modeling
-file (``dynamic_module_utils.get_relative_import_files`` follows ``from .headprune_common import``). The
+(``auto_map`` names every Auto class whose table lists the model's class, e.g. a multimodal wrapper's
+AutoModelForMultimodalLM and AutoModelForImageTextToText) builds transformers' own class with each layer's
+attentions cut to the heads the config keeps, so the saved shapes load, and gives the pruned model's outputs.
+transformers copies the helper module with the modeling file (``dynamic_module_utils.get_relative_import_files``
+follows ``from .headprune_common import``). The
 config stays transformers' own (no ``AutoConfig`` entry): headprune's ``load_pruned_weights`` reads the same
 folder as before, and ``from_config`` without ``trust_remote_code`` still builds transformers' class. Weights
 are safetensors only.
@@ -43,6 +46,7 @@ from pathlib import Path
 from headprune.io.atomic import atomic_dir
 from headprune.io.registry import Registry
 from headprune.models.attention_types import AUDIO_SELF, DEC_SELF, ENC_DEC, ENC_SELF, TOWER_TYPES, VISION_SELF
+from headprune.models.remote.headprune_common import AUTO_CLASSES
 
 REMOTE = Path(__file__).resolve().parent / "remote"  # the modeling files (package data)
 
@@ -50,15 +54,12 @@ REMOTE = Path(__file__).resolve().parent / "remote"  # the modeling files (packa
 REMOTE_FILES: Registry[Path] = Registry("exported model type", base=Path)
 REMOTE_FILES.add("fsmt", REMOTE / "modeling_headprune_fsmt.py")
 
-# The Auto classes a pruned model loads with, and transformers' table of the classes each builds (by model type)
-AUTO_CLASSES = {"AutoModelForCausalLM": "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
-                "AutoModelForMultimodalLM": "MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES",
-                "AutoModelForSequenceClassification": "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
-                "AutoModelForSeq2SeqLM": "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
-                "AutoModel": "MODEL_MAPPING_NAMES"}
+# What the hub calls each Auto class's task (the card's pipeline_tag); AUTO_CLASSES: the Auto classes, in order
 PIPELINE_TAGS = {"AutoModelForCausalLM": "text-generation", "AutoModelForMultimodalLM": "image-text-to-text",
+                 "AutoModelForImageTextToText": "image-text-to-text",
                  "AutoModelForSequenceClassification": "text-classification",
-                 "AutoModelForSeq2SeqLM": "translation", "AutoModel": "feature-extraction"}
+                 "AutoModelForSeq2SeqLM": "translation", "AutoModelForSpeechSeq2Seq": "automatic-speech-recognition",
+                 "AutoModel": "feature-extraction"}
 ATTENTION_NAMES = {ENC_SELF: "encoder self-attention", ENC_DEC: "cross-attention",
                    DEC_SELF: "decoder self-attention", VISION_SELF: "vision tower self-attention",
                    AUDIO_SELF: "audio tower self-attention"}
@@ -103,21 +104,28 @@ def sibling_imports(source: str) -> list[str]:
     return sorted({f"{name}.py" for name in re.findall(r"^\s*from\s+\.(\S+)\s+import", source, re.MULTILINE)})
 
 
-def auto_class(cls) -> str | None:
-    """The Auto class that builds ``cls``, or (headprune's own classes, e.g. PreNormTransformer) the transformers
-    class it extends, as transformers' Auto tables say."""
+def auto_classes(cls) -> list[str]:
+    """Every Auto class that builds ``cls`` or (headprune's own classes, e.g. PreNormTransformer) the transformers
+    class it extends, as transformers' Auto tables say, in ``AUTO_CLASSES``' order."""
     from transformers.models.auto import modeling_auto
 
     for klass in cls.__mro__:
-        for auto, table in AUTO_CLASSES.items():
-            if klass.__name__ in getattr(modeling_auto, table).values():
-                return auto
-    return None
+        autos = [auto for auto, table in AUTO_CLASSES.items()
+                 if klass.__name__ in getattr(modeling_auto, table).values()]
+        if autos:
+            return autos
+    return []
+
+
+def auto_class(cls) -> str | None:
+    """The first of ``auto_classes(cls)``, None where no Auto class builds it."""
+    return next(iter(auto_classes(cls)), None)
 
 
 def auto_map(model, source: str) -> dict[str, str]:
-    """config.json's ``auto_map``: the Auto class of ``model``'s class, and AutoModel for its base model,
-    each pointing at our subclass ``Pruned<class>`` in the modeling file whose text is ``source``."""
+    """config.json's ``auto_map``: every Auto class of ``model``'s class (the task's: AutoModelForSpeechSeq2Seq for
+    Whisper's, ...), then AutoModel for its base model, each pointing at our subclass ``Pruned<class>`` in the
+    modeling file whose text is ``source``."""
     module = _modeling_name(model).removesuffix(".py")
     made_on_demand = module == DECODER_FILE.removesuffix(".py")  # Pruned<class> for every class of the registry
     made_on_demand = made_on_demand or module == SEQ2SEQ_FILE.removesuffix(".py")
@@ -129,12 +137,11 @@ def auto_map(model, source: str) -> dict[str, str]:
         classes.append(type(model.base_model))
     entries = {}
     for cls in classes:
-        name, auto = cls.__name__, auto_class(cls)
-        if auto is None or auto in entries:
-            continue
-        if not made_on_demand and not re.search(rf"^class Pruned{name}\(", source, re.MULTILINE):
+        name = cls.__name__
+        autos = [auto for auto in auto_classes(cls) if auto not in entries]
+        if autos and not made_on_demand and not re.search(rf"^class Pruned{name}\(", source, re.MULTILINE):
             raise ValueError(f"{module}.py has no Pruned{name}: a pruned {name} cannot be exported")
-        entries[auto] = f"{module}.Pruned{name}"
+        entries.update({auto: f"{module}.Pruned{name}" for auto in autos})
     if not entries:
         raise ValueError(f"no Auto class loads a {type(model).__name__}")
     return entries

@@ -371,6 +371,42 @@ def _names(value) -> tuple:
     return tuple(value) if isinstance(value, (tuple, list)) else (value,)
 
 
+# Config entries of an encoder-decoder's layer and head counts per stack, the first found first (BART's, T5's)
+STACK_COUNTS = {"encoder": (("encoder_layers", "num_layers"), ("encoder_attention_heads", "num_heads")),
+                "decoder": (("decoder_layers", "num_decoder_layers", "num_layers"),
+                            ("decoder_attention_heads", "num_heads"))}
+
+
+def dropped_heads(source, kind: str) -> str | None:
+    """Why loading ``source`` (a model folder or hub id) as ``kind`` would study part of its model, in one line, or
+    None: an encoder-decoder (Whisper, BART, T5) loaded by the causal-LM loader (a text corpus's kind) is its
+    decoder alone (WhisperForCausalLM), without its encoder and cross-attention heads. None where it cannot tell
+    (``load_model`` says what is wrong with the folder)."""
+    import json
+
+    from transformers.models.auto import modeling_auto
+
+    try:
+        config = json.loads((model_folder(source) / "config.json").read_text())
+    except Exception:  # noqa: BLE001  no folder, no network, a fairseq tarball: load_model says which
+        return None
+    if LOADERS.get(kind, None) is not _causal_lm or not config.get("is_encoder_decoder"):
+        return None
+    model_type = config.get("model_type")
+    name = (config.get("architectures") or [model_type])[0]
+    what = ("a speech encoder-decoder (its encoder reads audio)"
+            if model_type in modeling_auto.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES else "an encoder-decoder")
+    causal = modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type) or "a causal LM"
+    count = {stack: [next((config[n] for n in names if config.get(n)), 0) for names in entries]
+             for stack, entries in STACK_COUNTS.items()}  # {stack: [layers, heads]}
+    decoder = count["decoder"][0] * count["decoder"][1]
+    total = count["encoder"][0] * count["encoder"][1] + 2 * decoder
+    heads = f"{decoder} of its {total} heads: " if decoder else ""
+    return (f"{name} is {what}: a text corpus would score it as {causal}, its decoder alone ({heads}decoder "
+            "self-attention only, not its encoder's or cross-attention's); the command scores causal LMs on text and "
+            "classifiers on a GLUE-format TSV")
+
+
 def load_model(source, kind: str | None = None, *, device="cpu", dtype: str = "float32", src_lang: str = "en",
                tgt_lang: str = "fr", revision: str | None = None, towers=None):
     """(model, tokenizer) from a hub id, a model folder (pruned or not) or a fairseq tarball, loaded as

@@ -27,6 +27,17 @@ ADDED_BIAS_KEY = "headprune_added_output_bias"
 # Where a family's attention module keeps its output projection (the families whose projections may lack a bias)
 OUTPUT_PROJECTIONS = ("o_proj", "out_proj", "c_proj", "out_lin")
 ENC_SELF, ENC_DEC, DEC_SELF = "enc_self", "enc_dec", "dec_self"
+# The Auto classes a pruned model loads with, one per head type transformers has, and transformers' table of the
+# classes each builds (by model type), in the order a class several tables list takes its first (Gemma 3's
+# multimodal class: AutoModelForMultimodalLM, as headprune's loader, AutoModelForImageTextToText beside it).
+# headprune.models.export names them in config.json's auto_map; each modeling file makes Pruned<class> for any.
+AUTO_CLASSES = {"AutoModelForCausalLM": "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
+                "AutoModelForMultimodalLM": "MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES",
+                "AutoModelForImageTextToText": "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES",
+                "AutoModelForSequenceClassification": "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
+                "AutoModelForSeq2SeqLM": "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
+                "AutoModelForSpeechSeq2Seq": "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES",
+                "AutoModel": "MODEL_MAPPING_NAMES"}
 
 
 def kept_heads(config, attn_type: str, layer: int, num_heads: int) -> list[int]:
@@ -140,6 +151,17 @@ class EncoderDecoderModel(PrunedModel):
                    attention.out_proj)
         attention.__class__ = pruned_class(self.headless, type(attention))
         attention.num_heads = len(heads)
+
+
+def task_classes() -> set[str]:
+    """Every class name the tables of ``AUTO_CLASSES`` list (Funnel's base model lists two)."""
+    from transformers.models.auto import modeling_auto
+
+    names = set()
+    for table in AUTO_CLASSES.values():
+        for value in getattr(modeling_auto, table).values():
+            names.update((value,) if isinstance(value, str) else value)
+    return names
 
 
 def classes_made_on_demand(module_name: str, mixin: type, classes) -> "callable":

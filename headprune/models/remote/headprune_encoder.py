@@ -19,7 +19,8 @@ transformers 5 declares no tensor- or pipeline-parallel plan for its encoders, s
   reads its convolution heads' features after its attention heads' (``EXTRA_OUTPUT_FEATURES``: gated, never pruned).
 
 What else a family differs by is declared data below (``HEAD_BIASES``, ``NOT_PRUNABLE``, ``HEADLESS_RESULTS``,
-``PER_HEAD_CHANNELS``), applied by ``keep_encoder_heads`` (headprune's pruning and the exported modeling file alike).
+``PER_HEAD_CHANNELS``, ``REBUILDS``), applied by ``keep_encoder_heads`` (headprune's pruning and the exported modeling
+file alike).
 
 Whether a model is an encoder is what transformers declares: a class of its causal-LM table is not, nor an
 encoder-decoder; attention modules that say ``is_causal`` decide; else the config's ``is_decoder`` or ``causal``
@@ -27,6 +28,7 @@ encoder-decoder; attention modules that say ``is_causal`` decide; else the confi
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import sys
 import types
@@ -36,7 +38,7 @@ import torch
 from torch import nn
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-from .headprune_attention import keep_heads
+from .headprune_attention import COUNTS, QUERY_WIDTHS, keep_heads
 from .headprune_decoder import FUSED, OUTPUT_NAMES, SEPARATE, DecoderLayout, _is_projection, _out_features
 
 # The module beside the q/k/v one that holds the output projection, and its attribute there (BERT's attention.output)
@@ -65,6 +67,11 @@ HEADLESS_RESULTS = {
         hidden_states=empty, attention_probs=None),
     "IBertSelfAttention": lambda module, empty: ((empty,), (None,)),
 }
+# Methods of the module that holds an attention (``DecoderLayout.owner``) that replace it by a new one built from the
+# config, with every head: BigBird's set_attention_type (full <-> block-sparse, which its model's forward calls on
+# input too short for block-sparse attention) builds the other class and hands it the projections. A pruned layer's
+# new attention takes its predecessor's head counts and widths, and what headprune set on it (``follow_rebuilds``).
+REBUILDS = ("set_attention_type",)
 # Children that are one channel per head (a depthwise convolution: Nystromformer's conv over each head's values):
 # their channels are cut with the heads
 PER_HEAD_CHANNELS = ("conv",)
@@ -270,6 +277,33 @@ def keep_encoder_heads(layout: DecoderLayout, keep: list[int], *, copy_weights: 
     if not keep and type(attention).__name__ in HEADLESS_RESULTS:
         attention.forward = types.MethodType(_headless_result, attention)
     pick_head_biases(attention)
+    if layout.owner is not None:
+        follow_rebuilds(*layout.owner)
+
+
+def follow_rebuilds(owner: nn.Module, name: str) -> None:
+    """Make each method of ``REBUILDS`` that ``owner`` has hand the pruned attention's head counts and widths (the
+    attributes its forward reshapes by: ``COUNTS``, ``QUERY_WIDTHS``), what headprune set on it and a headless
+    forward to the attention it builds in place of ``owner.<name>``."""
+    for method in REBUILDS:
+        if hasattr(owner, method) and method not in vars(owner):
+            setattr(owner, method, types.MethodType(functools.partial(_rebuild_keeping_heads, method=method,
+                                                                      name=name), owner))
+
+
+def _rebuild_keeping_heads(owner: nn.Module, *args, method: str, name: str, **kwargs):
+    before = getattr(owner, name)
+    result = getattr(type(owner), method)(owner, *args, **kwargs)
+    after = getattr(owner, name)
+    if after is not before:
+        carried = {n for n, _ in COUNTS} | set(QUERY_WIDTHS)
+        for attribute, value in vars(before).items():
+            if isinstance(value, types.MethodType) and value.__self__ is before:  # a headless forward
+                value = types.MethodType(value.__func__, after)
+            if attribute.startswith("headprune_") or attribute == "forward" or \
+                    (attribute in carried and hasattr(after, attribute)):
+                setattr(after, attribute, value)
+    return result
 
 
 def _headless_result(self, hidden_states, *args, **kwargs):

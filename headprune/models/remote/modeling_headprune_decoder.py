@@ -13,10 +13,7 @@ from_pretrained loads them. The attention type is "dec_self".
 """
 from __future__ import annotations
 
-from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
-                                                    MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES, MODEL_MAPPING_NAMES)
-
-from .headprune_common import ADDED_BIAS_KEY, DEC_SELF, add_bias, classes_made_on_demand, kept_heads
+from .headprune_common import ADDED_BIAS_KEY, DEC_SELF, add_bias, classes_made_on_demand, kept_heads, task_classes
 from .headprune_attention import keep_heads, needs_headprune_attention, run_through_headprune
 from .headprune_decoder import layouts
 
@@ -38,6 +35,5 @@ class PrunedDecoder:
             run_through_headprune(self)
 
 
-_CLASSES = (set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values()) | set(MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES.values())
-            | set(MODEL_MAPPING_NAMES.values()))
+_CLASSES = task_classes()  # every class of the Auto tables: the task's class and the base model
 __getattr__ = classes_made_on_demand(__name__, PrunedDecoder, _CLASSES)

@@ -14,9 +14,7 @@ from_pretrained loads them. The attention type is "enc_self".
 """
 from __future__ import annotations
 
-from transformers.models.auto.modeling_auto import MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES, MODEL_MAPPING_NAMES
-
-from .headprune_common import ADDED_BIAS_KEY, ENC_SELF, add_bias, classes_made_on_demand, kept_heads
+from .headprune_common import ADDED_BIAS_KEY, ENC_SELF, add_bias, classes_made_on_demand, kept_heads, task_classes
 from .headprune_attention import run_through_headprune
 from .headprune_decoder import DecoderLayout
 from .headprune_encoder import encoder_layouts, keep_encoder_heads
@@ -40,5 +38,5 @@ class PrunedEncoder:
             add_bias(layout.output)
 
 
-_CLASSES = set(MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES.values()) | set(MODEL_MAPPING_NAMES.values())
+_CLASSES = task_classes()  # every class of the Auto tables: the task's class and the base model
 __getattr__ = classes_made_on_demand(__name__, PrunedEncoder, _CLASSES)

@@ -33,13 +33,12 @@ import types
 import weakref
 
 from torch import nn
-from transformers.models.auto.modeling_auto import MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES, MODEL_MAPPING_NAMES
 from transformers.models.m2m_100 import modeling_m2m_100
 
 from .headprune_attention import _output_projection, keep_heads, register
 from .modeling_headprune_fsmt import PrunedAttention as PrunedFSMTAttention
 from .headprune_common import (ADDED_BIAS_KEY, DEC_SELF, ENC_DEC, ENC_SELF, add_bias, cache_without_heads,
-                               classes_made_on_demand, kept_heads, pruned_class)
+                               classes_made_on_demand, kept_heads, pruned_class, task_classes)
 from .headprune_decoder import POSITION_BIASES, PREFIX, DecoderLayout, LayerConfig, _out_features
 
 LAYER_LISTS = ("layers", "block", "layer")
@@ -284,5 +283,5 @@ class PrunedPreNormTransformer(PrunedSeq2Seq, modeling_m2m_100.M2M100ForConditio
         return tied
 
 
-_CLASSES = set(MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES.values()) | set(MODEL_MAPPING_NAMES.values())
+_CLASSES = task_classes()  # every class of the Auto tables: the task's class and the base model
 __getattr__ = classes_made_on_demand(__name__, PrunedSeq2Seq, _CLASSES)
