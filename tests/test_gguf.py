@@ -214,3 +214,81 @@ def test_the_cli_refuses_a_family_in_one_line(tmp_path):
     last = run.stderr.strip().splitlines()[-1]  # after transformers' loading bar
     assert run.returncode == 2 and last.startswith("headprune: error: MODEL_DIR ") and "deci" in last
     assert "GPT2LMHeadModel" in last and not (tmp_path / "m.gguf").exists()
+
+
+# --- Table 4 in llama.cpp (speed.engines) -------------------------------------------------------------------
+
+def speed_inputs(model):
+    import pandas as pd
+
+    from headprune.experiments.runs import EvalSet, all_heads
+
+    heads = all_heads(model)
+    importance = pd.DataFrame([{"attn_type": t, "layer": layer, "head": h, "importance": float((7 * i) % 11)}
+                               for i, (t, layer, h) in enumerate(heads)])  # half removed unevenly per layer
+    windows = torch.randint(3, 300, (4, 40), generator=torch.Generator().manual_seed(0)).tolist()
+    return importance, EvalSet("language_modeling", windows, windows, "perplexity")
+
+
+def test_table4_times_the_variants_in_llama_cpp_beside_pytorch():
+    llama_cpp_module()
+    from headprune.experiments import scorecard, speed, table4
+
+    model = tiny_llama()
+    importance, evalset = speed_inputs(model)
+    settings = speed.SpeedSettings(batch_sizes=[4], repeats=3, warmup_batches=1, decode_tokens=6,
+                                   engines=["transformers", "llama.cpp"])
+    runs, facts = speed.speed_study("lm", model, None, evalset, importance, settings, "cpu")
+    engine = runs[runs["unit"].str.startswith("llama.cpp")]
+    assert set(engine["unit"]) == {"llama.cpp prompt tokens", "llama.cpp generated tokens"}
+    assert (engine["batch_size"] == 1).all() and len(engine) == 2 * 2 * 3  # 2 units x 2 models x 3 runs
+    assert set(engine[engine["unit"] == "llama.cpp prompt tokens"]["items"]) == {4 * 40}
+    assert set(engine[engine["unit"] == "llama.cpp generated tokens"]["items"]) == {4 * 6}
+    assert set(engine["heads"]) == {32, 16} and list(runs.columns) == speed.RUN_COLUMNS
+    # ABBA, as PyTorch's: run 0 original first, run 1 pruned first
+    prompt = engine[engine["unit"] == "llama.cpp prompt tokens"]
+    assert prompt.sort_values(["run", "position"])["variant"].tolist()[:4] == ["original", "pruned"] * 1 + \
+        ["pruned", "original"]
+    summary = table4.summarize(runs, facts)
+    row = summary[summary["unit"] == "llama.cpp prompt tokens"].iloc[0]
+    ratios = table4.paired_ratios(prompt, "pruned")
+    assert row["speedup_low"] < 100 * (np.exp(np.mean(np.log(ratios))) - 1) < row["speedup_high"]
+    markdown = table4.table4_markdown(summary)
+    assert "| 1 (llama.cpp prompt tokens) |" in markdown and "llama.cpp's deci architecture" in markdown
+    verdicts = scorecard.c6_speed(summary, {})
+    assert any("llama.cpp" in v["study"] and "against 0" in v["this_run"] for v in verdicts)
+
+
+def test_without_llama_cpp_table4_is_pytorchs_and_one_line_says_how(monkeypatch, caplog):
+    import logging
+
+    from headprune.experiments import engines, speed
+
+    monkeypatch.setattr(engines, "llama_cpp_missing", lambda: f"llama.cpp is not installed: {engines.HOW_TO_GET}")
+    monkeypatch.setattr(speed, "llama_cpp_missing", engines.llama_cpp_missing)
+    model = tiny_llama()
+    importance, evalset = speed_inputs(model)
+    settings = speed.SpeedSettings(batch_sizes=[4], repeats=2, warmup_batches=0, decode_tokens=2,
+                                   engines=["transformers", "llama.cpp"])
+    with caplog.at_level(logging.INFO):
+        runs, facts = speed.speed_study("lm", model, None, evalset, importance, settings, "cpu")
+    assert set(runs["unit"]) == {"prefill tokens", "decode tokens"} and not facts["skipped"]
+    said = [r.message for r in caplog.records if "llama.cpp" in r.message]
+    assert len(said) == 1 and 'pip install -e ".[gguf]"' in said[0]
+
+
+def test_a_family_llama_cpp_cannot_take_is_recorded_not_timed():
+    llama_cpp_module()
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from headprune.experiments import speed
+
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(Qwen3Config(vocab_size=320, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, head_dim=8)).eval()
+    importance, evalset = speed_inputs(model)
+    settings = speed.SpeedSettings(batch_sizes=[4], repeats=2, warmup_batches=0, decode_tokens=2,
+                                   engines=["transformers", "llama.cpp"])
+    runs, facts = speed.speed_study("lm", model, None, evalset, importance, settings, "cpu")
+    assert not runs["unit"].str.startswith("llama.cpp").any()
+    assert "deci" in facts["skipped"]["llama.cpp"]

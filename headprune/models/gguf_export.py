@@ -35,6 +35,7 @@ unused padding tokens; bos/eos/unk/pad ids, whether a bos is added, and the chat
 from __future__ import annotations
 
 import json
+import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,6 +79,17 @@ def save_gguf(model, tokenizer, path, outtype: str = "f16") -> Path:
     tensors, heads, kv_heads = model_tensors(model, config)
     vocab = vocabulary(tokenizer, tensors["token_embd.weight"].shape[0]) if tokenizer is not None else None
     path = Path(path)
+    quiet = logging.getLogger("gguf")  # its writer logs each file at INFO, into a job's log
+    level = quiet.level
+    quiet.setLevel(max(level, logging.WARNING))
+    try:
+        _write(gguf, path, model, config, tensors, heads, kv_heads, vocab, outtype)
+    finally:
+        quiet.setLevel(level)
+    return path
+
+
+def _write(gguf, path: Path, model, config, tensors: dict, heads, kv_heads, vocab, outtype: str) -> None:
     with atomic_path(path) as staging:
         writer = gguf.GGUFWriter(staging, ARCH)
         _write_metadata(writer, model, config, heads, kv_heads, outtype, len(tensors["token_embd.weight"]))
@@ -92,7 +104,6 @@ def save_gguf(model, tokenizer, path, outtype: str = "f16") -> Path:
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
         writer.close()
-    return path
 
 
 def refused(model, why: str) -> ValueError:
