@@ -80,7 +80,8 @@ def main() -> None:
     windows = torch.randint(100, SHAPE["vocab_size"], (args.prompts, args.prompt), generator=generator).tolist()
     rows, why = llama_cpp_runs({"original": original, "pruned": pruned}, windows, repeats=args.repeats,
                                warmup_batches=1, prompt_tokens=min(32, args.prompt), decode_tokens=args.generate,
-                               threads=args.threads)
+                               threads=args.threads, done=lambda _: print(".", end="", flush=True))
+    print()
     if why:
         raise SystemExit(why)
     runs = pd.DataFrame([{"study": args.model, "family": "llama", **row} for row in rows])
