@@ -187,6 +187,24 @@ def test_llama_cpp_gives_the_pruned_models_logits(tmp_path, layout):
     assert_logits_equal(model, path, tokens)
 
 
+def test_output_biases_are_written_a_headless_layers_too(tmp_path):
+    """Bias compensation gives output projections a bias (prune.py): llama.cpp adds it after attention, so a layer
+    without heads but with a bias keeps one zero head to carry it."""
+    llama_cpp_module()
+    tokenizer = byte_level_tokenizer()
+    model = pruned("layer_without_heads")
+    torch.manual_seed(1)
+    for layer in model.model.layers:
+        old = layer.self_attn.o_proj
+        new = torch.nn.Linear(old.in_features, old.out_features, bias=True)
+        with torch.no_grad():
+            new.weight.copy_(old.weight), new.bias.normal_(0, 0.5)
+        layer.self_attn.o_proj = new
+    path = save_gguf(model, tokenizer, tmp_path / "m.gguf", outtype="f32")
+    assert gguf.GGUFReader(path).fields["deci.attention.head_count"].contents()[2] == 1
+    assert_logits_equal(model, path, tokenizer(TEXT[:150])["input_ids"][:40])
+
+
 def test_the_cli_writes_a_saved_pruned_folder_llama_cpp_runs(tmp_path):
     llama_cpp = llama_cpp_module()
     from headprune.models.export import save_pruned
