@@ -205,6 +205,43 @@ def test_output_biases_are_written_a_headless_layers_too(tmp_path):
     assert_logits_equal(model, path, tokenizer(TEXT[:150])["input_ids"][:40])
 
 
+def sentencepiece_style_tokenizer() -> PreTrainedTokenizerFast:
+    """BPE with byte fallback over "▁"-marked words (Llama 2's, TinyLlama's, Mistral's kind: llama.cpp's llama
+    vocabulary)."""
+    tokenizer = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+    tokenizer.decoder = decoders.Metaspace()
+    trainer = trainers.BpeTrainer(vocab_size=200, special_tokens=["<unk>", "<s>", "</s>",
+                                                                  *[f"<0x{b:02X}>" for b in range(256)]])
+    tokenizer.train_from_iterator([TEXT], trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+
+
+def test_sentencepiece_style_vocabulary_and_llama3_rope_in_llama_cpp(tmp_path):
+    llama_cpp = llama_cpp_module()
+    tokenizer = sentencepiece_style_tokenizer()
+    kv_heads, removed = LAYOUTS["uneven"]
+    torch.manual_seed(0)
+    # wavelengths 6.3, 30, 140, 660 at 8 dims against 128 / 8 and 128 / 1: kept, between, divided, divided
+    rope = {"rope_type": "llama3", "rope_theta": 500.0, "factor": 4.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 8.0, "original_max_position_embeddings": 128}
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=320, hidden_size=64, intermediate_size=96, num_hidden_layers=4,
+                                         num_attention_heads=8, num_key_value_heads=4, head_dim=8,
+                                         rope_parameters=rope)).eval()
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight.normal_(0, 0.3), layer.self_attn.k_proj.weight.normal_(0, 0.3)
+    prune_heads(model, {"dec_self": removed})
+    path = save_gguf(model, tokenizer, tmp_path / "m.gguf", outtype="f32")
+    reader = gguf.GGUFReader(path)
+    assert reader.fields["tokenizer.ggml.model"].contents() == "llama"
+    factors = next(t for t in reader.tensors if t.name == "rope_freqs.weight").data.tolist()
+    assert factors[0] == 1.0 and 1 < factors[1] < 4 and factors[2:] == [4.0, 4.0]
+    assert_logits_equal(model, path, tokenizer(TEXT[:150])["input_ids"][:40])
+    llm = llama_cpp.Llama(str(path), vocab_only=True, verbose=False)
+    assert llm.token_bos() == tokenizer.bos_token_id and llm.token_eos() == tokenizer.eos_token_id
+
+
 def test_the_cli_writes_a_saved_pruned_folder_llama_cpp_runs(tmp_path):
     llama_cpp = llama_cpp_module()
     from headprune.models.export import save_pruned
