@@ -165,7 +165,9 @@ def llama_cpp_logits(path, tokens: list[int]) -> np.ndarray:
     llm = llama_cpp_module().Llama(str(path), n_ctx=64, n_batch=64, logits_all=True, n_threads=2, type_k=0,
                                    type_v=0, verbose=False)
     llm.eval(tokens)
-    return np.array(llm.scores[:len(tokens)], dtype=np.float64)
+    scores = np.array(llm.scores[:len(tokens)], dtype=np.float64)
+    llm.close()
+    return scores
 
 
 def assert_logits_equal(model, path, tokens: list[int]):
