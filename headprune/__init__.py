@@ -28,7 +28,8 @@ Examples in the names' docstrings use the README's tiny Llama (``model, tokenize
 - a screened sweep (issue #40): ``gradient_screens``, ``screen_scores``, ``screened_sweep`` (the top K and a seeded
   sample ablated exactly), ``unverified_bound`` (what the heads screened only may hide);
 - pruning: ``pruning_curve`` (a table like pruning.csv), ``remove_heads`` (physical pruning), ``save_pruned``
-  (a folder that ``load_model``, and plain transformers with ``trust_remote_code=True``, load back pruned).
+  (a folder that ``load_model``, and plain transformers with ``trust_remote_code=True``, load back pruned),
+  ``save_gguf`` (a GGUF file llama.cpp serves, each layer with its own heads).
 """
 
 from importlib import import_module
@@ -36,7 +37,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # what __getattr__ imports, spelled out for type checkers and tests/test_layering.py
     from headprune.experiments import criteria, metrics, perplexity, retrieval, runs, screening, sweeps  # noqa: F401
-    from headprune.models import export, heads, loading, masking  # noqa: F401
+    from headprune.models import export, gguf_export, heads, loading, masking  # noqa: F401
     from headprune.scoring import importance  # noqa: F401
 
 _NAMES = {
@@ -44,6 +45,7 @@ _NAMES = {
     "models.heads": ("full_gates", "head_shape"),
     "models.masking": ("gated", "masked_as"),
     "models.export": ("save_pruned",),
+    "models.gguf_export": ("save_gguf",),
     "scoring.importance": ("head_scores",),
     "experiments.criteria": ("criterion_order", "CRITERIA"),
     "experiments.runs": ("EvalSet", "EvalSettings", "all_heads", "gates_without", "run", "score", "compare_to_full"),

@@ -3,6 +3,7 @@
     headprune score MODEL --data FILE            I_h and the other criteria: importance.csv
     headprune sweep MODEL --data FILE            the single-head sweep with significance: ablation.csv
     headprune prune MODEL --data FILE (--percent N | --heads L-H,...) [--layout free|uniform] [--stock] --out FOLDER
+    headprune gguf MODEL_DIR OUT.gguf [--outtype f16|f32]   a GGUF llama.cpp serves, any layout (Llama architecture)
 
 MODEL is a hub id, a model folder or a fairseq tarball. FILE is a text corpus (.txt: language
 modelling, perplexity over windows of --window tokens) or a GLUE-format TSV (.tsv: header
@@ -128,6 +129,13 @@ def build_parser() -> argparse.ArgumentParser:
                             "transformers' own class and config, every head in place, the removed heads' weights "
                             "zeroed; it loads without trust_remote_code and computes the pruned model, but is no "
                             "smaller or faster than the original (--layout uniform always saves a stock checkpoint)")
+    gguf = commands.add_parser("gguf", help="Write a model folder (pruned in any layout, or not) as a GGUF file "
+                               "llama.cpp runs", description="Write MODEL_DIR (a folder headprune prune --out or "
+                               "save_pruned wrote, or any model folder) as a GGUF file llama.cpp runs: a Llama-"
+                               "architecture model, each layer with its own heads (llama.cpp's deci architecture).")
+    gguf.add_argument("model", metavar="MODEL_DIR", help="a model folder (pruned or not)")
+    gguf.add_argument("out", metavar="OUT.gguf", help="the GGUF file to write")
+    gguf.add_argument("--outtype", choices=("f16", "f32"), default="f16", help="the weights' type (default: f16)")
     return parser
 
 
@@ -358,12 +366,29 @@ def run_prune(args):
              ", ".join("-".join(map(str, h)) for h in removed) or "none", out)
 
 
+def run_gguf(args):
+    from headprune.models.gguf_export import save_gguf
+    from headprune.models.loading import load_model
+
+    try:
+        model, tokenizer = load_model(args.model, "language_modeling")
+    except Exception as error:
+        raise UsageError(f"MODEL_DIR {args.model}: cannot load it as a causal language model: "
+                         f"{type(error).__name__}: {error}") from None
+    try:
+        path = save_gguf(model, tokenizer, args.out, outtype=args.outtype)
+    except ValueError as error:
+        raise UsageError(f"MODEL_DIR {args.model}: {error}") from None
+    log.info("%s written: %s, %d heads, %s weights (llama.cpp's deci architecture)", path, type(model).__name__,
+             _count(model), args.outtype)
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="headprune: %(message)s", stream=sys.stderr)
     try:
-        {"score": run_score, "sweep": run_sweep, "prune": run_prune}[args.command](args)
+        {"score": run_score, "sweep": run_sweep, "prune": run_prune, "gguf": run_gguf}[args.command](args)
     except UsageError as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     except Exception as error:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from headprune.experiments.engines import ENGINE_UNITS
 from headprune.experiments.layouts import FREE, UNIFORM, free_layout
 from headprune.experiments.metrics import better_sign
 from headprune.models.attention_types import TYPE_LABELS
@@ -403,6 +404,12 @@ def c6_one(label: str, table: pd.DataFrame, paper_models: dict, study: str) -> d
         this_run += (f"; left out: batch {', '.join(str(b) for b in left_out['batch_size'])} (one batch of "
                      f"the {items} items timed)")
     this_run += f"; {table['device'].iloc[0]}" if "device" in table else ""
+    engine = "unit" in table and table["unit"].iloc[0] in ENGINE_UNITS
+    if len(timed) < 2 and engine:  # llama.cpp runs one sequence: the speedup itself is what it can decide
+        low, high = c6_interval(timed.iloc[0])
+        outcome = REPRODUCED if low > 0 else NOT_REPRODUCED if high <= 0 else UNDECIDED
+        return row("C6", label, this_run + "; llama.cpp, one sequence: decided on the speedup's interval against 0",
+                   paper_number("C6", paper_models.get(study)), outcome)
     if len(timed) < 2:
         return not_run("C6", label, this_run + "; one batch size: nothing to compare")
     outcome = c6_verdict(timed.iloc[-1], timed.iloc[0])

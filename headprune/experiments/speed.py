@@ -53,6 +53,7 @@ import pandas as pd
 import torch
 
 from headprune.experiments.beam_search import beam_search, supports
+from headprune.experiments.engines import LLAMA_CPP, TRANSFORMERS, llama_cpp_missing, llama_cpp_runs
 from headprune.experiments.runs import HeadId, gates_without, importance_order
 from headprune.experiments.timing import (Batch, device_name, environment, gpu_memory_meter, kv_cache_bytes,
                                          stopwatch_for, synchronizer, time_variants, weight_bytes)
@@ -366,6 +367,7 @@ class SpeedSettings:
     lenpen: float = 1.0
     decode_tokens: int = 32  # causal LM: tokens generated per row when timing decoding
     variants: Sequence[str] = DEFAULT_VARIANTS  # the models timed (ORIGINAL and PRUNED always)
+    engines: Sequence[str] = (TRANSFORMERS,)  # where: PyTorch always; llama.cpp on request (causal LMs)
 
 
 def measure(models: dict, batches_by_size: dict, settings: SpeedSettings, family: str, device,
@@ -416,6 +418,33 @@ def study_batches(task: str, tokenizer, evalset, settings: SpeedSettings) -> dic
     return {(unit, int(size)): make_batches(unit, int(size)) for unit in UNITS[task] for size in settings.batch_sizes}
 
 
+def engine_runs(study: str, task: str, family: str, variants: dict, evalset, settings: SpeedSettings,
+                skipped: dict, log=None) -> pd.DataFrame | None:
+    """The variants timed in llama.cpp (``headprune.experiments.engines``), rows of speed.csv without the study.
+    Where llama.cpp is not installed, or the study is not a causal LM's, one line is logged and nothing recorded;
+    where a model cannot be written as a GGUF llama.cpp runs, the reason goes to ``skipped`` (Table 4 says it).
+    None where nothing was timed."""
+    log = log or logging.getLogger(__name__)
+    if task != "lm":
+        log.info("%s: llama.cpp times causal LMs only; this study is timed in PyTorch alone", study)
+        return None
+    missing = llama_cpp_missing()
+    if missing is not None:  # the demo without the extra: its outputs as they were, and how to get the rows
+        log.info("%s: no llama.cpp rows in Table 4: %s", study, missing)
+        return None
+    windows = [list(w) for w in evalset.sources]
+    rows, why = llama_cpp_runs({name: v.model for name, v in variants.items()}, windows,
+                               repeats=settings.repeats, warmup_batches=settings.warmup_batches,
+                               prompt_tokens=PROMPT_TOKENS, decode_tokens=settings.decode_tokens,
+                               threads=torch.get_num_threads())
+    if why is not None:
+        log.warning("%s: not timed in llama.cpp: %s", study, why)
+        skipped[LLAMA_CPP] = why
+        return None
+    log.info("%s: %s timed in llama.cpp too (%d rows)", study, ", ".join(variants), len(rows))
+    return pd.DataFrame([{"family": family, **row} for row in rows])
+
+
 def speed_study(study: str, model, tokenizer, evalset, importance: pd.DataFrame, settings: SpeedSettings, device,
                 log=None) -> tuple[pd.DataFrame, dict]:
     """Everything Table 4 needs for one study: (tidy runs, facts for the table)."""
@@ -445,6 +474,10 @@ def speed_study(study: str, model, tokenizer, evalset, importance: pd.DataFrame,
             log.warning("%s: the %s model disagrees with the gated one on some items (rounding in beam search "
                         "ties, or a pruning bug): see table4.csv's check columns", study, name)
     runs = measure({name: v.model for name, v in variants.items()}, batches_by_size, settings, family, device)
+    engine = engine_runs(study, task, family, variants, evalset, settings, skipped, log) \
+        if LLAMA_CPP in settings.engines else None
+    if engine is not None and len(engine):
+        runs = pd.concat([runs, engine[runs.columns]], ignore_index=True)
     runs.insert(0, "study", study)
     facts = {"study": study, "family": family, "heads_total": count_heads(model),
              "prune_percent": settings.prune_percent, "items": len(evalset), **checks, "skipped": skipped}

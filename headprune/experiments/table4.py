@@ -10,6 +10,7 @@ import pandas as pd
 
 from headprune.experiments.speed import (DEFAULT_VARIANTS, LABELS, ORIGINAL, PRUNED, STOCK, SUMMARY_COLUMNS, UNIFORM,
                                          UNITS, VARIANTS, column, variant_columns)
+from headprune.experiments.engines import ENGINE_UNITS, OUTTYPE
 from headprune.experiments.timing import CONFIDENCE, speedup_interval
 from headprune.io import atomic
 
@@ -191,6 +192,11 @@ def table4_markdown(summary: pd.DataFrame, evalset_name: str | None = None,
         lines += ["", "Uniform: as many heads removed from every layer (whole key/value groups with grouped-query "
                       "attention), the first in the same order; stock: that model saved as a stock transformers "
                       "checkpoint and loaded without remote code."]
+    if any(unit in ENGINE_UNITS for unit in units):
+        lines += ["", f"llama.cpp: the same models written as GGUF files ({OUTTYPE} weights; llama.cpp's deci "
+                      "architecture, each layer with its own heads) and timed in llama.cpp on the CPU, one sequence "
+                      "at a time: each window's prompt processed at once, and greedy tokens generated after the "
+                      "window's first tokens (the prompt included, as in PyTorch's decode)."]
     header = " | ".join(f"{LABELS[v]} {_share(summary, v)}% | Speedup ({level} CI)" for v in variants)
     lines += ["", f"| Batch size | Original | {header} |", "|---:|---:|" + "---:|---:|" * len(variants)]
     for row in summary.sort_values(["unit", "batch_size"], key=lambda c: c.map(units.index) if c.name == "unit"

@@ -21,6 +21,8 @@ def params(study):
                 "prune_percent": speed.get("prune_percent", 50), "warmup_batches": speed.get("warmup_batches", 2),
                 # the models timed: the full and the pruned one (Table 4), and on request uniform and stock
                 "variants": list(speed.get("variants", ["original", "pruned"]))}
+    if len(speed.get("engines", ())) > 1:  # llama.cpp too (a causal LM's variants as GGUF files); PyTorch alone
+        settings["engines"] = list(speed["engines"])  # is the default, left out so that its jobs do not rerun
     settings.update(study.scoring.speed_settings(study, speed))
     return {"eval": evalset, "settings": settings}
 
