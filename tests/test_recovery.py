@@ -10,6 +10,7 @@ import copy
 import math
 import os
 import random
+import re
 import subprocess
 import sys
 
@@ -177,3 +178,54 @@ def test_bad_input_is_one_line_naming_the_key(world, arguments, key):
     with pytest.raises(RecoveryError) as error:
         recover(copy.deepcopy(full), tokenizer, train, **{"method": "lora", "steps": 1, **arguments})
     assert str(error.value).startswith(key) and "\n" not in str(error.value)
+
+
+@pytest.fixture(scope="module")
+def pruned_folder(world, tmp_path_factory):
+    """The world's model, a free layout pruned (remote code), saved with its test and training texts."""
+    from headprune.models.export import save_pruned
+
+    full, tokenizer, _, _ = world
+    where = tmp_path_factory.mktemp("cli")
+    save_pruned(remove_heads(copy.deepcopy(full).float(), [("dec_self", 0, 1), ("dec_self", 0, 2)]), tokenizer,
+                where / "pruned")
+    copy.deepcopy(full).float().save_pretrained(where / "full")
+    tokenizer.save_pretrained(where / "full")
+    (where / "train.txt").write_text(sentences(1, 300))
+    (where / "test.txt").write_text(sentences(2, 60))
+    return where
+
+
+def test_the_command_recovers_a_model_folder(pruned_folder, caplog):
+    from headprune.cli import main
+    from headprune.models.loading import load_model
+
+    where = pruned_folder
+    with caplog.at_level("INFO", logger="headprune"):
+        main(["recover", str(where / "pruned"), "--data", str(where / "train.txt"), "--test", str(where / "test.txt"),
+              "--window", "16", "--method", "distill", "--teacher", str(where / "full"), "--steps", "15", "--lr", "3e-3",
+              "--out", str(where / "recovered")])
+    card = (where / "recovered" / "README.md").read_text()
+    before, after = map(float, re.search(r"perplexity (\S+) pruned, (\S+) recovered", card).groups())
+    assert after < before and "recovered: distill, 15 steps" in card and "custom_code" in card  # a free layout
+    model, _ = load_model(where / "recovered")
+    assert model.model.layers[0].self_attn.q_proj.out_features == 16
+
+
+@pytest.mark.parametrize("options, line", [
+    (["--steps", "0"], "headprune: error: --steps: 0: the step budget must be an integer of at least 1\n"),
+    (["--steps", "2", "--method", "lorra"], "headprune: error: --method: unknown recovery method 'lorra'; did you mean "
+                                            "'lora'? (known: lora, full, distill)\n"),
+    (["--steps", "2", "--lora-targets", "q_proj,zz"], "headprune: error: --lora-targets: 'zz' names no linear projection"),
+])
+def test_the_command_refuses_bad_input_in_one_line(pruned_folder, options, line, capsys):
+    from headprune.cli import main
+
+    where = pruned_folder
+    with pytest.raises(SystemExit) as stop:
+        main(["recover", str(where / "pruned"), "--data", str(where / "train.txt"), "--window", "16", *options,
+              "--out", str(where / "nothing")])
+    assert stop.value.code == 2
+    error = capsys.readouterr().err
+    assert error.startswith(line) and error.count("\n") == 1
+    assert not (where / "nothing").exists()
