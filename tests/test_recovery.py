@@ -229,3 +229,104 @@ def test_the_command_refuses_bad_input_in_one_line(pruned_folder, options, line,
     error = capsys.readouterr().err
     assert error.startswith(line) and error.count("\n") == 1
     assert not (where / "nothing").exists()
+
+
+# --- the stage: config, its checks, the scorecard's R1, Figure 3's markers --------------------------------------
+
+
+def demo_with(tmp_path, edit):
+    from dry_run import write_config
+
+    from headprune.studies import Pipeline
+
+    return Pipeline.from_file(write_config(tmp_path / "config.yaml", edit))
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda c: c["recovery"].update(methods=["lora", "lorax"]), "['recovery']['properties']['methods']"),
+    (lambda c: c["recovery"].update(steps=0), "['recovery']['properties']['steps']"),
+    (lambda c: c["recovery"].update(export="distill", methods=["lora"]),
+     "config: recovery.export is 'distill', not one of recovery.methods ['lora']"),
+    (lambda c: c["recovery"].update(percents=[45]), "config: recovery.percents has 45, not a step of the pruning curve"),
+    (lambda c: c["recovery"]["per_study"].update(mnli={"percents": [65]}),
+     "config: recovery.per_study.mnli.percents has 65, not a step of the pruning curve"),
+    (lambda c: c["recovery"]["per_study"].update(nope={"lr": 1.0}),
+     "config: recovery.per_study names 'nope', which is no study"),
+    (lambda c: c["experiments"]["recovery"].append("tiny_llama_streaming"),
+     "config: experiments.recovery names 'tiny_llama_streaming', which has no pruning curve in the importance order"),
+    (lambda c: c["experiments"]["recovery"].append("tiny_llama_passkey"),
+     "config: experiments.recovery names 'tiny_llama_passkey', a lm_eval study, which has no training data"),
+])
+def test_a_bad_recovery_section_is_refused_naming_the_key(tmp_path, edit, message):
+    from headprune.experiments.kinds.base import ConfigError
+
+    with pytest.raises(Exception) as error:  # the schema's (Snakemake's validator) or the stage's check
+        demo_with(tmp_path, edit)
+    assert message in str(error.value), str(error.value)
+    if isinstance(error.value, ConfigError):
+        assert "\n" not in str(error.value)
+
+
+def test_the_demo_recovers_two_studies_at_two_points(tmp_path):
+    from headprune import stages
+    from headprune.studies import Pipeline
+
+    demo = Pipeline.from_file(stages.__file__.rsplit("/headprune/", 1)[0] + "/demo/config.yaml")
+    assert [s.name for s in demo.experiment_studies("recovery")] == ["tiny_llama", "mnli"]
+    llama = demo.study("tiny_llama")
+    params = stages.recovery.params(llama)
+    assert params["percents"] == [30, 50] and params["methods"] == ["lora", "full", "distill"]
+    # training windows from the train split, the test windows from the test split
+    assert params["train"]["windows"].endswith("/train.npy") and params["eval"]["windows"].endswith("/test.npy")
+    assert stages.recovery.curve(llama)["curve"].endswith("pruning/all/importance+random.csv")
+    assert f"{demo.results_dir}/tiny_llama/recovered" in demo.targets()
+    assert stages.figures.figure3_recovery(demo.study("demo_en_fr")) == []
+    assert stages.figures.figure3_recovery(llama) == [stages.recovery.table(llama)]
+    mnli = stages.recovery.params(demo.study("mnli"))  # its own points and learning rate (recovery.per_study)
+    assert mnli["percents"] == [60, 70] and mnli["settings"]["lr"] == demo.config["bert"]["finetune"]["lr"]
+    assert mnli["train"]["tsv"].endswith("/train.tsv") and mnli["settings"]["steps"] == params["settings"]["steps"]
+
+
+def test_r1_says_how_much_of_the_loss_each_method_wins_back():
+    import pandas as pd
+
+    from headprune.experiments.scorecard import REPRODUCED, r1_recovery, won_back
+
+    # perplexity: unpruned 10, pruned 20, recovered 12 -> (20 - 12) / (20 - 10) = 80% won back
+    assert won_back(10.0, 20.0, 12.0, "perplexity") == pytest.approx(80.0)
+    assert won_back(0.80, 0.60, 0.65, "accuracy") == pytest.approx(25.0)
+    table = pd.DataFrame([{"study": "s", "percent_pruned": p, "method": m, "metric": "accuracy", "score_unpruned": 0.8,
+                           "score_pruned": 0.6, "score_recovered": r}
+                          for p in (30, 50) for m, r in (("lora", 0.75), ("bias_compensation", 0.62))])
+    (row,) = r1_recovery(table)
+    assert row["verdict"] == REPRODUCED and "lora 75%" in row["this_run"] and "bias_compensation 10%" in row["this_run"]
+    assert r1_recovery(table.assign(score_recovered=0.62))[0]["verdict"] != REPRODUCED
+    assert r1_recovery(pd.DataFrame()) == []
+
+
+def test_figure3_draws_a_marker_per_method_at_the_recovered_points():
+    import pandas as pd
+
+    from headprune.experiments.figures.pruning import build_figure3
+
+    curve = pd.DataFrame([{"study": "s", "order": "importance", "scope": "all", "layout": "free", "step": i,
+                           "percent_pruned": 10.0 * i, "score": 10.0 + i, "metric": "perplexity"} for i in range(11)])
+    recovery = pd.DataFrame([{"study": "s", "percent_pruned": p, "method": m, "score_recovered": 10.5 + p / 100}
+                             for p in (30.0, 50.0) for m in ("lora", "full", "distill", "bias_compensation")])
+    figure = build_figure3(curve, recovery=recovery)
+    points = {tuple(map(tuple, c.get_offsets())) for c in figure.axes[0].collections}
+    assert points == {((30.0, 10.8), (50.0, 11.0))}  # the four methods' markers, each at both points
+    assert len(figure.axes[0].collections) == 4
+    assert "recovered: LoRA" in [t.get_text() for t in figure.axes[0].get_legend().get_texts()]
+
+
+def test_the_real_model_config_plans_one_recover_job_on_a_gpu():
+    from dry_run import job_stats, planned_jobs
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    run = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--configfile", "configs/llama_recovery.yaml"],
+                         capture_output=True, text=True, cwd=root, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert job_stats(run.stdout)["recover"] == 1
+    (resources,) = [r for rule, r in planned_jobs(run.stdout, "resources") if rule == "recover"]
+    assert resources["gpu"] == "1"

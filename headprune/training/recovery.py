@@ -34,6 +34,7 @@ from torch import nn
 from transformers.pytorch_utils import Conv1D
 
 from headprune.experiments.evalset import EvalSet
+from headprune.experiments.scorecard import BIAS_COMPENSATION
 from headprune.io.progress import Progress
 from headprune.io.registry import Registry
 from headprune.training.finetune import warmup_linear_decay
@@ -358,3 +359,75 @@ def export_recovered(model, tokenizer, folder, record: dict, *, base_model: str 
     except ValueError as why:  # a free layout, bias compensation, a family whose class cannot hold the heads
         log.info("recovered model: no stock checkpoint (%s); saved with remote code", str(why).splitlines()[0])
         return save_pruned(model, tokenizer, folder, base_model=base_model, recovery=record), False
+
+
+# --- The recovery stage's table (rules/recovery.smk) ----------------------------------------------------------
+
+# recovery.csv's columns, in their order; bias compensation's rows say "bias_compensation" (no training)
+RECOVERY_COLUMNS = ("study", "percent_pruned", "heads_pruned", "method", "metric", "score_unpruned", "score_pruned",
+                    "score_recovered", "steps", "train_items", "seconds", "seed")
+
+
+def curve_points(curve, steps: dict, percents) -> list[dict]:
+    """Each of ``percents`` as a point of the importance order's pruning curve (free layout): the heads removed
+    ([(attn_type, layer, head)]), its score and the unpruned one. ``curve``: the prune job's table; ``steps``: its
+    outputs.json."""
+    from headprune.experiments.layouts import FREE
+
+    free = curve[(curve["order"] == "importance") & (curve["layout"] == FREE)]
+    unpruned = float(free.loc[free["percent_pruned"] == 0, "score"].iloc[0])
+    points = []
+    for percent in percents:
+        step = next((s for s in steps["orders"]["importance"] if abs(s["percent_pruned"] - percent) < 1e-6), None)
+        if step is None:
+            raise ValueError(f"recovery.percents: {percent:g} is not a step of the pruning curve")
+        heads = [(t, int(layer), int(head)) for t, layer, head in (name.rsplit("-", 2) for name in step["removed"])]
+        score = float(free.loc[(free["percent_pruned"] - percent).abs() < 1e-6, "score"].iloc[0])
+        points.append({"percent_pruned": float(percent), "heads": heads, "score_pruned": score,
+                       "score_unpruned": unpruned, "metric": free["metric"].iloc[0]})
+    return points
+
+
+def recovery_table(full, tokenizer, train: EvalSet, test: EvalSet, points: list[dict], methods, settings, *,
+                   study: str = "", export: str | None = None, eval_settings=None, progress: bool = True):
+    """recovery.csv's rows (``RECOVERY_COLUMNS``): at each point, the full model pruned there, recovered by each of
+    ``methods`` (a copy each; ``full`` is the teacher) and by bias compensation, scored on ``test``. Returns (the
+    table, the model of ``export``'s method at the first point, with its record and scores, or None)."""
+    import pandas as pd
+
+    from headprune.experiments.runs import EvalSettings, run, score
+    from headprune.experiments.sweeps import remove_heads
+
+    eval_settings = eval_settings or EvalSettings(progress=progress)
+    scored = lambda model: float(score(test, run(model, tokenizer, test, None, eval_settings),  # noqa: E731
+                                       eval_settings.bleu))
+    rows, kept = [], None
+    for index, point in enumerate(points):
+        base = {"study": study, "percent_pruned": point["percent_pruned"], "heads_pruned": len(point["heads"]),
+                "metric": point["metric"], "score_unpruned": point["score_unpruned"],
+                "score_pruned": point["score_pruned"], "seed": settings.seed}
+        for method in methods:
+            pruned = remove_heads(copy.deepcopy(full), point["heads"])
+            recovered = recover(pruned, tokenizer, train, method, teacher=full, test_items=test, settings=settings,
+                                progress=progress, data=getattr(train, "name", "") or "")
+            record = getattr(recovered.config, RECOVERY_KEY)
+            rows.append({**base, "method": method, "score_recovered": scored(recovered), "steps": settings.steps,
+                         "train_items": record["train_items"], "seconds": record["seconds"]})
+            log.info("%s at %g%% pruned: %s %.4g -> %.4g by %s (%d steps)", study, point["percent_pruned"],
+                     point["metric"], point["score_pruned"], rows[-1]["score_recovered"], method, settings.steps)
+            if index == 0 and method == export:
+                record.update({key: rows[-1][key] for key in ("metric", "score_unpruned", "score_pruned",
+                                                               "score_recovered")})
+                kept = recovered
+        rows.append(bias_row(full, tokenizer, train, test, point, base, settings, scored, progress))
+    return pd.DataFrame(rows, columns=list(RECOVERY_COLUMNS)), kept
+
+
+def bias_row(full, tokenizer, train, test, point, base: dict, settings, scored, progress) -> dict:
+    """Bias compensation's row: the removed heads' mean outputs over the training items kept as biases."""
+    started = time.perf_counter()
+    items, _ = without_test_items(train, test)
+    compensated = bias_compensated(full, point["heads"], training_batches(tokenizer, items, settings),
+                                   data="recovery training items", progress=progress)
+    return {**base, "method": BIAS_COMPENSATION, "score_recovered": scored(compensated), "steps": 0,
+            "train_items": len(items), "seconds": round(time.perf_counter() - started, 3)}
