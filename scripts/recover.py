@@ -33,8 +33,13 @@ with logged(snakemake) as log:
                                     eval_settings=EvalSettings(**params["evaluation"]))
     except RecoveryError as error:  # a LoRA target that names no module of this model, ...
         raise SystemExit(f"config: {KEYS.get(error.key, 'recovery.' + error.key)}: {error.why}") from None
+    point = points[0]  # the cut, on the importance order's curve
     folder, stock = export_recovered(cut, tokenizer, snakemake.output.model, cut.config.headprune_recovery,
-                                     base_model=study["model"])
+                                     base_model=study["model"], criterion="importance",
+                                     curve_point={"percent_pruned": point["percent_pruned"],
+                                                  "heads_pruned": len(point["heads"]), "score": point["score_pruned"],
+                                                  "metric": point["metric"], "unpruned_score": point["score_unpruned"],
+                                                  "data": params["eval"].get("name")})
     log.info("the recovered model at %g%% (%s) exported to %s (%s)", params["percents"][0], params["export"], folder,
              "a stock checkpoint" if stock else "remote code")
     atomic.write_csv(table, snakemake.output.table, index=False)

@@ -284,7 +284,7 @@ def test_the_demo_recovers_two_studies_at_two_points(tmp_path):
     assert stages.figures.figure3_recovery(llama) == [stages.recovery.table(llama)]
     mnli = stages.recovery.params(demo.study("mnli"))  # its own points and learning rate (recovery.per_study)
     assert mnli["percents"] == [60, 70] and mnli["settings"]["lr"] == demo.config["bert"]["finetune"]["lr"]
-    assert mnli["train"]["tsv"].endswith("/train.tsv") and mnli["settings"]["steps"] == params["settings"]["steps"]
+    assert mnli["train"]["tsv"].endswith("/train.tsv") and mnli["settings"]["steps"] == 2 * params["settings"]["steps"]
 
 
 def test_r1_says_how_much_of_the_loss_each_method_wins_back():

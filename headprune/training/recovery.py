@@ -346,19 +346,20 @@ def bias_compensated(full_model, heads, batches: list[dict], *, data: str = "", 
     return prune_heads(copy.deepcopy(full_model), heads_by_layer(heads), constants=constants)
 
 
-def export_recovered(model, tokenizer, folder, record: dict, *, base_model: str | None = None):
+def export_recovered(model, tokenizer, folder, record: dict, *, base_model: str | None = None, **card):
     """Save the recovered ``model`` as a pruned one leaves the project: a stock checkpoint (transformers' own class
     with fewer heads, no remote code) where its layout allows, else the remote-code export
     (``headprune.models.export.save_pruned``); the model card says how it was recovered (``record``: the method,
-    data, steps, and the scores before and after). Returns (the folder, True where it is a stock checkpoint)."""
+    data, steps, and the scores before and after; ``card``: the rest of the card, criterion and curve_point as
+    ``save_pruned`` takes them). Returns (the folder, True where it is a stock checkpoint)."""
     from headprune.models.export import save_pruned
     from headprune.models.stock import save_stock
 
     try:
-        return save_stock(model, tokenizer, folder, base_model=base_model, recovery=record), True
+        return save_stock(model, tokenizer, folder, base_model=base_model, recovery=record, **card), True
     except ValueError as why:  # a free layout, bias compensation, a family whose class cannot hold the heads
         log.info("recovered model: no stock checkpoint (%s); saved with remote code", str(why).splitlines()[0])
-        return save_pruned(model, tokenizer, folder, base_model=base_model, recovery=record), False
+        return save_pruned(model, tokenizer, folder, base_model=base_model, recovery=record, **card), False
 
 
 # --- The recovery stage's table (rules/recovery.smk) ----------------------------------------------------------
