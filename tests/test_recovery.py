@@ -247,9 +247,6 @@ def demo_with(tmp_path, edit):
     (lambda c: c["recovery"].update(steps=0), "['recovery']['properties']['steps']"),
     (lambda c: c["recovery"].update(export="distill", methods=["lora"]),
      "config: recovery.export is 'distill', not one of recovery.methods ['lora']"),
-    (lambda c: c["recovery"].update(percents=[45]), "config: recovery.percents has 45, not a step of the pruning curve"),
-    (lambda c: c["recovery"]["per_study"].update(mnli={"percents": [65]}),
-     "config: recovery.per_study.mnli.percents has 65, not a step of the pruning curve"),
     (lambda c: c["recovery"]["per_study"].update(nope={"lr": 1.0}),
      "config: recovery.per_study names 'nope', which is no study"),
     (lambda c: c["experiments"]["recovery"].append("tiny_llama_streaming"),
@@ -330,3 +327,19 @@ def test_the_real_model_config_plans_one_recover_job_on_a_gpu():
     assert job_stats(run.stdout)["recover"] == 1
     (resources,) = [r for rule, r in planned_jobs(run.stdout, "resources") if rule == "recover"]
     assert resources["gpu"] == "1"
+
+
+def test_a_percent_between_the_curves_steps_takes_the_step_below():
+    import pandas as pd
+
+    from headprune.training.recovery import curve_points
+
+    curve = pd.DataFrame([{"order": "importance", "layout": "free", "percent_pruned": p, "score": 10.0 + p,
+                           "metric": "perplexity"} for p in (0.0, 20.0, 40.0)])
+    steps = {"orders": {"importance": [{"percent_pruned": 0.0, "removed": []},
+                                       {"percent_pruned": 20.0, "removed": ["dec_self-0-1"]},
+                                       {"percent_pruned": 40.0, "removed": ["dec_self-0-1", "dec_self-1-3"]}]}}
+    (at30, at40) = curve_points(curve, steps, [30, 40])
+    assert (at30["percent_pruned"], at30["heads"], at30["score_pruned"]) == (20.0, [("dec_self", 0, 1)], 30.0)
+    assert (at40["heads"], at40["score_pruned"], at40["score_unpruned"]) == ([("dec_self", 0, 1), ("dec_self", 1, 3)],
+                                                                             50.0, 10.0)

@@ -370,7 +370,8 @@ RECOVERY_COLUMNS = ("study", "percent_pruned", "heads_pruned", "method", "metric
 
 
 def curve_points(curve, steps: dict, percents) -> list[dict]:
-    """Each of ``percents`` as a point of the importance order's pruning curve (free layout): the heads removed
+    """Each of ``percents`` as a point of the importance order's pruning curve (free layout; its step at or below the
+    percent, the first step being 0%): the heads removed
     ([(attn_type, layer, head)]), its score and the unpruned one. ``curve``: the prune job's table; ``steps``: its
     outputs.json."""
     from headprune.experiments.layouts import FREE
@@ -378,13 +379,14 @@ def curve_points(curve, steps: dict, percents) -> list[dict]:
     free = curve[(curve["order"] == "importance") & (curve["layout"] == FREE)]
     unpruned = float(free.loc[free["percent_pruned"] == 0, "score"].iloc[0])
     points = []
-    for percent in percents:
-        step = next((s for s in steps["orders"]["importance"] if abs(s["percent_pruned"] - percent) < 1e-6), None)
-        if step is None:
-            raise ValueError(f"recovery.percents: {percent:g} is not a step of the pruning curve")
+    for percent in percents:  # the curve's step at or below it (pruning.step_percent may not divide it)
+        step = max((s for s in steps["orders"]["importance"] if s["percent_pruned"] <= percent + 1e-6),
+                   key=lambda s: s["percent_pruned"])
+        if abs(step["percent_pruned"] - percent) > 1e-6:
+            log.info("recovery at %g%%: the pruning curve's step at or below it, %g%%", percent, step["percent_pruned"])
         heads = [(t, int(layer), int(head)) for t, layer, head in (name.rsplit("-", 2) for name in step["removed"])]
-        score = float(free.loc[(free["percent_pruned"] - percent).abs() < 1e-6, "score"].iloc[0])
-        points.append({"percent_pruned": float(percent), "heads": heads, "score_pruned": score,
+        score = float(free.loc[(free["percent_pruned"] - step["percent_pruned"]).abs() < 1e-6, "score"].iloc[0])
+        points.append({"percent_pruned": float(step["percent_pruned"]), "heads": heads, "score_pruned": score,
                        "score_unpruned": unpruned, "metric": free["metric"].iloc[0]})
     return points
 
