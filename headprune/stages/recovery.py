@@ -1,9 +1,8 @@
 """Recovery after pruning (rules/recovery.smk; issue #59): a study's model pruned in the importance order at each of
 recovery.percents (its pruning curve's step at or below each, Figure 3), then trained a few steps by each of
 recovery.methods (LoRA merged, full fine-tuning, distillation from the unpruned model) on its training data, bias
-compensation beside them;
-one job per study writes <study>/recovery.csv and exports the recovered model at the cut (the first percent) to
-<study>/recovered/."""
+compensation beside them; one job per study writes <study>/recovery.csv and exports the recovered model at the cut
+(the first percent) to <study>/recovered/."""
 from __future__ import annotations
 
 from headprune.experiments.kinds.base import ConfigError
