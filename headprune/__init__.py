@@ -29,7 +29,9 @@ Examples in the names' docstrings use the README's tiny Llama (``model, tokenize
   sample ablated exactly), ``unverified_bound`` (what the heads screened only may hide);
 - pruning: ``pruning_curve`` (a table like pruning.csv), ``remove_heads`` (physical pruning), ``save_pruned``
   (a folder that ``load_model``, and plain transformers with ``trust_remote_code=True``, load back pruned),
-  ``save_gguf`` (a GGUF file llama.cpp serves, each layer with its own heads).
+  ``save_gguf`` (a GGUF file llama.cpp serves, each layer with its own heads);
+- recovery after pruning (issue #59): ``recover`` (LoRA merged, full fine-tuning or distillation from the unpruned
+  model, a few steps on training data that shares no item with the test set).
 """
 
 from importlib import import_module
@@ -39,6 +41,7 @@ if TYPE_CHECKING:  # what __getattr__ imports, spelled out for type checkers and
     from headprune.experiments import criteria, metrics, perplexity, retrieval, runs, screening, sweeps  # noqa: F401
     from headprune.models import export, gguf_export, heads, loading, masking  # noqa: F401
     from headprune.scoring import importance  # noqa: F401
+    from headprune.training import recovery  # noqa: F401
 
 _NAMES = {
     "models.loading": ("load_model", "guess_kind"),
@@ -55,6 +58,7 @@ _NAMES = {
     "experiments.perplexity": ("perplexity",),
     "experiments.retrieval": ("retrieval_accuracy",),
     "experiments.screening": ("gradient_screens", "screen_scores", "screened_sweep", "unverified_bound"),
+    "training.recovery": ("recover",),
 }
 __all__ = [name for names in _NAMES.values() for name in names]
 

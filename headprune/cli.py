@@ -4,6 +4,7 @@
     headprune sweep MODEL --data FILE            the single-head sweep with significance: ablation.csv
     headprune prune MODEL --data FILE (--percent N | --heads L-H,...) [--layout free|uniform] [--stock] --out FOLDER
     headprune gguf MODEL_DIR OUT.gguf [--outtype f16|f32]   a GGUF llama.cpp serves, any layout (Llama architecture)
+    headprune recover PRUNED --data FILE --method lora|full|distill --steps N [--test FILE] --out FOLDER
 
 MODEL is a hub id, a model folder or a fairseq tarball. FILE is a text corpus (.txt: language
 modelling, perplexity over windows of --window tokens) or a GLUE-format TSV (.tsv: header
@@ -136,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     gguf.add_argument("model", metavar="MODEL_DIR", help="a model folder (pruned or not)")
     gguf.add_argument("out", metavar="OUT.gguf", help="the GGUF file to write")
     gguf.add_argument("--outtype", choices=("f16", "f32"), default="f16", help="the weights' type (default: f16)")
+    add_recover_command(command)
     return parser
 
 
@@ -383,12 +385,104 @@ def run_gguf(args):
              _count(model), args.outtype)
 
 
+# --- headprune recover (issue #59) ----------------------------------------------------------------------
+
+# headprune.training.recovery's argument -> the option that sets it (its errors name the argument)
+RECOVER_OPTIONS = {"method": "--method", "steps": "--steps", "lr": "--lr", "batch_size": "--batch-size",
+                   "seed": "--seed", "lora_rank": "--lora-rank", "lora_alpha": "--lora-alpha",
+                   "lora_targets": "--lora-targets", "temperature": "--temperature", "distill_weight": "--distill-weight",
+                   "teacher": "--teacher", "train_items": "--data", "modules": "--modules"}
+
+
+def add_recover_command(command):
+    recover = command("recover", "Train a pruned model a few steps to win back what pruning cost (LoRA merged into "
+                      "the weights, full fine-tuning, or distillation from the unpruned model) and save it as a pruned "
+                      "model is saved; --data is the training data.", "the folder the recovered model is saved to")
+    recover.add_argument("--method", default="lora", help="lora (default), full or distill")
+    recover.add_argument("--steps", type=int, required=True, metavar="N", help="the step budget")
+    recover.add_argument("--test", metavar="FILE", help="the test set, in --data's format: scored before and after, "
+                         "and no item of it trained on")
+    recover.add_argument("--teacher", metavar="MODEL", help="distill: the unpruned model")
+    recover.add_argument("--lr", type=float, default=1e-4, help="the peak learning rate (default: 1e-4)")
+    recover.add_argument("--seed", type=int, default=0, help="default: 0")
+    recover.add_argument("--lora-rank", type=int, default=8, help="default: 8")
+    recover.add_argument("--lora-alpha", type=float, default=16.0, help="default: 16")
+    recover.add_argument("--lora-targets", type=lambda v: tuple(filter(None, v.split(","))), metavar="NAME,...",
+                         help="the projections LoRA adapts, e.g. q_proj,v_proj (default: every linear projection of "
+                              "the attention and MLP)")
+    recover.add_argument("--modules", type=lambda v: tuple(filter(None, v.split(","))), metavar="NAME,...",
+                         help="full, distill: the modules trained (default: every weight)")
+    recover.add_argument("--temperature", type=float, default=2.0, help="distill: the temperature (default: 2)")
+    recover.add_argument("--distill-weight", type=float, default=0.5,
+                         help="distill: the KL term's share of the loss, the task loss having the rest (default: 0.5)")
+
+
+def run_recover(args):
+    from headprune.training.recovery import RecoveryError, RecoverySettings, export_recovered, recover
+
+    model, tokenizer, train, testset = load(args)
+    test = _test_set(args, tokenizer) if args.test else None
+    try:
+        settings = RecoverySettings(steps=args.steps, lr=args.lr, batch_size=args.batch_size, seed=args.seed,
+                                    lora_rank=args.lora_rank, lora_alpha=args.lora_alpha, lora_targets=args.lora_targets,
+                                    modules=args.modules, temperature=args.temperature,
+                                    distill_weight=args.distill_weight)
+        teacher = None
+        if args.teacher:
+            from headprune.models.loading import load_model
+
+            try:
+                teacher = load_model(args.teacher, train.kind, device=model.device)[0]
+            except Exception as error:  # a missing folder, not a model of this kind: say which argument
+                raise UsageError(f"--teacher {args.teacher}: cannot load it: {type(error).__name__}: {error}") from None
+        before = _scored(model, tokenizer, test, args)
+        recovered = recover(model, tokenizer, train, args.method, args.steps, teacher, test_items=test,
+                            settings=settings, data=args.data)
+    except RecoveryError as error:
+        raise UsageError(f"{RECOVER_OPTIONS.get(error.key, error.key)}: {error.why}") from None
+    record = {**recovered.config.headprune_recovery, "metric": getattr(test, "metric", None),
+              "score_pruned": before, "score_recovered": _scored(recovered, tokenizer, test, args),
+              "score_unpruned": _scored(teacher, tokenizer, test, args) if teacher is not None else None}
+    recovered.config.headprune_recovery = record
+    out, stock = export_recovered(recovered, tokenizer, args.out, record, base_model=args.model)
+    if test is not None:
+        log.info("%s on %s: %.4g pruned, %.4g recovered", test.metric, args.test, record["score_pruned"],
+                 record["score_recovered"])
+    log.info("recovered by %s in %d steps; saved to %s (%s)", args.method, args.steps, out,
+             "a stock checkpoint" if stock else "remote code: trust_remote_code=True")
+
+
+def _test_set(args, tokenizer):
+    """--test read as --data is (a text corpus or a GLUE-format TSV)."""
+    from headprune.data.datasets import DataFormatError
+    from headprune.experiments.sweeps import evalset_from_text, evalset_from_tsv
+
+    if not Path(args.test).is_file():
+        raise UsageError(f"--test {args.test}: no such file")
+    try:
+        if data_format(args) == GLUE:
+            return evalset_from_tsv(args.test, args.metric, args.max_items)
+        return evalset_from_text(tokenizer, Path(args.test).read_text(encoding="utf-8"), args.window, args.max_items)
+    except (DataFormatError, UnicodeDecodeError, ValueError) as error:
+        raise UsageError(f"--test {args.test}: {error}") from None
+
+
+def _scored(model, tokenizer, test, args):
+    """The test set's score of ``model``, or None without a test set."""
+    if test is None:
+        return None
+    from headprune.experiments.runs import run, score
+
+    return float(score(test, run(model, tokenizer, test, None, settings(args))))
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="headprune: %(message)s", stream=sys.stderr)
     try:
-        {"score": run_score, "sweep": run_sweep, "prune": run_prune, "gguf": run_gguf}[args.command](args)
+        {"score": run_score, "sweep": run_sweep, "prune": run_prune, "gguf": run_gguf,
+         "recover": run_recover}[args.command](args)
     except UsageError as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     except Exception as error:

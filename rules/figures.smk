@@ -76,6 +76,7 @@ rule plot_pruning:
     input:
         pruning=f"{RESULTS}/{{study}}/pruning.csv",
         full=f"{RESULTS}/{{study}}/full.json",
+        recovery=of_study(stages.figures.figure3_recovery),
     output:
         png=report(f"{FIGURES}/{{study}}/figure3.png", caption="../report/figure3.rst", category="Figure 3",
                    subcategory="{study}"),

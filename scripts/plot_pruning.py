@@ -1,7 +1,8 @@
 """Pruning curves: Figure 3 (one study, three orders), Figure 4 (attention types) or Figure 6 (GLUE tasks).
 
 params.figure names the headprune.experiments.figures function; input.pruning are stacked pruning.csv tables,
-input.full their studies' full.json (the model family in the panel titles).
+input.full their studies' full.json (the model family in the panel titles); Figure 3 of a study of
+experiments.recovery also input.recovery, its recovery.csv (the recovered models beside the curve).
 """
 from headprune import warm
 
@@ -20,5 +21,7 @@ def paths(named):
 with logged(snakemake) as log:
     pruning = pd.concat([pd.read_csv(path) for path in paths(snakemake.input.pruning)], ignore_index=True)
     draw = getattr(figures, snakemake.params.figure)
+    recovered = paths(snakemake.input.get("recovery", []))  # Figure 3 of a study of experiments.recovery
+    extra = {"recovery": pd.concat(map(pd.read_csv, recovered), ignore_index=True)} if recovered else {}
     log.info("wrote %s", draw(pruning, snakemake.output.png, snakemake.output.pdf, dict(snakemake.params.style),
-                              families=model_families(paths(snakemake.input.full))))
+                              families=model_families(paths(snakemake.input.full)), **extra))

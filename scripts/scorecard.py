@@ -1,7 +1,7 @@
 """The scorecard of the paper's claims (headprune.experiments.scorecard) from this run's CSVs.
 
 input: ablation, one_head, pruning, attention_types, dynamics, speed, and beyond the paper roles and
-retrieval_heads (Wu et al.'s experiment) and masking_modes (C1-C3 under each mode): the CSVs of each experiment the config runs (a list, empty when it runs none); params.epochs: the checkpoint epoch of each dynamics
+retrieval_heads (Wu et al.'s experiment), masking_modes (C1-C3 under each mode) and recovery (R1): the CSVs of each experiment the config runs (a list, empty when it runs none); params.epochs: the checkpoint epoch of each dynamics
 table; params.paper_models; output.csv, output.md."""
 from headprune import warm
 
@@ -15,7 +15,7 @@ from headprune.io import atomic
 from headprune.workflow import logged
 
 EXPERIMENTS = ("ablation", "one_head", "pruning", "attention_types", "dynamics", "speed", "roles", "retrieval_heads",
-               "masking_modes")
+               "masking_modes", "recovery")
 
 
 def stacked(paths, epochs=None):

@@ -334,6 +334,7 @@ USABLE = [
     usable("criteria.per_study.*", "delete",
            "criteria.compare (the oracle order then makes the study's single-head ablation a job of its own)"),
     usable("criteria.per_study.*.[]", "delete", "one criterion fewer"),
+    usable("recovery.per_study.*.*", "delete", "the recovery section's own value, every study's (stages.recovery.section_of)"),
     usable("criteria.combined.entropy_weight", "zero", "a weight in 0..1: the importance alone"),
     usable("experiments.*", "empty", "no study runs that experiment"),
     usable("experiments.*.[] speed.studies.[]", "delete", "one study fewer"),

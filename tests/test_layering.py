@@ -29,7 +29,7 @@ ALLOWED = {
     "demo": {"training", "experiments", "scoring", "models", "data", "io"},  # the demo's synthetic world
     "stages": {"experiments", "scoring", "models", "data", "io"},  # each stage's jobs: params, inputs, paths
     WORKFLOW: {"stages", "training", "experiments", "scoring", "models", "data", "io"},  # the workflow's glue: not demo
-    ROOT: {"experiments", "scoring", "models"},  # the public API (headprune.__all__), imported lazily: not demo
+    ROOT: {"training", "experiments", "scoring", "models"},  # the public API (headprune.__all__), imported lazily: not demo
 }
 
 

@@ -50,6 +50,9 @@ FAR_MORE = 20.0  # W2: points of retrieval accuracy the top-K heads cost beyond 
 LITTLE = 5.0  # W3: % of the full model's perplexity masking the top-K retrieval heads may add
 TASK_MORE = 5.0  # W4: points of a task's score the top-K heads cost beyond K random heads
 UNIFORM_AT = 50.0  # U1: the % of heads pruned the two layouts are compared at
+RECOVERY_AT = 50.0  # R1: the % of heads pruned where recovery is judged
+WON_BACK = 50.0  # R1: the % of the loss from pruning the best training method must win back
+BIAS_COMPENSATION = "bias_compensation"  # recovery.csv's method of the rows without training (R1 leaves it out)
 
 # --- the claims, their rules and the paper's numbers (as the paper reports them) -------------
 
@@ -69,6 +72,8 @@ CLAIMS = {
            "more than from masking as many random heads", "retrieval_heads.csv of a task"),
     "U1": ("Uniform pruning (the same heads kept in every layer: a stock checkpoint) costs little against free "
            "pruning at equal heads removed", "pruning.csv, layout"),
+    "R1": ("Training the pruned model a few steps (LoRA, full fine-tuning, distillation) wins back much of what "
+           "pruning cost; bias compensation, without training, less", "recovery.csv, Figure 3"),
 }
 
 RULES = {
@@ -103,6 +108,9 @@ RULES = {
     "U1": f"importance order, whole model: at the % pruned nearest {UNIFORM_AT:g}% where both layouts have a step (else "
           f"the free curve interpolated there), reproduced if the uniform layout's score is at most {WITHIN_POINTS:g} "
           "point worse than the free layout's (a point as in C3)",
+    "R1": f"at the recovered point nearest {RECOVERY_AT:g}% of the heads pruned (importance order, free layout), each "
+          "method's share of the loss from pruning won back, (recovered - pruned) / (unpruned - pruned) in the "
+          f"metric's better direction: reproduced if the best training method wins back at least {WON_BACK:g}%",
 }
 
 # The paper's numbers, by claim and by the paper's model a study stands for (rules/report.smk:
@@ -131,7 +139,9 @@ WU = {"W1": "Llama-2-7B-80K, Yi, Qwen, Mistral (Wu et al., Figure 2): under 5% o
       "W4": "Mistral-7B-Instruct-v0.2 (Wu et al., Table 3): 100 retrieval heads masked, extractive QA F1 56.7 -> "
             "32.3, GSM8K chain-of-thought 45.1 -> 2.0"}
 # Beyond both papers: this project's own questions
-OURS = {"U1": "not in the paper (it prunes freely): what Minitron-style width pruning costs, this project's question"}
+OURS = {"U1": "not in the paper (it prunes freely): what Minitron-style width pruning costs, this project's question",
+        "R1": "not in the paper (it does not retrain): LLM-Pruner (LLaMA-7B, 20% pruned, LoRA on 50k instructions) "
+              "zero-shot average 56.69 pruned -> 59.23 recovered of 63.25 unpruned (39% won back)"}
 
 
 # --- helpers -----------------------------------------------------------------------------------
@@ -473,6 +483,38 @@ def u1_uniform_layout(pruning: pd.DataFrame) -> list[dict]:
     return rows
 
 
+# --- R1: recovery after pruning --------------------------------------------------------------------
+
+
+def r1_recovery(recovery: pd.DataFrame) -> list[dict]:
+    """Per recovered study (recovery.csv): each method's share of the loss from pruning won back at the point
+    nearest RECOVERY_AT. No row where no study was recovered."""
+    if recovery is None or recovery.empty:
+        return []
+    rows = []
+    for study, table in by_study(recovery):
+        at = table.loc[(table["percent_pruned"] - RECOVERY_AT).abs().idxmin(), "percent_pruned"]
+        points = table[table["percent_pruned"] == at]
+        metric = points["metric"].iloc[0]
+        shares = {r.method: won_back(r.score_unpruned, r.score_pruned, r.score_recovered, metric)
+                  for r in points.itertuples()}
+        trained = [share for method, share in shares.items() if method != BIAS_COMPENSATION]
+        first = points.iloc[0]
+        this_run = (f"at {at:g}% pruned ({show(first['score_unpruned'], metric)} unpruned, "
+                    f"{show(first['score_pruned'], metric)} pruned): " +
+                    ", ".join(f"{method} {share:.0f}%" for method, share in shares.items()) + " won back")
+        rows.append(row("R1", study, this_run, OURS["R1"], verdict(bool(trained) and max(trained) >= WON_BACK)))
+    return rows
+
+
+def won_back(unpruned: float, pruned: float, recovered: float, metric: str) -> float:
+    """The % of the loss from pruning that recovery wins back (100: the unpruned score again; over 100: better)."""
+    lost = better_sign(metric) * (float(unpruned) - float(pruned))
+    if lost == 0:
+        return 0.0
+    return 100.0 * better_sign(metric) * (float(recovered) - float(pruned)) / lost
+
+
 # --- W1-W3: Wu et al.'s retrieval heads ----------------------------------------------------------
 
 
@@ -549,7 +591,7 @@ def scorecard(ablation: pd.DataFrame, one_head: pd.DataFrame, pruning: pd.DataFr
               paper_models: dict, roles: pd.DataFrame | None = None,
               retrieval_heads: pd.DataFrame | None = None, modes_ablation: pd.DataFrame | None = None,
               modes_pruning: pd.DataFrame | None = None, modes_one_head: pd.DataFrame | None = None,
-              confidence: float = 0.95) -> pd.DataFrame:
+              confidence: float = 0.95, recovery: pd.DataFrame | None = None) -> pd.DataFrame:
     """Every claim's rows, C1 to C6, then W1-W3. Each table is the stack of that experiment's CSVs (empty:
     not run); ``paper_models`` maps a study to the paper's model it stands for ('WMT', 'MNLI', ..., or None).
     ``roles``: the head_roles.csv of the retrieval studies of experiments.retrieval_heads. ``modes_ablation``,
@@ -562,7 +604,8 @@ def scorecard(ablation: pd.DataFrame, one_head: pd.DataFrame, pruning: pd.DataFr
         one_head = pd.concat([one_head, modes_one_head], ignore_index=True)
     rows = [*c1_single_heads(ablation, paper_models, confidence), *c2_one_head_per_layer(one_head, paper_models),
             *c3_pruning(pruning, paper_models), *c4_attention_types(attention_types, paper_models),
-            *c5_training_dynamics(dynamics, paper_models), *c6_speed(speed, paper_models), *u1_uniform_layout(pruning)]
+            *c5_training_dynamics(dynamics, paper_models), *c6_speed(speed, paper_models), *u1_uniform_layout(pruning),
+            *r1_recovery(recovery)]
     if roles is not None or retrieval_heads is not None:
         rows += [*w1_few_retrieval_heads(pd.DataFrame() if roles is None else roles),
                  *w2_w3_masking(pd.DataFrame() if retrieval_heads is None else retrieval_heads),

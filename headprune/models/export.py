@@ -148,7 +148,8 @@ def auto_map(model, source: str) -> dict[str, str]:
 
 
 def save_pruned(model, tokenizer, folder, *, base_model: str | None = None, criterion: str | None = None,
-                masking=None, curve_point: dict | None = None, layout: str | None = None) -> Path:
+                masking=None, curve_point: dict | None = None, layout: str | None = None,
+                recovery: dict | None = None) -> Path:
     """Write ``model`` (pruned or not) and ``tokenizer`` (or None) to ``folder`` so that plain transformers loads
     it with ``trust_remote_code=True`` (see the module docstring); headprune's ``load_pruned_weights`` reads it
     too. Written to a temporary sibling and renamed, so a half-written folder is never seen. Returns the folder.
@@ -158,7 +159,8 @@ def save_pruned(model, tokenizer, folder, *, base_model: str | None = None, crit
     ``masking`` (a config word or a mode of ``headprune.models.masking``) they were chosen, and the pruning
     curve's point it was cut at (``curve_point``: its row of pruning.csv, with ``percent_pruned``,
     ``heads_pruned``, ``score`` and ``metric``, and where known ``unpruned_score`` and ``data``, what it was scored
-    on).
+    on); ``recovery``: how it was trained after pruning (``headprune.training.recovery``'s record, with the scores
+    before and after where the caller adds them).
 
     >>> from transformers import AutoModelForCausalLM
     >>> _ = remove_heads(model, [("dec_self", 0, 1)])
@@ -181,7 +183,7 @@ def save_pruned(model, tokenizer, folder, *, base_model: str | None = None, crit
     entries = auto_map(model, source)
     code_files = [modeling_file.name, *sibling_imports(source)]
     card = model_card(model, entries, folder.name, code_files, base_model=base_model, criterion=criterion,
-                      masking=masking, curve_point=curve_point, layout=layout)
+                      masking=masking, curve_point=curve_point, layout=layout, recovery=recovery)
     with atomic_dir(folder) as staging:
         # safetensors (transformers 5 writes nothing else), in the names the model has: a pruned folder loads by
         # load_state_dict or as remote code, neither of which renames legacy checkpoint keys (GPT-NeoX embed_out)
@@ -246,7 +248,7 @@ SAME_SIZE_LAYOUT_LINES = {
 
 def model_card(model, entries: dict[str, str], name: str, code_files: list[str], *, base_model=None, criterion=None,
                masking=None, curve_point=None, layout: str | None = None, stock: bool = False,
-               same_size: str | None = None, parameters: int | None = None) -> str:
+               same_size: str | None = None, parameters: int | None = None, recovery: dict | None = None) -> str:
     """README.md for the saved folder, as the hub's model cards are written: YAML front matter, then what the
     model is, how to load it, and what was pruned and how. ``stock``: transformers' own class and config with
     fewer heads (``headprune.models.stock``), loaded without remote code; ``layout``: the pruning layout's line.
@@ -315,6 +317,8 @@ def model_card(model, entries: dict[str, str], name: str, code_files: list[str],
                       "the full one does with those heads replaced by their constants")
     if curve_point:
         pruned.append(f"- pruning curve: {_curve_point_text(curve_point, removed, total)}")
+    if recovery:
+        pruned.append(f"- {_recovery_text(recovery)}")
     lines = [f"# {name}", "", about, "", "## How to load", "", *loading, "", "## What was pruned", "", *pruned, "",
              *table, ""]
     return "\n".join(front + lines)
@@ -337,6 +341,18 @@ def _curve_point_text(point: dict, removed: int, total: int) -> str:
     if point.get("data"):
         text += f", scored on {point['data']}"
     return text + "."
+
+
+def _recovery_text(record: dict) -> str:
+    """The card's line on how the pruned model was trained after pruning (headprune.training.recovery)."""
+    text = f"recovered: {record['method']}, {record['steps']} steps on {record.get('train_items', '?')} training items"
+    text += f" ({record['data']})" if record.get("data") else ""
+    if record.get("score_pruned") is not None and record.get("score_recovered") is not None:
+        text += (f"; {record.get('metric', 'score')} {record['score_pruned']:.4g} pruned, {record['score_recovered']:.4g}"
+                 " recovered")
+        if record.get("score_unpruned") is not None:
+            text += f" (unpruned: {record['score_unpruned']:.4g})"
+    return text + ("; none of them a test item." if record.get("test_items_excluded") else ".")
 
 
 def same_size_line(removed: int, total: int) -> str:

@@ -33,6 +33,11 @@ def head_maps_inputs(pipeline, lm):
     return {name: f"{pipeline.results_dir}/{name}/eval/ablation.csv" for name in head_map_studies(pipeline)[lm]}
 
 
+def figure3_recovery(study) -> list[str]:
+    """What Figure 3 of a study draws beside its curve: its recovery.csv (rules/recovery.smk), if it is recovered."""
+    return [f"{study.pipeline.results_dir}/{study.name}/recovery.csv"] if study.takes_part_in("recovery") else []
+
+
 def glue_pruning_full(pipeline):
     """Figure 6's studies' full-model results (their model family titles the panels)."""
     return [f"{pipeline.results_dir}/{study.name}/full.json" for study in pipeline.experiment_studies("glue_pruning")]

@@ -75,18 +75,44 @@ def figure3_rows(pruning: pd.DataFrame) -> pd.DataFrame:
                              for order, layout in zip(rows["order"], layouts)])
 
 
-def build_figure3(pruning: pd.DataFrame, style: dict | None = None, families: dict | None = None) -> Figure:
+def build_figure3(pruning: pd.DataFrame, style: dict | None = None, families: dict | None = None,
+                  recovery: pd.DataFrame | None = None) -> Figure:
     lines = [*PRUNING_ORDERS, *(f"{order}, {UNIFORM}" for order in PRUNING_ORDERS)]
     labels = {**ORDER_LABELS, **{f"{order}, {UNIFORM}": f"{ORDER_LABELS[order]}, uniform layout"
                                  for order in PRUNING_ORDERS}}
     linestyles = {**ORDER_LINESTYLES, **{f"{order}, {UNIFORM}": style for order, style in ORDER_LINESTYLES.items()}}
-    return build_pruning_figure(figure3_rows(pruning), ["all"], "line", lines, labels, linestyles, style,
-                                "% of heads pruned", families)
+    figure = build_pruning_figure(figure3_rows(pruning), ["all"], "line", lines, labels, linestyles, style,
+                                  "% of heads pruned", families)
+    if recovery is not None and not recovery.empty:
+        with _rc(_style(style)):
+            draw_recovered(figure, list(dict.fromkeys(figure3_rows(pruning)["study"])), recovery)
+    return figure
 
 
-def figure3(pruning: pd.DataFrame, out_png, out_pdf, style: dict | None = None, families: dict | None = None) -> list[str]:
-    """The paper's Figure 3: score vs % of all heads pruned; importance solid, oracle dashed, random dotted."""
-    return save_figure(build_figure3(pruning, style, families), out_png, out_pdf, style)
+# Recovery after pruning (recovery.csv, headprune.training.recovery): a marker per method beside the curve
+RECOVERY_MARKERS = {"lora": "o", "full": "s", "distill": "^", "bias_compensation": "x"}
+RECOVERY_LABELS = {"lora": "recovered: LoRA", "full": "recovered: full fine-tuning", "distill": "recovered: distilled",
+                   "bias_compensation": "bias compensation (no training)"}
+
+
+def draw_recovered(figure: Figure, studies: list[str], recovery: pd.DataFrame) -> None:
+    """Each study's recovered points (recovery.csv: score_recovered at percent_pruned, one marker per method) on its
+    panel of ``figure``, beside the importance order's curve they start from."""
+    _require_columns(recovery, ("study", "percent_pruned", "method", "score_recovered"), "recovery table")
+    for ax, study in zip(figure.axes, studies):
+        rows = recovery[recovery["study"] == study]
+        for method, points in rows.groupby("method", sort=False):
+            ax.scatter(points["percent_pruned"], points["score_recovered"], marker=RECOVERY_MARKERS.get(method, "d"),
+                       s=22, zorder=3, label=RECOVERY_LABELS.get(method, method))
+        if not rows.empty:
+            ax.legend(frameon=False)
+
+
+def figure3(pruning: pd.DataFrame, out_png, out_pdf, style: dict | None = None, families: dict | None = None,
+            recovery: pd.DataFrame | None = None) -> list[str]:
+    """The paper's Figure 3: score vs % of all heads pruned; importance solid, oracle dashed, random dotted; with
+    ``recovery`` (recovery.csv's rows) the recovered models beside the curve, a marker per method."""
+    return save_figure(build_figure3(pruning, style, families, recovery), out_png, out_pdf, style)
 
 
 def figure4_rows(pruning: pd.DataFrame) -> pd.DataFrame:
