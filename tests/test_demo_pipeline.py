@@ -284,3 +284,46 @@ def test_demo_recovers_the_pruned_models(demo_run):
     assert np.allclose(np.array(run.stdout.split(), dtype=float), want, atol=1e-5)
     scorecard = pd.read_csv(results / "figures" / "scorecard.csv")
     assert set(scorecard[scorecard.claim == "R1"].study) == {"tiny_llama", "mnli"}
+
+
+def test_a_killed_recovery_job_leaves_nothing_finished_and_reruns_to_the_same_table(demo_run, tmp_path):
+    """Issue #59: the tiny Llama's recovery job killed while it trains (SIGKILL to Snakemake and the job: a lost
+    node) leaves no recovery.csv; Snakemake, unlocked, reruns it with --rerun-incomplete, and the table it writes
+    is the finished demo's (seeded), but for the seconds each method took."""
+    import os
+    import shutil
+    import signal
+    import time
+
+    work = tmp_path / "demo"
+    for name in ("data", "results", ".snakemake"):
+        shutil.copytree(demo_run / name, work / name, symlinks=True, ignore=shutil.ignore_patterns("*.sock"))
+    study = work / "results" / "demo" / "tiny_llama"
+    want = pd.read_csv(study / "recovery.csv")
+    (study / "recovery.csv").unlink()
+    shutil.rmtree(study / "recovered")
+    log = work / "results" / "demo" / "logs" / "recover" / "tiny_llama.log"
+    log.unlink(missing_ok=True)
+    # no warm start: a job forked by the warm server would outlive the kill (headprune.warm)
+    (tmp_path / "cold.yaml").write_text("warm_start: false\n")
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(work),
+               "--cores", "1", "results/demo/tiny_llama/recovery.csv",
+               "--configfile", str(ROOT / "demo" / "config.yaml"), str(tmp_path / "cold.yaml")]
+    job = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                           env={**os.environ, "HEADPRUNE_PROGRESS_SECONDS": "0"})  # a line at the first step
+    try:
+        deadline = time.monotonic() + 300
+        while not (log.exists() and "recover " in log.read_text()) and job.poll() is None:
+            assert time.monotonic() < deadline, "the recovery job never started training"
+            time.sleep(0.2)
+        assert job.poll() is None, "the job finished before it could be killed"
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    assert not (study / "recovery.csv").exists()
+    assert subprocess.run([*command, "--unlock"], capture_output=True).returncode == 0
+    rerun = subprocess.run([*command, "--rerun-incomplete"], capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    got = pd.read_csv(study / "recovery.csv")
+    pd.testing.assert_frame_equal(got.drop(columns="seconds"), want.drop(columns="seconds"))
+    assert (study / "recovered" / "config.json").exists()
