@@ -118,3 +118,93 @@ def test_an_unknown_final_processing_is_refused(monkeypatch):
     model.forward = doubled
     with pytest.raises(ValueError, match="processes its output layer's logits"):
         lm_head.hidden_and_outputs(model, input_ids=torch.tensor(windows(1)))
+
+
+# --- out of memory is one line; batches sized from the memory there is -------------------------------------------
+
+BIG_VOCAB = 50_000
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory):
+    """A model folder: 2 layers of 16 heads (eager attention weights: 16 x window^2 a row), a 50k-token vocabulary;
+    and a text of 4,000 of its tokens."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    folder = tmp_path_factory.mktemp("models") / "wide-llama"
+    words = Tokenizer(models.WordLevel({f"w{i}": i for i in range(BIG_VOCAB)}, "w0"))
+    words.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=words, unk_token="w0").save_pretrained(folder)
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(vocab_size=BIG_VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                 num_attention_heads=16, num_key_value_heads=16)).save_pretrained(folder)
+    rng = np.random.default_rng(0)
+    text = folder.parent / "text.txt"
+    text.write_text(" ".join(f"w{i}" for i in rng.integers(1, BIG_VOCAB, 4000)))
+    return folder, text
+
+
+# The command in a child that reports its own peak resident memory as it exits
+MEASURED = ("import resource, sys\nfrom headprune.cli import main\ntry:\n    code = main(sys.argv[1:])\n"
+            "except SystemExit as exit:\n    code = exit.code\n"
+            "print('peak', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\nsys.exit(code)")
+
+
+def cli(*args):
+    """The headprune command in a subprocess: (exit status, stderr, its peak resident memory in bytes)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", MEASURED, *map(str, args)], capture_output=True, text=True)
+    *err, peak = done.stderr.strip().splitlines()
+    return done.returncode, "\n".join(err), int(peak.split()[1]) * 1024
+
+
+def test_the_cli_within_a_small_max_memory(wide, tmp_path):
+    from headprune.models.memory import parse_size
+
+    folder, text = wide
+    # 16 settings of a layer x 3 windows share a pass: 48 rows of 384 tokens, 0.9 GB of attention weights alone
+    code, err, peak = cli("sweep", folder, "--data", text, "--window", 384, "--max-items", 3, "--resamples", 10,
+                          "--max-memory", "1.5GB", "--out", tmp_path / "ablation.csv")
+    assert code == 0, err
+    assert peak <= parse_size("1.5GB"), f"peak {peak / 2**30:.2f} GB"
+    assert (tmp_path / "ablation.csv").exists() and "variant rows a pass" in err
+
+
+def test_a_hand_set_size_that_cannot_fit_is_refused(wide, tmp_path):
+    folder, text = wide
+    code, err, _ = cli("sweep", folder, "--data", text, "--window", 256, "--max-items", 8, "--max-memory", "1.5GB",
+                       "--variant-batch-size", 100000, "--out", tmp_path / "ablation.csv")
+    assert code == 2 and err.strip().splitlines()[-1].startswith("headprune: error: --variant-batch-size 100000: ")
+    assert "at most" in err and not (tmp_path / "ablation.csv").exists()
+
+
+@pytest.mark.parametrize("error", [torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 6.40 GiB"),
+                                   MemoryError(),
+                                   RuntimeError("[enforce fail at alloc_cpu.cpp:117] . DefaultCPUAllocator: not "
+                                                "enough memory: you tried to allocate 6400000000 bytes.")])
+def test_out_of_memory_is_one_line(error, monkeypatch, tmp_path, capsys):
+    from headprune import cli as command
+    from headprune.workflow import failure_line
+
+    def runs_out(*args, **kwargs):  # deep inside an evaluation, and wrapped on its way out
+        try:
+            raise error
+        except Exception as inner:
+            raise ValueError("while scoring") from inner
+
+    text = tmp_path / "text.txt"
+    text.write_text("a b c")
+    monkeypatch.setattr(command, "load", lambda args: (small("llama"), None, None, "t"))
+    monkeypatch.setattr(command, "scores", runs_out)
+    with pytest.raises(SystemExit) as exit:
+        command.main(["score", str(tmp_path / "model"), "--data", str(text), "--out", str(tmp_path / "imp.csv")])
+    err = capsys.readouterr().err
+    assert exit.value.code == 1 and len(err.strip().splitlines()) == 1 and "out of" in err
+    assert "lower --variant-batch-size" in err and not (tmp_path / "imp.csv").exists()
+    with pytest.raises(ValueError) as raised:
+        runs_out()
+    assert "lower ablation.variant_batch_size" in failure_line(raised.value)  # a pipeline job's line
+    assert failure_line(ValueError("a bug")) is None  # a bug keeps its traceback

@@ -23,8 +23,8 @@ import contextlib
 
 import torch
 
-# Logit elements held at once on the chunked path: 128 MiB of float32 (a chunk's log-softmax as much again).
-LOGITS_AT_ONCE = 1 << 25
+# Logit elements held at once on the chunked path: 64 MiB of float32 (a chunk's log-softmax as much again).
+LOGITS_AT_ONCE = 1 << 24
 
 # config attribute -> how the logits are processed after the output layer (in transformers' order: first the
 # scale, then the soft cap)
