@@ -57,7 +57,8 @@ def row_bytes(model, positions: int, *, gradients: bool = False) -> int:
     heads = int(getattr(config, "num_attention_heads", None) or getattr(config, "encoder_attention_heads", 1))
     layers = int(getattr(config, "num_hidden_layers", None) or getattr(config, "num_layers", 1))
     width = next((p.element_size() for p in model.parameters() if p.is_floating_point()), 4)
-    layer = positions * (6 * hidden + 3 * inner) + 2 * heads * positions * positions
+    # attention weights: the scores and their softmax; kept for the backward pass, the returned maps too
+    layer = positions * (6 * hidden + 3 * inner) + (3 if gradients else 2) * heads * positions * positions
     held = layers * layer if gradients else layer
     return int(MARGIN * width * held)
 
