@@ -22,7 +22,7 @@ FIXED_SLACK = 64 << 20  # the allocator's and Python's own, beside the logits' c
 # Unless told a maximum, an evaluation uses at most this much beside what it holds (the weights), or this many
 # times its weights if more: batches grow with the model, not with whatever memory the machine has free
 HEADROOM = 3 << 29  # 1.5 GB
-HEADROOM_PER_WEIGHT = 2
+HEADROOM_PER_WEIGHT = 1.5
 UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "M": 1 << 20, "MB": 1 << 20, "G": 1 << 30, "GB": 1 << 30,
          "T": 1 << 40, "TB": 1 << 40}
 
@@ -105,7 +105,7 @@ def free_bytes(model, device=None, max_memory: int | None = None) -> int:
     on_gpu = device.type == "cuda"
     free = torch.cuda.mem_get_info(device)[0] if on_gpu else host_available()
     if max_memory is None:
-        return min(free, max(HEADROOM, HEADROOM_PER_WEIGHT * weight_bytes(model)))
+        return min(free, max(HEADROOM, int(HEADROOM_PER_WEIGHT * weight_bytes(model))))
     return min(free, max_memory - (torch.cuda.memory_allocated(device) if on_gpu else host_rss()))
 
 
