@@ -21,7 +21,7 @@ from pathlib import Path
 
 from headprune.experiments.layouts import FREE, LAYOUTS, UNIFORM  # no torch: the CLI starts fast
 from headprune.io import atomic
-from headprune.io.machine_failures import machine_failure
+from headprune.io.machine_failures import machine_failure, out_of_memory
 
 TEXT, GLUE = "text", "glue"
 METRICS = ("accuracy", "f1", "mcc")
@@ -50,6 +50,15 @@ def positive_int(value: str) -> int:
     if number < 1:
         raise argparse.ArgumentTypeError(f"{value} must be at least 1")
     return number
+
+
+def memory_size(value: str) -> int:
+    from headprune.models.memory import parse_size
+
+    try:
+        return parse_size(value)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def head_list(value: str) -> list[tuple[str | None, int, int]]:
@@ -86,7 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
                          help="text: tokens per perplexity window (default: 128)")
         sub.add_argument("--metric", choices=METRICS, default="accuracy", help="TSV: the score (default: accuracy)")
         sub.add_argument("--max-items", type=positive_int, help="use only the first N windows or examples")
-        sub.add_argument("--batch-size", type=positive_int, default=32, help="default: 32")
+        sub.add_argument("--batch-size", type=positive_int,
+                         help="windows or examples a batch (default: 32, or as many as fit in memory)")
+        sub.add_argument("--variant-batch-size", type=positive_int, help="(gate setting, item) rows a forward pass "
+                         "evaluates (default: 256, or as many as fit in memory)")
+        sub.add_argument("--max-memory", type=memory_size, metavar="SIZE",
+                         help="the peak memory to stay within, e.g. 8GB (default: what is free)")
         sub.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: a GPU if there is one)")
         sub.add_argument("--study", help="the study column of the CSVs (default: MODEL's name)")
         sub.add_argument("--out", required=out_default is None, default=out_default, metavar="PATH",
@@ -205,7 +219,25 @@ def load(args):
         except ValueError as error:
             raise UsageError(f"--data {args.data}: {error}") from None
         log.info("%d windows of %d tokens", len(evalset), args.window)
+    fit_to_memory(args, model, device)
     return model, tokenizer, evalset, testset
+
+
+def fit_to_memory(args, model, device):
+    """--batch-size and --variant-batch-size as set, or as many rows as fit in the memory there is (--max-memory,
+    else what is free; headprune.models.memory); a size set by hand that does not fit is refused here."""
+    from headprune.models.memory import free_bytes, gigabytes, sized
+
+    budget = free_bytes(model, device, args.max_memory)
+    try:
+        args.batch_size = sized(model, args.window, budget, args.batch_size, 32, "--batch-size", gradients=True)
+        args.variant_batch_size = sized(model, args.window, budget, args.variant_batch_size, 256,
+                                        "--variant-batch-size")
+    except ValueError as error:
+        raise UsageError(f"{error} (--max-memory {gigabytes(args.max_memory)})" if args.max_memory else
+                         str(error)) from None
+    log.info("%s to use: batches of %d, %d variant rows a pass", gigabytes(budget), args.batch_size,
+             args.variant_batch_size)
 
 
 def _criteria():
@@ -235,7 +267,7 @@ def write_csv(table, path) -> Path:
 def settings(args):
     from headprune.experiments.runs import EvalSettings
 
-    return EvalSettings(batch_size=args.batch_size, progress=True)
+    return EvalSettings(batch_size=args.batch_size, variant_batch_size=args.variant_batch_size, progress=True)
 
 
 def scores(args, model, tokenizer, evalset):
@@ -487,6 +519,9 @@ def main(argv=None) -> int:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     except Exception as error:
         failure = machine_failure(error)  # a full disk, a read-only folder, ...: one line, not a traceback
+        memory = out_of_memory(error) if failure is None else None
+        if memory is not None:
+            failure = f"{memory}: lower --variant-batch-size, --batch-size or --window, or give --max-memory"
         if failure is None:
             raise
         parser.exit(1, f"{parser.prog}: error: {failure}\n")

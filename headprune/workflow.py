@@ -16,7 +16,7 @@ from pathlib import Path
 from headprune.experiments.kinds import kind_of
 from headprune.experiments.runs import EvalSet
 from headprune.io import atomic
-from headprune.io.machine_failures import machine_failure
+from headprune.io.machine_failures import machine_failure, out_of_memory
 from headprune.models.attention_types import TOWER_TYPES
 
 
@@ -56,6 +56,20 @@ def quiet_library_progress_bars():
         transformers_logging.disable_progress_bar()
 
 
+# What a job that ran out of memory lowers (the rule's own config keys are the stage's; these hold for every job)
+LOWER_IN_CONFIG = ("lower ablation.variant_batch_size or the study's batch_size (or leave them unset: sized from "
+                   "the memory there is), or give the rule more memory (resources)")
+
+
+def failure_line(error: Exception) -> str | None:
+    """The one line a job's failure of the machine (a full disk, ..., out of memory) is told in; None: a bug."""
+    failure = machine_failure(error)
+    if failure is not None:
+        return str(failure)
+    memory = out_of_memory(error)
+    return None if memory is None else f"{memory}: {LOWER_IN_CONFIG}"
+
+
 @contextlib.contextmanager
 def logged(snakemake):
     """Send stdout, stderr (tqdm, warnings) and logging of the script to the rule's log file."""
@@ -73,7 +87,7 @@ def logged(snakemake):
             try:
                 yield logging.getLogger(snakemake.rule)
             except BaseException as error:
-                failure = machine_failure(error) if isinstance(error, Exception) else None
+                failure = failure_line(error) if isinstance(error, Exception) else None
                 if failure is None:
                     logging.exception("rule %s failed", snakemake.rule)
                 else:
@@ -82,7 +96,7 @@ def logged(snakemake):
     except Exception as error:
         # A full disk, a read-only or forbidden folder: one line on the job's own stderr (the log may be on that
         # disk), exit status 1; the atomic writers have left nothing half-written (headprune.io.machine_failures)
-        failure = machine_failure(error)
+        failure = failure_line(error)
         if failure is None:
             raise
         print(f"rule {snakemake.rule} failed: {failure}", file=sys.stderr, flush=True)

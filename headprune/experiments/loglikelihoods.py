@@ -21,6 +21,7 @@ import torch
 log = logging.getLogger(__name__)
 
 
+@torch.no_grad()
 def loglikelihood_variants(model, pairs: list[tuple[list[int], list[int]]], gates_list: list, *, max_length: int,
                            batch_size: int, variant_batch_size: int, progress: bool = False,
                            share_contexts: bool = True) -> list[list[tuple[float, bool]]]:
@@ -312,13 +313,24 @@ def _scored_tokens(model, inputs, keeps_logits: bool = True, past_key_values=Non
     tokens there, and (last) the greedy token: (rows, positions, targets per row + 1). Only those positions
     go through the output layer, where the model takes ``logits_to_keep``. With ``past_key_values`` the
     rows go on from a context's keys and values (``inputs``' attention mask and positions say which and where)."""
+    from headprune.models.lm_head import hidden_and_outputs, logits_fit, per_position
+
     targets = inputs["targets"]
     keep = targets.shape[1]
     extra = {"logits_to_keep": keep} if keeps_logits else {}
     if past_key_values is not None:  # (it holds the context; the rows' own keys and values are appended)
         extra.update(past_key_values=past_key_values, use_cache=True, attention_mask=inputs["attention_mask"],
                      position_ids=inputs["position_ids"])
-    logits = model(input_ids=inputs["input_ids"], **{"use_cache": False, **extra}).logits[:, -keep:]
+    kwargs = {"input_ids": inputs["input_ids"], "use_cache": False, **extra}
+    if not logits_fit(model, targets.shape[0] * keep):  # a chunk of positions at a time (models.lm_head)
+        hidden = hidden_and_outputs(model, **kwargs)[0][:, -keep:]
+        return per_position(model, hidden, targets.to(hidden.device), _target_scores)
+    return _target_scores(model(**kwargs).logits[:, -keep:], targets)
+
+
+def _target_scores(logits, targets):
+    """The log-probabilities of ``targets`` (..., targets) at each position of ``logits`` (..., vocabulary),
+    and (last) the greedy token: (..., targets + 1)."""
     logprobs = logits.float().log_softmax(-1)
     greedy = logprobs.argmax(-1, keepdim=True).to(logprobs.dtype)  # token ids up to 2^24, exact in float32
     return torch.cat([logprobs.gather(-1, targets), greedy], -1)

@@ -182,12 +182,24 @@ def window_nll_variants(model, batches: list[dict], gates_list: list, *, variant
 
 
 def _window_nll(model, inputs):
-    """Summed next-token NLL of each row."""
+    """Summed next-token NLL of each row; its logits reduced in chunks of positions where they would not fit
+    whole (``headprune.models.lm_head``)."""
+    from headprune.models.lm_head import hidden_and_outputs, logits_fit, per_position
+
     ids = inputs["input_ids"]
+    if not logits_fit(model, ids.shape[0] * (ids.shape[1] - 1)):
+        hidden = hidden_and_outputs(model, **inputs)[0][:, :-1]
+        targets = ids[:, 1:].to(hidden.device)
+        return per_position(model, hidden, targets, _token_nll).sum(-1)
     logits = model(**inputs).logits[:, :-1].float()
     targets = ids[:, 1:].to(logits.device)
     return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
                                              reduction="none").view(targets.shape).sum(-1)
+
+
+def _token_nll(logits, targets):
+    """Each position's next-token NLL, from its (positions, vocabulary) logits."""
+    return torch.nn.functional.cross_entropy(logits.float(), targets, reduction="none")
 
 
 def perplexity(outputs) -> float:

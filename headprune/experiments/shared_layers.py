@@ -149,7 +149,8 @@ def _replaying(outputs: dict, rows: int, times: int):
             if isinstance(output, _Projected):
                 module.forward = output.replayer(rows, times)
             else:
-                module.forward = lambda *args, _output=_repeat_rows(output, rows, times), **kwargs: _output
+                # repeated when called: one replayed layer's rows at a time, not every layer's at once (#57)
+                module.forward = lambda *args, _output=output, **kwargs: _repeat_rows(_output, rows, times)
         yield
     finally:
         for module, forward in own.items():

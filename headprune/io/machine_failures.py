@@ -20,6 +20,7 @@ import contextlib
 import errno
 import os
 import re
+import sys
 from dataclasses import dataclass
 
 # The errors of the machine, with what to do about each
@@ -81,4 +82,24 @@ def machine_failure(error: BaseException) -> MachineFailure | None:
             destinations = [getattr(e, DESTINATION) for e in chain(error) if getattr(e, DESTINATION, None)]
             named = destinations[0] if destinations else getattr(link, "filename", None)
             return MachineFailure(code, None if named is None else str(named), writing=bool(destinations))
+    return None
+
+
+# How torch words a host allocation it could not make, where it raises a plain RuntimeError
+HOST_ALLOCATION_FAILED = re.compile(r"DefaultCPUAllocator: (?:not enough memory|can't allocate memory)")
+
+
+def out_of_memory(error: BaseException) -> str | None:
+    """What ran out in ``error`` (or its cause or context): "out of memory (...)", one line with torch's own
+    first line; None where it is something else. The caller adds what to lower (its options or config keys).
+    A process the kernel kills for memory raises nothing: the batch sizes are chosen to fit
+    (headprune.models.memory) so that it is not."""
+    torch = sys.modules.get("torch")  # not imported here: a run that never loaded torch ran out of memory in Python
+    cuda_oom = getattr(torch, "OutOfMemoryError", None)
+    for link in chain(error):
+        said = str(link).strip().splitlines()[0][:200] if str(link).strip() else type(link).__name__
+        if isinstance(link, MemoryError) or HOST_ALLOCATION_FAILED.search(str(link)):
+            return f"out of memory ({said})"
+        if cuda_oom is not None and isinstance(link, cuda_oom):
+            return f"out of GPU memory ({said})"
     return None

@@ -31,13 +31,19 @@ class CausalLMAdapter(HeadAdapter):
 
     def loss_and_outputs(self, model, batch, output_attentions=False):
         """Summed next-token cross entropy over the predicted tokens (``num_tokens`` of them)."""
-        outputs = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                        position_ids=positions(batch["attention_mask"]), output_attentions=output_attentions,
-                        use_cache=False)
+        from headprune.models.lm_head import hidden_and_outputs, logits_fit, per_position
+
+        inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"],
+                  "position_ids": positions(batch["attention_mask"]), "output_attentions": output_attentions,
+                  "use_cache": False}
+        targets = next_tokens(batch).masked_fill(~predicted(batch), -100)
+        if not logits_fit(model, targets.numel()):  # a chunk of positions at a time (models.lm_head)
+            hidden, outputs = hidden_and_outputs(model, **inputs)
+            return per_position(model, hidden[:, :-1], targets.to(hidden.device), _token_losses).sum(), outputs
+        outputs = model(**inputs)
         logits = outputs.logits[:, :-1]
         if logits.dtype in (torch.float16, torch.bfloat16):
             logits = logits.float()  # a sum over many tokens: do it in float32
-        targets = next_tokens(batch).masked_fill(~predicted(batch), -100)
         loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
                                            ignore_index=-100, reduction="sum")
         return loss, outputs
@@ -80,6 +86,13 @@ class CausalLMAdapter(HeadAdapter):
     def num_tokens(self, batch):
         """The predicted tokens (see the package docstring): the terms of the summed loss."""
         return int(predicted(batch).sum())
+
+
+def _token_losses(logits, targets):
+    """Each position's cross entropy (0 where its target is -100), in float32 at least (a sum over many tokens)."""
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()
+    return nn.functional.cross_entropy(logits, targets, ignore_index=-100, reduction="none")
 
 
 def _tokens_only(attn_type: str):
