@@ -22,7 +22,6 @@ from pathlib import Path
 
 import numpy as np
 
-from headprune.experiments.timing import Batch, cpu_name, time_variants
 
 TRANSFORMERS, LLAMA_CPP = "transformers", "llama.cpp"
 ENGINES = (TRANSFORMERS, LLAMA_CPP)
@@ -73,6 +72,8 @@ def generation_step(llm, tokens: int) -> Callable[[dict], None]:
 def engine_batches(windows: Sequence[Sequence[int]], prompt_tokens: int, decode_tokens: int) -> dict:
     """{unit: batches}: one window a batch (prompt processing: its tokens counted), or its first
     ``prompt_tokens`` tokens (generation: ``decode_tokens`` counted)."""
+    from headprune.experiments.timing import Batch  # torch: the scorecard reads this module's units without it
+
     return {PROMPT_UNIT: [Batch({"tokens": [int(t) for t in w]}, len(w)) for w in windows],
             GENERATED_UNIT: [Batch({"tokens": [int(t) for t in w[:prompt_tokens]]}, decode_tokens) for w in windows]}
 
@@ -98,6 +99,7 @@ def llama_cpp_runs(models: dict, windows: Sequence[Sequence[int]], *, repeats: i
     import llama_cpp
     import torch
 
+    from headprune.experiments.timing import cpu_name, time_variants
     from headprune.models.prune import count_heads
 
     n_ctx = max(len(w) for w in windows) + decode_tokens
