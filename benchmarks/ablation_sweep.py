@@ -4,7 +4,7 @@
     (b) the sweep over all N heads, one process per head (load the model, evaluate one head);
     (c) the sweep as the pipeline runs it: one process per job of ``--heads-per-job`` heads, each
         loading the model folder once and evaluating its heads in batched gate variants
-        (headprune.experiments.runs.run_variants, as scripts/evaluate.py does); with ``--warm-start``
+        (headprune.evaluation.runs.run_variants, as scripts/evaluate.py does); with ``--warm-start``
         also (c'), the same jobs forked from a warm server (headprune.warm, config ``warm_start``), as
         the demo runs them;
 
@@ -83,7 +83,7 @@ def spread(items: list, k: int) -> list:
 
 
 def layer_range(heads: list[str]) -> str:
-    from headprune.experiments.runs import parse_head_name
+    from headprune.evaluation.runs import parse_head_name
 
     layers = sorted({parse_head_name(head)[1] for head in heads if head != "full"})
     return f"layer {layers[0]}" if len(layers) == 1 else f"layers {layers[0]}-{layers[-1]}"
@@ -93,7 +93,7 @@ def layer_range(heads: list[str]) -> str:
 def sweep(study: dict, args, time_b: bool = True) -> dict:
     import torch
 
-    from headprune.experiments.runs import all_heads, head_name
+    from headprune.evaluation.runs import all_heads, head_name
 
     model, _ = load_model(study, args.device)
     heads = [head_name(h) for h in all_heads(model)]

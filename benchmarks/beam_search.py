@@ -1,5 +1,5 @@
 """What the beam search's decoding paths cost, paired in one process: translations of several gate variants
-(headprune.experiments.runs.run_variants, as the ablation and pruning jobs run them) three ways, round robin:
+(headprune.evaluation.runs.run_variants, as the ablation and pruning jobs run them) three ways, round robin:
 
     transformers  the cache transformers' beam search keeps: concatenate each step, then reorder (two copies)
     beam layer    models/beam_cache.BeamLayer: time-major buffers, one copy per step
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from headprune.experiments.runs import EvalSet, EvalSettings, all_heads, gates_without, run_variants
+from headprune.evaluation.runs import EvalSet, EvalSettings, all_heads, gates_without, run_variants
 from headprune.models.beam_cache import SourceSharingCache
 from headprune.models.families.fsmt import FSMTAdapter
 from headprune.models.heads import HeadAdapter

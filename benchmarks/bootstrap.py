@@ -1,4 +1,4 @@
-"""Time the paired bootstrap of BLEU: compare-mt's own loop against headprune.experiments.stats.paired_bootstrap_bleu.
+"""Time the paired bootstrap of BLEU: compare-mt's own loop against headprune.evaluation.stats.paired_bootstrap_bleu.
 
 A synthetic test set (random words, two noisy systems; nothing is downloaded) the size of the
 paper's newstest2013 (3000 sentences). The old path is what paired_bootstrap_bleu used to run:
@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from headprune.experiments import stats
+from headprune.evaluation import stats
 
 
 def synthetic_corpus(n_sent: int, seed: int = 0):

@@ -122,7 +122,7 @@ def peak_gpu_memory(device: str, into: dict):
     """Sets into["peak_gpu_mib"]: the most memory tensors held on the GPU while the block ran (None on the CPU)."""
     import torch
 
-    from headprune.experiments.timing import PEAK_BEFORE_RESET
+    from headprune.evaluation.timing import PEAK_BEFORE_RESET
 
     cuda = device.startswith("cuda")
     if cuda:
@@ -238,7 +238,7 @@ def run_sweep(study: dict, device: str, sizes: dict, log) -> dict:
 
 def sweep_heads(study: dict) -> list[str]:
     """The study's heads by name, in the sweep's order (its jobs take them in turn)."""
-    from headprune.experiments.runs import all_heads, head_name
+    from headprune.evaluation.runs import all_heads, head_name
     from headprune.models.loading import load_causal_lm
 
     model, _ = load_causal_lm(study["folder"])
@@ -284,8 +284,8 @@ def llama_speed(device: str, dtype: str, folder: Path, sizes: dict, log) -> list
 
     import torch
 
-    from headprune.experiments import speed, table4
-    from headprune.experiments.runs import all_heads
+    from headprune.analyses import speed, table4
+    from headprune.evaluation.runs import all_heads
     from headprune.models.loading import load_causal_lm
 
     memory = {}
@@ -332,10 +332,10 @@ def screen_check(device: str, sizes: dict, log) -> list[dict]:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from headprune.experiments import screening as sc
-    from headprune.experiments.perplexity import window_batches
-    from headprune.experiments.runs import EvalSet, EvalSettings, all_heads, scored_variants
-    from headprune.experiments.sweeps import single_head_sweep
+    from headprune.analyses import screening as sc
+    from headprune.evaluation.perplexity import window_batches
+    from headprune.evaluation.runs import EvalSet, EvalSettings, all_heads, scored_variants
+    from headprune.analyses.sweeps import single_head_sweep
 
     row = {"study": "llama3-8b shape" if sizes["shape"] is LLAMA3_8B else "llama3 toy shape", "dtype": sizes["dtype"]}
     log.write(f"\n=== screen: {row['study']} on {device}, {sizes['dtype']}\n")
@@ -409,7 +409,7 @@ def table4_model(spec: dict, device: str, dtype: str, attention: str):
     import torch
     from transformers import BertConfig, BertForSequenceClassification, LlamaConfig, LlamaForCausalLM
 
-    from headprune.experiments.runs import all_heads
+    from headprune.evaluation.runs import all_heads
 
     torch.manual_seed(0)
     previous = torch.get_default_dtype()
@@ -436,7 +436,8 @@ def table4_batches(model, spec: dict, batch_sizes: list[int]) -> dict:
     least (one batch from batch size ``decode_rows`` on)."""
     import torch
 
-    from headprune.experiments import speed, timing
+    from headprune.analyses import speed
+    from headprune.evaluation import timing
 
     g = torch.Generator().manual_seed(1)
     vocab = model.config.vocab_size
@@ -459,7 +460,8 @@ def table4_batches(model, spec: dict, batch_sizes: list[int]) -> dict:
 def table4_diagnostics(variants: dict, batches: dict, spec: dict, device: str) -> dict:
     """{(unit, variant): (attention modules' seconds / all seconds, host/GPU time of a forward)} of one pass at the
     largest batch size (host/GPU: None when decoding, or on the CPU; ``timing.host_over_gpu``)."""
-    from headprune.experiments import speed, timing
+    from headprune.analyses import speed
+    from headprune.evaluation import timing
 
     shares = {}
     for unit in dict.fromkeys(unit for unit, _ in batches):
@@ -479,7 +481,8 @@ def table4_one(spec: dict, device: str, sizes: dict, log) -> list[dict]:
     intervals; one row per (unit, variant)."""
     import torch
 
-    from headprune.experiments import speed, table4, timing
+    from headprune.analyses import speed, table4
+    from headprune.evaluation import timing
 
     memory = {}
     log.write(f"\n=== table4: {spec['name']} on {device}, {sizes['dtype']}, {sizes['attention']}\n")
@@ -516,7 +519,7 @@ def table4_rows(name: str, runs, summary, shares: dict, skipped: dict, memory: d
     """One row per (unit, variant) for the summary: items/s (the original) or the speedup and its interval (the
     others) by batch size; at the largest batch size the KV cache, the peak memory of a run, host/GPU time and the
     attention modules' share."""
-    from headprune.experiments import speed, table4
+    from headprune.analyses import speed, table4
 
     rows = []
     first = summary.iloc[0]
@@ -555,7 +558,7 @@ def gather_check(device: str, dtype: str, shape: dict, cases: list[tuple[int, in
     import torch
     import torch.nn.functional as F
 
-    from headprune.experiments import timing
+    from headprune.evaluation import timing
 
     heads, kv, dim = shape["num_attention_heads"], shape["num_key_value_heads"], shape.get("head_dim") or \
         shape["hidden_size"] // shape["num_attention_heads"]
@@ -772,7 +775,7 @@ def main(argv=None) -> int:
         parser.error("no GPU visible to torch: run on a GPU machine, or give --cpu")
     device, sizes = ("cpu", SIZES["cpu"]) if args.cpu else ("cuda:0", SIZES["gpu"])
     torch.set_num_threads(sizes["threads"])
-    from headprune.experiments.timing import device_name
+    from headprune.evaluation.timing import device_name
 
     summary = {"date": datetime.date.today().isoformat(), "device": device_name(device), "cpu_form": args.cpu,
                "torch": torch.__version__, "transformers": transformers.__version__,

@@ -5,7 +5,7 @@ weights by default, the real SmolLM2-135M-Instruct with ``--model smollm2``, as 
 loses ``--percent`` of its heads in a seeded random order (so layers keep different counts, some whole key/value
 groups go, some layers keep uneven groups), both models are written as GGUF files (``headprune.save_gguf``, the
 deci architecture) and timed in llama.cpp as Table 4's ``speed.engines: [.., llama.cpp]`` times them
-(``headprune.experiments.engines``: prompt processing of ``--prompt`` tokens; ``--generate`` greedy tokens after
+(``headprune.analyses.engines``: prompt processing of ``--prompt`` tokens; ``--generate`` greedy tokens after
 32 prompt tokens; runs alternating between the models); printed: tokens per second and the pruned / unpruned
 ratio with the 95% interval on the log ratio over the paired runs.
 
@@ -25,9 +25,9 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from headprune.experiments import table4
-from headprune.experiments.engines import llama_cpp_missing, llama_cpp_runs
-from headprune.experiments.runs import all_heads
+from headprune.analyses import table4
+from headprune.analyses.engines import llama_cpp_missing, llama_cpp_runs
+from headprune.evaluation.runs import all_heads
 from headprune.models.prune import count_heads, prune_heads
 
 SHAPE = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,

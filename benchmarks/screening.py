@@ -1,7 +1,7 @@
 """What a screened Table 1 finds and what it costs against the exhaustive sweep, from one run (issue #40).
 
 One process, one model, one test set: the exhaustive single-head sweep (every head ablated, paired bootstrap: the
-truth), then each screen of ``headprune.experiments.screening`` (the gradient screens from one forward and backward
+truth), then each screen of ``headprune.analyses.screening`` (the gradient screens from one forward and backward
 pass over screen data; the exact screen from every head ablated on a few screen windows), each screened sweep
 (top K by the screen + a seeded sample of R of the rest), and per screen:
 
@@ -103,7 +103,7 @@ def token_windows(tokenizer, args) -> tuple[list, list]:
         import pydoc_data.topics
 
         text = "\n\n".join(pydoc_data.topics.topics[key] for key in sorted(pydoc_data.topics.topics))
-    from headprune.experiments.perplexity import windows
+    from headprune.evaluation.perplexity import windows
 
     ids = windows(tokenizer, text, args.window)
     step = max(1, len(ids) // spread)
@@ -122,9 +122,9 @@ def demo_study(args) -> int:
     """The benchmark on one study of a finished demo, as the pipeline's jobs see it."""
     import torch
 
-    from headprune.experiments import screening as sc
-    from headprune.experiments.runs import EvalSettings
-    from headprune.experiments.sweeps import single_head_sweep
+    from headprune.analyses import screening as sc
+    from headprune.evaluation.runs import EvalSettings
+    from headprune.analyses.sweeps import single_head_sweep
     from headprune.stages import constants
     from headprune.studies import Pipeline
     from headprune.workflow import importance_batches, load_evalset, load_study_model
@@ -208,10 +208,10 @@ def main(argv=None) -> int:
     import pandas as pd
     import torch
 
-    from headprune.experiments import screening as sc
-    from headprune.experiments.perplexity import window_batches
-    from headprune.experiments.runs import EvalSet, EvalSettings, all_heads
-    from headprune.experiments.sweeps import single_head_sweep
+    from headprune.analyses import screening as sc
+    from headprune.evaluation.perplexity import window_batches
+    from headprune.evaluation.runs import EvalSet, EvalSettings, all_heads
+    from headprune.analyses.sweeps import single_head_sweep
 
     if args.reuse and not args.rescreen:
         return analyse(args, pd.read_csv(args.reuse / "exhaustive.csv"), pd.read_csv(args.reuse / "screens.csv"),
@@ -243,7 +243,7 @@ def main(argv=None) -> int:
         exhaustive = pd.read_csv(args.reuse / "exhaustive.csv")
         t_exhaustive = json.loads((args.reuse / "times.json").read_text())["exhaustive"]
         print(f"exhaustive sweep of {args.reuse}: {t_exhaustive:.1f} s then (not run again)")
-        from headprune.experiments.runs import scored_variants
+        from headprune.evaluation.runs import scored_variants
 
         full = scored_variants(model, tokenizer, test, [None], settings)[0]["score"]
         if full != exhaustive["score_full"].iloc[0]:  # the same test windows, or the screens are not comparable
@@ -280,7 +280,7 @@ def analyse(args, exhaustive, screens, times, live) -> int:
     settings): also run and time the screened sweep of --time-screen."""
     import pandas as pd
 
-    from headprune.experiments import screening as sc
+    from headprune.analyses import screening as sc
 
     started = time.perf_counter()
     heads = [(str(r.attn_type), int(r.layer), int(r.head)) for r in exhaustive.itertuples()]

@@ -3,7 +3,7 @@ of its heads physically removed against the full model, and print the measured r
 
 Random weights and random token ids (nothing is downloaded); the heads removed are a seeded random half (a random
 importance order), as the speed does not depend on which heads go (only on how many per layer). The harness is the
-pipeline's own (headprune.experiments.speed), so the numbers are measured the same way as Table 4's: alternating
+pipeline's own (headprune.analyses.speed), so the numbers are measured the same way as Table 4's: alternating
 runs, CUDA events on a GPU, the speedup's interval over the paired runs. ``--variants`` adds the uniform layout
 (as many heads from every layer, whole key/value groups) and its stock checkpoint (a Llama; BERT has none).
 
@@ -21,8 +21,9 @@ import time
 import pandas as pd
 import torch
 
-from headprune.experiments import speed, table4, timing
-from headprune.experiments.runs import all_heads
+from headprune.analyses import speed, table4
+from headprune.evaluation import timing
+from headprune.evaluation.runs import all_heads
 from headprune.models.loading import pick_device
 
 SIZES = {

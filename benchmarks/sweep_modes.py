@@ -30,7 +30,7 @@ def mode_data(study: dict, modes: list[str], folder: Path, device: str = "cpu", 
 
     import torch
 
-    from headprune.experiments.kinds import kind_of
+    from headprune.evaluation.kinds import kind_of
     from headprune.models.masking import MODES
     from headprune.scoring.constants import DATA_MAKERS, DEFAULT_LR, DEFAULT_STEPS
 

@@ -128,7 +128,7 @@ def llama_studies(folder: Path, args, seed: int = 0) -> list[dict]:
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
     from headprune.data.retrieval import make_items, write_items
-    from headprune.experiments.perplexity import save_windows
+    from headprune.evaluation.perplexity import save_windows
 
     rng = random.Random(seed)
     letters = "abcdefghijklmnopqrstuvwxyz"

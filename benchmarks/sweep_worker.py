@@ -28,7 +28,7 @@ def worker(study: dict, heads: list[str], device: str, threads: int, batch_size:
     from (default: this module's import)."""
     import torch
 
-    from headprune.experiments.runs import EvalSet, EvalSettings, gates_without, parse_head_name, run_variants
+    from headprune.evaluation.runs import EvalSet, EvalSettings, gates_without, parse_head_name, run_variants
     from headprune.models.loading import load_causal_lm, load_classifier, load_translation
     from headprune.workflow import keep_freed_memory
 
@@ -43,14 +43,14 @@ def worker(study: dict, heads: list[str], device: str, threads: int, batch_size:
         evalset = EvalSet("translation", read_lines(study["reference"]), read_lines(study["source"]), "bleu")
     elif study["kind"] in ("language_modeling", "retrieval", "lm_eval"):  # as workflow.load_evalset reads them
         model, tokenizer = load_causal_lm(study["folder"], device=device)
-        if study["kind"] == "lm_eval":  # the task's requests built by lm-eval (headprune.experiments.lm_tasks)
-            from headprune.experiments.kinds import kind_of
+        if study["kind"] == "lm_eval":  # the task's requests built by lm-eval (headprune.evaluation.lm_tasks)
+            from headprune.evaluation.kinds import kind_of
 
             evalset = kind_of("lm_eval").load_evalset({"kind": "lm_eval", "task": str(study["task"]),
                                                        "num_fewshot": 0, "limit": None, "fewshot_seed": 1234,
                                                        "metric": "acc"})
         elif study["kind"] == "language_modeling":
-            from headprune.experiments.perplexity import load_windows
+            from headprune.evaluation.perplexity import load_windows
 
             chunks = load_windows(study["windows"])
             evalset = EvalSet("language_modeling", chunks, chunks, "perplexity")
@@ -107,7 +107,7 @@ def worker(study: dict, heads: list[str], device: str, threads: int, batch_size:
             torch.cuda.synchronize()
         report["a_here"], report["a_here_cpu"] = time.perf_counter() - done, time.process_time() - done_cpu
     if scores:
-        from headprune.experiments.runs import score
+        from headprune.evaluation.runs import score
 
         report["scores"] = [score(evalset, out, settings.bleu) for out in outputs]
     return report
@@ -122,7 +122,7 @@ def hflm_evaluation(study: dict, model, tokenizer) -> dict:
     import lm_eval.evaluator
     from lm_eval.models.huggingface import HFLM
 
-    from headprune.experiments.lm_tasks import _quiet_lm_eval, _task_manager
+    from headprune.evaluation.lm_tasks import _quiet_lm_eval, _task_manager
     from headprune.models.loading import attention_backend
 
     lm_eval.evaluator.add_env_info = lambda results: None

@@ -6,9 +6,11 @@ The package's rooms import downward only (``tests/test_layering.py`` checks it),
 - ``models``: model access (heads, families, loading, pruning, fairseq checkpoints); imports ``io``;
 - ``data``: test sets, GLUE tasks, corpora, batches, BPE, IWSLT, parses; imports ``io``;
 - ``scoring``: head scores (importance, Hard Concrete gates, roles); imports ``models``, ``data``, ``io``;
-- ``experiments``: runs, evaluation, criteria as pruning orders, statistics, figures; imports ``scoring``
-  and below;
-- ``training``: training and fine-tuning models; imports ``experiments`` and below;
+- ``evaluation``: runs, the kinds of score and their engines, metrics, paired tests; imports ``scoring`` and
+  below;
+- ``analyses``: sweeps, criteria as pruning orders, layouts, screening, Table 4; imports ``evaluation`` and below;
+- ``report``: figures and the scorecard; imports ``analyses`` and below;
+- ``training``: training, fine-tuning and recovery; imports ``analyses`` and below;
 - ``demo``: the offline demo's synthetic world; imports ``training`` and below;
 - the workflow modules (``workflow``, ``warm``, ``studies``): the pipeline's glue; import anything but ``demo``.
 
@@ -38,7 +40,8 @@ from importlib import import_module
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # what __getattr__ imports, spelled out for type checkers and tests/test_layering.py
-    from headprune.experiments import criteria, metrics, perplexity, retrieval, runs, screening, sweeps  # noqa: F401
+    from headprune.analyses import criteria, screening, sweeps  # noqa: F401
+    from headprune.evaluation import metrics, perplexity, retrieval, runs  # noqa: F401
     from headprune.models import export, gguf_export, heads, loading, masking  # noqa: F401
     from headprune.scoring import importance  # noqa: F401
     from headprune.training import recovery  # noqa: F401
@@ -50,14 +53,14 @@ _NAMES = {
     "models.export": ("save_pruned",),
     "models.gguf_export": ("save_gguf",),
     "scoring.importance": ("head_scores",),
-    "experiments.criteria": ("criterion_order", "CRITERIA"),
-    "experiments.runs": ("EvalSet", "EvalSettings", "all_heads", "gates_without", "run", "score", "compare_to_full"),
-    "experiments.sweeps": ("evalset_from_text", "evalset_from_tsv", "evalset_batches", "single_head_sweep",
+    "analyses.criteria": ("criterion_order", "CRITERIA"),
+    "evaluation.runs": ("EvalSet", "EvalSettings", "all_heads", "gates_without", "run", "score", "compare_to_full"),
+    "analyses.sweeps": ("evalset_from_text", "evalset_from_tsv", "evalset_batches", "single_head_sweep",
                            "pruning_curve", "remove_heads"),
-    "experiments.metrics": ("bleu_detokenized", "bleu_tokenized", "classification_score"),
-    "experiments.perplexity": ("perplexity",),
-    "experiments.retrieval": ("retrieval_accuracy",),
-    "experiments.screening": ("gradient_screens", "screen_scores", "screened_sweep", "unverified_bound"),
+    "evaluation.metrics": ("bleu_detokenized", "bleu_tokenized", "classification_score"),
+    "evaluation.perplexity": ("perplexity",),
+    "evaluation.retrieval": ("retrieval_accuracy",),
+    "analyses.screening": ("gradient_screens", "screen_scores", "screened_sweep", "unverified_bound"),
     "training.recovery": ("recover",),
 }
 __all__ = [name for names in _NAMES.values() for name in names]

@@ -19,7 +19,7 @@ import logging
 import sys
 from pathlib import Path
 
-from headprune.experiments.layouts import FREE, LAYOUTS, UNIFORM  # no torch: the CLI starts fast
+from headprune.analyses.layouts import FREE, LAYOUTS, UNIFORM  # no torch: the CLI starts fast
 from headprune.io import atomic
 from headprune.io.machine_failures import machine_failure, out_of_memory
 
@@ -177,7 +177,7 @@ def load(args):
         raise UsageError(f"--criterion {args.criterion}: unknown; expected one of {', '.join(_criteria())}")
     name = Path(args.data).stem
     if fmt == GLUE:
-        from headprune.experiments.sweeps import evalset_from_tsv
+        from headprune.analyses.sweeps import evalset_from_tsv
 
         try:
             evalset = evalset_from_tsv(args.data, args.metric, args.max_items)
@@ -212,7 +212,7 @@ def load(args):
                          f"{type(error).__name__}: {error}") from None
     log.info("MODEL %s: %s, %d heads, on %s", args.model, type(model).__name__, _count(model), device)
     if fmt == TEXT:
-        from headprune.experiments.sweeps import evalset_from_text
+        from headprune.analyses.sweeps import evalset_from_text
 
         try:
             evalset = evalset_from_text(tokenizer, text, args.window, args.max_items)
@@ -241,13 +241,13 @@ def fit_to_memory(args, model, device):
 
 
 def _criteria():
-    from headprune.experiments.criteria import CRITERIA, READS
+    from headprune.analyses.criteria import CRITERIA, READS
 
     return [name for name in CRITERIA if READS.get(name) != "roles"]  # a study's head roles: none from the shell
 
 
 def _count(model) -> int:
-    from headprune.experiments.runs import all_heads
+    from headprune.evaluation.runs import all_heads
 
     return len(all_heads(model))
 
@@ -265,13 +265,13 @@ def write_csv(table, path) -> Path:
 
 
 def settings(args):
-    from headprune.experiments.runs import EvalSettings
+    from headprune.evaluation.runs import EvalSettings
 
     return EvalSettings(batch_size=args.batch_size, variant_batch_size=args.variant_batch_size, progress=True)
 
 
 def scores(args, model, tokenizer, evalset):
-    from headprune.experiments.sweeps import evalset_batches
+    from headprune.analyses.sweeps import evalset_batches
     from headprune.scoring.importance import head_scores
 
     batches = evalset_batches(tokenizer, evalset, args.batch_size)
@@ -287,7 +287,7 @@ def run_score(args):
 
 
 def run_sweep(args):
-    from headprune.experiments.sweeps import single_head_sweep
+    from headprune.analyses.sweeps import single_head_sweep
 
     model, tokenizer, evalset, testset = load(args)
     table = single_head_sweep(model, tokenizer, evalset, settings(args), resamples=args.resamples, seed=args.seed,
@@ -321,7 +321,7 @@ def named_heads(heads, model) -> list[tuple[str, int, int]]:
 def cut_point(args, model, tokenizer, evalset, testset, curve, removed, total_heads) -> dict:
     """The pruning curve's point where the model is cut, for its model card: the curve's row at that many heads,
     or, when the cut falls between the curve's steps, those heads scored here."""
-    from headprune.experiments.sweeps import pruning_tables
+    from headprune.analyses.sweeps import pruning_tables
 
     rows = curve[curve.heads_pruned == len(removed)]
     if rows.empty:
@@ -334,10 +334,10 @@ def cut_point(args, model, tokenizer, evalset, testset, curve, removed, total_he
 
 
 def run_prune(args):
-    from headprune.experiments.criteria import criterion_order, importance_on_pruned, iterative_order
-    from headprune.experiments.layouts import uniform_removal
-    from headprune.experiments.runs import all_heads
-    from headprune.experiments.sweeps import evalset_batches, pruning_tables, remove_heads, single_head_sweep
+    from headprune.analyses.criteria import criterion_order, importance_on_pruned, iterative_order
+    from headprune.analyses.layouts import uniform_removal
+    from headprune.evaluation.runs import all_heads
+    from headprune.analyses.sweeps import evalset_batches, pruning_tables, remove_heads, single_head_sweep
 
     model, tokenizer, evalset, testset = load(args)
     heads = all_heads(model)
@@ -487,7 +487,7 @@ def run_recover(args):
 def _test_set(args, tokenizer):
     """--test read as --data is (a text corpus or a GLUE-format TSV)."""
     from headprune.data.datasets import DataFormatError
-    from headprune.experiments.sweeps import evalset_from_text, evalset_from_tsv
+    from headprune.analyses.sweeps import evalset_from_text, evalset_from_tsv
 
     if not Path(args.test).is_file():
         raise UsageError(f"--test {args.test}: no such file")
@@ -503,7 +503,7 @@ def _scored(model, tokenizer, test, args):
     """The test set's score of ``model``, or None without a test set."""
     if test is None:
         return None
-    from headprune.experiments.runs import run, score
+    from headprune.evaluation.runs import run, score
 
     return float(score(test, run(model, tokenizer, test, None, settings(args))))
 

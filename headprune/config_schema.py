@@ -6,7 +6,7 @@ part of the config's schema (its sections under ``properties``, its experiment u
 ``properties.experiments.properties``) merged into the file's, which describes none of it twice.
 
 A masking mode (``headprune.models.masking``, one class each) declares its config word and its settings' schema
-(``config_key``, ``config_schema``), and the criteria's words are ``headprune.experiments.criteria.CRITERIA``; the
+(``config_key``, ``config_schema``), and the criteria's words are ``headprune.analyses.criteria.CRITERIA``; the
 schema file says none of them, so adding a mode is its class alone and a criterion its function. ``schema()``
 merges them in; ``validate(config)`` checks a config against it and fills in the defaults, as Snakemake's
 ``validate`` does (rules/common.smk and ``Pipeline.from_file`` call it).
@@ -18,7 +18,7 @@ import functools
 from pathlib import Path
 
 from headprune import stages
-from headprune.experiments.criteria import CRITERIA
+from headprune.analyses.criteria import CRITERIA
 from headprune.models.masking import MODES
 
 SCHEMA_FILE = Path(__file__).resolve().parents[1] / "rules" / "schemas" / "config.schema.yaml"

@@ -3,14 +3,14 @@
 A study is one model scored one way: the translation model (BLEU), a glue task's fine-tuned BERT
 (accuracy, F1 or MCC), or a ``models`` entry (any family, by config; a language model is scored by
 perplexity, and a ``retrieval`` entry scores a language-modelling study's model on finding a needle in a
-haystack). What differs between the ways is the study's kind (``headprune.experiments.kinds``: one class
+haystack). What differs between the ways is the study's kind (``headprune.evaluation.kinds``: one class
 each, its test sets by role, its evaluation settings, its checks); a study asks its kind and never
 branches on it. ``Pipeline(config)`` checks what the JSON schema cannot (``headprune.config_checks``:
 cross-references between sections; the message names the key) and answers what every stage asks of a study:
 its kind and heads, its model folder, its test sets by role, its evaluation settings and resources. What each
 stage's jobs read, are asked and write, and the tables and figures it makes by default, are the stage's own
 (``headprune.stages``, one module per rules file; ``Pipeline.targets`` gathers theirs), so a new kind of scoring
-is one file in ``headprune/experiments/kinds`` and every experiment's rule reaches it.
+is one file in ``headprune/evaluation/kinds`` and every experiment's rule reaches it.
 
 Torch-free: Snakemake imports it to plan the run.
 """
@@ -22,9 +22,9 @@ from pathlib import Path
 from headprune import stages
 from headprune.config_checks import check_config
 from headprune.data.glue import glue_task_spec
-from headprune.experiments.kinds import KINDS, kind_of  # noqa: F401 (KINDS: the config's kinds)
-from headprune.experiments.kinds.base import ConfigError
-from headprune.experiments.kinds.language_modeling import LM_SPLITS
+from headprune.evaluation.kinds import KINDS, kind_of  # noqa: F401 (KINDS: the config's kinds)
+from headprune.evaluation.kinds.base import ConfigError
+from headprune.evaluation.kinds.language_modeling import LM_SPLITS
 from headprune.io.download import local_source
 from headprune.models.attention_types import TOWER_TYPES
 

@@ -51,11 +51,11 @@ CONNECT_SECONDS = float(os.environ.get("HEADPRUNE_WARM_CONNECT", 120))  # its im
 PRELOAD = ("numpy", "pandas", "torch", "transformers", "matplotlib.figure", "matplotlib.backends.backend_agg",
            "headprune.workflow", "headprune.models.loading", "headprune.models.heads", "headprune.models.prune",
            "headprune.training.finetune", "headprune.training.train", "headprune.models.prenorm",
-           "headprune.scoring.importance", "headprune.experiments.criteria", "headprune.scoring.concrete",
-           "headprune.scoring.roles", "headprune.experiments.runs", "headprune.experiments.evaluate",
-           "headprune.experiments.stats", "headprune.experiments.figures", "headprune.data.batching",
-           "headprune.data.bpe", "headprune.experiments.beam_search", "headprune.experiments.shared_layers",
-           "headprune.experiments.perplexity",
+           "headprune.scoring.importance", "headprune.analyses.criteria", "headprune.scoring.concrete",
+           "headprune.scoring.roles", "headprune.evaluation.runs", "headprune.evaluation.evaluate",
+           "headprune.evaluation.stats", "headprune.report.figures", "headprune.data.batching",
+           "headprune.data.bpe", "headprune.evaluation.beam_search", "headprune.evaluation.shared_layers",
+           "headprune.evaluation.perplexity",
            # what a job's first model load imports (0.1-0.3 s of a 0.5 s ablation job on the demo; FSMT's model
            # code comes with headprune.models.families, in serve, M2M100's with headprune.models.prenorm, BERT's,
            # which no family file imports since the generic encoder adapter serves it, here):
@@ -70,7 +70,7 @@ PRELOAD = ("numpy", "pandas", "torch", "transformers", "matplotlib.figure", "mat
            "sacrebleu", "sacremoses", "scipy.stats", "headprune.models.fairseq",
            # a study scored by an lm-evaluation-harness task (kind lm_eval): lm-eval, its task machinery and
            # datasets take seconds to import
-           "headprune.experiments.lm_tasks", "lm_eval.api.task", "lm_eval.tasks", "lm_eval.evaluator_utils",
+           "headprune.evaluation.lm_tasks", "lm_eval.api.task", "lm_eval.tasks", "lm_eval.evaluator_utils",
            "lm_eval.models.huggingface", "datasets")
 
 _in_child = False  # set in a forked child: its start() must let the script run

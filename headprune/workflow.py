@@ -13,8 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-from headprune.experiments.kinds import kind_of
-from headprune.experiments.runs import EvalSet
+from headprune.evaluation.kinds import kind_of
+from headprune.evaluation.runs import EvalSet
 from headprune.io import atomic
 from headprune.io.machine_failures import machine_failure, out_of_memory
 from headprune.models.attention_types import TOWER_TYPES

@@ -10,7 +10,7 @@ import functools
 
 from headprune import stages
 from headprune.config_schema import validate
-from headprune.experiments.criteria import CRITERIA
+from headprune.analyses.criteria import CRITERIA
 from headprune.models.masking import MODES
 from headprune.studies import ROLES, Pipeline
 
@@ -34,7 +34,7 @@ TRANSLATION = PIPELINE.translation_name
 STUDIES = PIPELINE.study_names
 MASKING_MODES = "|".join(MODES)  # the masking modes' words (headprune.models.masking, one class each)
 DATA_MODES = "|".join(word for word, mode in MODES.items() if mode.data)  # those with a head_constants file
-CRITERION = "|".join(CRITERIA)  # the criteria's words (headprune.experiments.criteria)
+CRITERION = "|".join(CRITERIA)  # the criteria's words (headprune.analyses.criteria)
 
 
 def study(wildcards):

@@ -1,7 +1,7 @@
 """Iterative pruning: heads sorted by a criterion, 10% of the heads per step.
 
 The paper's orders (importance, oracle, random) draw Figures 3, 4 and 6; with experiments.criteria
-every criterion of headprune.experiments.criteria prunes the same way and compare_criteria sets them side by
+every criterion of headprune.analyses.criteria prunes the same way and compare_criteria sets them side by
 side (criteria.csv, the summary and its paired bootstrap tests against I_h). ``scope`` "all" prunes
 across the whole model; an attention type prunes only within it (Figure 4). A prune job runs
 pruning.orders_per_job orders ('importance+fisher'), all their steps in one pass over the test set.

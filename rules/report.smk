@@ -1,4 +1,4 @@
-"""The scorecard of the paper's claims (headprune.experiments.scorecard): one row per claim and study, first in the
+"""The scorecard of the paper's claims (headprune.report.scorecard): one row per claim and study, first in the
 HTML report.
 
 Its inputs are the CSVs of the experiments this config runs; a claim whose experiment the config does

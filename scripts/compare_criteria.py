@@ -7,8 +7,8 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 
 import pandas as pd
 
-from headprune.experiments.criteria import summarize
-from headprune.experiments.layouts import free_layout
+from headprune.analyses.criteria import summarize
+from headprune.analyses.layouts import free_layout
 from headprune.io import atomic
 from headprune.workflow import load_evalset, logged, read_json
 

@@ -19,8 +19,8 @@ import time
 
 import pandas as pd
 
-from headprune.experiments.criteria import criterion_order
-from headprune.experiments.runs import EvalSettings, all_heads, gates_without, scored_variants, significance
+from headprune.analyses.criteria import criterion_order
+from headprune.evaluation.runs import EvalSettings, all_heads, gates_without, scored_variants, significance
 from headprune.io import atomic
 from headprune.models.loading import pick_device
 from headprune.scoring.concrete import closed_heads, kept_heads_table, train_gates

@@ -12,7 +12,7 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 
 import time
 
-from headprune.experiments.runs import EvalSettings, gates_without, parse_head_name, scored_variants
+from headprune.evaluation.runs import EvalSettings, gates_without, parse_head_name, scored_variants
 from headprune.models.loading import pick_device
 from headprune.workflow import load_evalset, load_study_model, logged, threads_for_torch, write_json
 
@@ -27,8 +27,8 @@ with logged(snakemake) as log:
     if "screen" in snakemake.input.keys():  # a screened Table 1: the heads its screen picked, each alone
         import pandas as pd
 
-        from headprune.experiments.runs import head_name
-        from headprune.experiments.screening import heads_to_ablate
+        from headprune.evaluation.runs import head_name
+        from headprune.analyses.screening import heads_to_ablate
 
         job = "screened"
         screen = snakemake.input.screen

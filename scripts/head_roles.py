@@ -13,7 +13,7 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 
 import pandas as pd
 
-from headprune.experiments.kinds import kind_of
+from headprune.evaluation.kinds import kind_of
 from headprune.io import atomic
 from headprune.models.loading import pick_device
 from headprune.data.parsing import text_frequencies
@@ -23,8 +23,8 @@ from headprune.workflow import load_study_model, logged, threads_for_torch
 
 def language_model_roles(model, tokenizer, p, device, log):
     from headprune.data.retrieval import read_items
-    from headprune.experiments.perplexity import load_windows
-    from headprune.experiments.retrieval import value_found
+    from headprune.evaluation.perplexity import load_windows
+    from headprune.evaluation.retrieval import value_found
     from headprune.scoring.lm_roles import model_lm_head_roles
 
     windows = load_windows(p["windows"]["windows"], p["max_windows"])

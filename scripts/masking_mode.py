@@ -1,15 +1,15 @@
 """One study under one masking mode: every head switched off alone (paired test against the full model), the
 importance-order pruning curve and, for a study of experiments.one_head_per_layer, each layer reduced to its best
-head (headprune.experiments.masking_modes.mode_sweep); one row per head, per step and per layer."""
+head (headprune.analyses.masking_modes.mode_sweep); one row per head, per step and per layer."""
 from headprune import warm
 
 warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
 
 import pandas as pd
 
-from headprune.experiments.criteria import criterion_order
-from headprune.experiments.masking_modes import mode_sweep
-from headprune.experiments.runs import EvalSettings, all_heads
+from headprune.analyses.criteria import criterion_order
+from headprune.analyses.masking_modes import mode_sweep
+from headprune.evaluation.runs import EvalSettings, all_heads
 from headprune.io import atomic
 from headprune.models.loading import pick_device
 from headprune.workflow import load_evalset, load_study_model, logged, threads_for_torch

@@ -10,8 +10,8 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 
 import time
 
-from headprune.experiments.metrics import better_sign
-from headprune.experiments.runs import EvalSettings, gates_keeping_one, scored_variants
+from headprune.evaluation.metrics import better_sign
+from headprune.evaluation.runs import EvalSettings, gates_keeping_one, scored_variants
 from headprune.models.heads import head_shape
 from headprune.models.loading import pick_device
 from headprune.workflow import load_evalset, load_study_model, logged, threads_for_torch, write_json

@@ -5,7 +5,7 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 
 import pandas as pd
 
-from headprune.experiments.runs import compare_to_full
+from headprune.evaluation.runs import compare_to_full
 from headprune.io import atomic
 from headprune.workflow import load_evalset, logged, read_json
 

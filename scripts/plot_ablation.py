@@ -1,12 +1,12 @@
 """Table 1 and Figure 1 from one study's in-domain ablation.csv, and beside Table 1 what it stands on (exhaustive, or
-screened with the bound on what it may have missed: headprune.experiments.screening)."""
+screened with the bound on what it may have missed: headprune.analyses.screening)."""
 from headprune import warm
 
 warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
 
 import pandas as pd
 
-from headprune.experiments import figures
+from headprune.report import figures
 from headprune.workflow import logged, model_families
 
 with logged(snakemake) as log:

@@ -5,7 +5,7 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 
 import pandas as pd
 
-from headprune.experiments import figures
+from headprune.report import figures
 from headprune.workflow import logged
 
 with logged(snakemake) as log:

@@ -9,7 +9,7 @@ import sys
 
 import pandas as pd
 
-from headprune.experiments import figures
+from headprune.report import figures
 from headprune.io import atomic
 
 # Snakemake runs this file in its own Python process: send everything, tracebacks included, to the log.

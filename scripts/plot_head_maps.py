@@ -6,8 +6,8 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 
 import pandas as pd
 
-from headprune.experiments import figures
-from headprune.experiments.head_maps import build_head_maps_figure, head_maps_table, rank_correlations
+from headprune.report import figures
+from headprune.report.figures.head_maps import build_head_maps_figure, head_maps_table, rank_correlations
 from headprune.io import atomic
 from headprune.workflow import logged
 

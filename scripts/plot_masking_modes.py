@@ -1,4 +1,4 @@
-"""A study's masking modes side by side (headprune.experiments.masking_modes): the stacked sweeps, a summary per
+"""A study's masking modes side by side (headprune.analyses.masking_modes): the stacked sweeps, a summary per
 mode, the rank correlations of the heads' changes between modes, and the figure."""
 from headprune import warm
 
@@ -6,8 +6,9 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 
 import pandas as pd
 
-from headprune.experiments import figures
-from headprune.experiments.masking_modes import build_modes_figure, compare_modes
+from headprune.report import figures
+from headprune.analyses.masking_modes import compare_modes
+from headprune.report.figures.modes import build_modes_figure
 from headprune.io import atomic
 from headprune.workflow import logged
 

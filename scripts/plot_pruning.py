@@ -1,6 +1,6 @@
 """Pruning curves: Figure 3 (one study, three orders), Figure 4 (attention types) or Figure 6 (GLUE tasks).
 
-params.figure names the headprune.experiments.figures function; input.pruning are stacked pruning.csv tables,
+params.figure names the headprune.report.figures function; input.pruning are stacked pruning.csv tables,
 input.full their studies' full.json (the model family in the panel titles); Figure 3 of a study of
 experiments.recovery also input.recovery, its recovery.csv (the recovered models beside the curve).
 """
@@ -10,7 +10,7 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 
 import pandas as pd
 
-from headprune.experiments import figures
+from headprune.report import figures
 from headprune.workflow import logged, model_families
 
 def paths(named):

@@ -1,6 +1,6 @@
 """Prune a study's model step by step in one or more orders; score every step of every order.
 
-The 'order' wildcard names a criterion (headprune.experiments.criteria: importance, oracle, random, fisher,
+The 'order' wildcard names a criterion (headprune.analyses.criteria: importance, oracle, random, fisher,
 entropy_low, iterative, ...) or, with pruning.orders_per_job > 1, several joined by '+'. Every
 step of every order is one gate setting, and all of them share one pass over the test set
 (identical settings are evaluated once). With a scope other than "all", only heads of that
@@ -15,9 +15,9 @@ import time
 
 import pandas as pd
 
-from headprune.experiments.criteria import criterion_order, importance_on_pruned, iterative_order
-from headprune.experiments.runs import EvalSettings, all_heads
-from headprune.experiments.sweeps import pruning_tables
+from headprune.analyses.criteria import criterion_order, importance_on_pruned, iterative_order
+from headprune.evaluation.runs import EvalSettings, all_heads
+from headprune.analyses.sweeps import pruning_tables
 from headprune.io import atomic
 from headprune.models.loading import pick_device
 from headprune.workflow import (importance_batches, load_evalset, load_study_model, logged, threads_for_torch,
@@ -35,8 +35,8 @@ with logged(snakemake) as log:
     settings = EvalSettings(**params["settings"])
     importance = pd.read_csv(snakemake.input.importance)
     ablation = pd.read_csv(snakemake.input.ablation) if "ablation" in snakemake.input.keys() else None
-    if ablation is not None:  # the oracle order stands on Table 1: say which kind (headprune.experiments.screening)
-        from headprune.experiments.screening import ablated_rows, table_basis
+    if ablation is not None:  # the oracle order stands on Table 1: say which kind (headprune.analyses.screening)
+        from headprune.analyses.screening import ablated_rows, table_basis
 
         log.info("oracle order from a%s Table 1 (%d of %d heads ablated exactly%s)",
                  "n exhaustive" if table_basis(ablation) == "exhaustive" else " screened", len(ablated_rows(ablation)),

@@ -7,7 +7,7 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 
 import pandas as pd
 
-from headprune.experiments.runs import EvalSettings
+from headprune.evaluation.runs import EvalSettings
 from headprune.io import atomic
 from headprune.models.loading import pick_device
 from headprune.training.recovery import (RecoveryError, RecoverySettings, curve_points, export_recovered,

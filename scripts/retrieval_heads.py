@@ -14,7 +14,7 @@ import time
 
 import pandas as pd
 
-from headprune.experiments.runs import (EvalSettings, all_heads, compare_to_full, gates_without, head_name,
+from headprune.evaluation.runs import (EvalSettings, all_heads, compare_to_full, gates_without, head_name,
                                         scored_variants)
 from headprune.io import atomic
 from headprune.models.loading import pick_device

@@ -1,4 +1,4 @@
-"""The scorecard of the paper's claims (headprune.experiments.scorecard) from this run's CSVs.
+"""The scorecard of the paper's claims (headprune.report.scorecard) from this run's CSVs.
 
 input: ablation, one_head, pruning, attention_types, dynamics, speed, and beyond the paper roles and
 retrieval_heads (Wu et al.'s experiment), masking_modes (C1-C3 under each mode) and recovery (R1): the CSVs of each experiment the config runs (a list, empty when it runs none); params.epochs: the checkpoint epoch of each dynamics
@@ -9,8 +9,8 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 
 import pandas as pd
 
-from headprune.experiments import scorecard
-from headprune.experiments.masking_modes import as_scorecard_tables
+from headprune.report import scorecard
+from headprune.analyses.masking_modes import as_scorecard_tables
 from headprune.io import atomic
 from headprune.workflow import logged
 

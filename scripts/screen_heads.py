@@ -1,13 +1,13 @@
 """Screen every head of a study for a screened Table 1 (ablation.strategy: screened): its screen score on the
 importance data (never the test set) under the ablation's masking, and which heads are ablated exactly (the top K,
-a seeded sample of the rest): screen.csv (headprune.experiments.screening)."""
+a seeded sample of the rest): screen.csv (headprune.analyses.screening)."""
 from headprune import warm
 
 warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
 
 import time
 
-from headprune.experiments import screening
+from headprune.analyses import screening
 from headprune.io import atomic
 from headprune.models.loading import pick_device
 from headprune.workflow import importance_batches, load_evalset, load_study_model, logged, threads_for_torch

@@ -1,12 +1,12 @@
 """One row per head: ablated score, delta to the full model, bootstrap (and t-test) p-values, on one test set; of a
 screened study every head's row, those screened only empty, marked by ``verification``
-(headprune.experiments.screening.mark_table)."""
+(headprune.analyses.screening.mark_table)."""
 from headprune import warm
 
 warm.start(snakemake)  # local runs: fork from a Python that has imported torch (headprune.warm)
 
-from headprune.experiments.runs import parse_head_name
-from headprune.experiments.sweeps import ablation_table
+from headprune.evaluation.runs import parse_head_name
+from headprune.analyses.sweeps import ablation_table
 from headprune.io import atomic
 from headprune.workflow import load_evalset, logged, read_json
 
@@ -25,7 +25,7 @@ with logged(snakemake) as log:
     if screen:  # a screened Table 1: every head's row, marked verified, sampled or screened only
         import pandas as pd
 
-        from headprune.experiments.screening import mark_table
+        from headprune.analyses.screening import mark_table
 
         screen = pd.read_csv(screen if isinstance(screen, str) else screen[0])
         table = mark_table(table, screen, str(screen["screen_method"].iloc[0]))

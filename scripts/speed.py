@@ -11,9 +11,9 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 import pandas as pd
 
 from headprune.models.loading import pick_device
-from headprune.experiments import table4
-from headprune.experiments.kinds import kind_of
-from headprune.experiments.speed import SpeedSettings, speed_study
+from headprune.analyses import table4
+from headprune.evaluation.kinds import kind_of
+from headprune.analyses.speed import SpeedSettings, speed_study
 from headprune.workflow import load_evalset, load_study_model, logged, threads_for_torch
 
 with logged(snakemake) as log:  # noqa: F821 (snakemake is injected)

@@ -6,7 +6,7 @@ warm.start(snakemake)  # local runs: fork from a Python that has imported torch 
 
 from pathlib import Path
 
-from headprune.experiments.perplexity import load_prepended, save_windows
+from headprune.evaluation.perplexity import load_prepended, save_windows
 from headprune.io import atomic
 from headprune.models.loading import load_tokenizer
 from headprune.workflow import logged

@@ -254,7 +254,7 @@ class DigitTokenizer:
 def variants(model, attn_type):
     """Three gate settings of one attention type (one head off, a whole layer off, one head kept) and the
     full model: what the batched-variant tests evaluate together and one by one."""
-    from headprune.experiments.runs import gates_keeping_one, gates_without
+    from headprune.evaluation.runs import gates_keeping_one, gates_without
 
     return [gates_without(model, [(attn_type, 0, 1)]),
             gates_without(model, [(attn_type, 1, h) for h in range(4)]),

@@ -24,7 +24,7 @@ import torch
 
 from test_adapter_contract import FAMILIES
 from tolerances import assert_within_rounding
-from headprune.experiments.beam_search import beam_search
+from headprune.evaluation.beam_search import beam_search
 from headprune.models.head_constants import HeadConstants
 from headprune.models.heads import adapter_for, full_gates, gated
 from headprune.models.masking import Mean, Uniform

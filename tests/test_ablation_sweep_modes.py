@@ -48,8 +48,8 @@ def tiny_study(bench, folder: Path) -> dict:
 
 def test_worker_under_each_mode_scores_as_the_pipeline_and_the_data_are_not_the_test_set(bench, keep_threads,
                                                                                          tmp_path):
-    from headprune.experiments.perplexity import load_windows, window_batches
-    from headprune.experiments.runs import (EvalSet, EvalSettings, all_heads, gates_without, head_name, parse_head_name,
+    from headprune.evaluation.perplexity import load_windows, window_batches
+    from headprune.evaluation.runs import (EvalSet, EvalSettings, all_heads, gates_without, head_name, parse_head_name,
                                             run, score)
     from headprune.models.head_constants import HeadConstants
     from headprune.models.loading import load_causal_lm

@@ -42,7 +42,7 @@ from conftest import (EOS, PAD, _spread_weights, bert_batch, fsmt_batch, repeate
                       variants)
 from tolerances import assert_within_rounding, within_rounding
 from headprune.models.remote.headprune_attention import query_kv_index
-from headprune.experiments.evaluate import stack_gates
+from headprune.evaluation.evaluate import stack_gates
 from headprune.models.heads import adapter_for, full_gates, gated
 from headprune.scoring.importance import head_importance, head_scores
 from headprune.models.prenorm import PreNormTransformer

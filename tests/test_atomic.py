@@ -265,8 +265,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from headprune.cli import write_csv
-from headprune.experiments.figures import build_generic_lines, save_figure
-from headprune.experiments.perplexity import save_windows
+from headprune.report.figures import build_generic_lines, save_figure
+from headprune.evaluation.perplexity import save_windows
 from headprune.models.export import save_pruned
 from headprune.workflow import write_json
 

@@ -5,8 +5,8 @@ import torch
 
 from conftest import (FAMILIES, PAD, TRANSLATION_FAMILIES, DigitTokenizer, needs_exact_decoding, repeated, tiny_fsmt,
                       tiny_model_and_batch, tolerance, variants)
-from headprune.experiments.evaluate import SourceSharingCache, predict_classes, predict_classes_variants, stack_gates, translate, translate_variants
-from headprune.experiments.runs import gates_without
+from headprune.evaluation.evaluate import SourceSharingCache, predict_classes, predict_classes_variants, stack_gates, translate, translate_variants
+from headprune.evaluation.runs import gates_without
 from headprune.models.heads import adapter_for, gated
 from headprune.models.prune import prune_heads
 

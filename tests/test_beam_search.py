@@ -1,13 +1,13 @@
-"""headprune.experiments.beam_search: finished sentences leave the batch, and the translations are
+"""headprune.evaluation.beam_search: finished sentences leave the batch, and the translations are
 generate()'s, token for token, for every translation family, gate variant, beam size and length penalty."""
 import pytest
 import torch
 from transformers import GenerationConfig
 
 from conftest import EOS, PAD, DigitTokenizer, tiny_fsmt, tiny_m2m100
-from headprune.experiments import evaluate
-from headprune.experiments.beam_search import beam_search, supports
-from headprune.experiments.runs import gates_without
+from headprune.evaluation import evaluate
+from headprune.evaluation.beam_search import beam_search, supports
+from headprune.evaluation.runs import gates_without
 from headprune.models.heads import gated
 from headprune.models.masking import masked_as
 from test_adapter_contract import tiny_bart, tiny_marian, tiny_mbart, tiny_nllb

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from tolerances import within_rounding
-from headprune.experiments.sweeps import ABLATION_COLUMNS, PRUNING_COLUMNS
+from headprune.analyses.sweeps import ABLATION_COLUMNS, PRUNING_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[1]
 IMPORTANCE_COLUMNS = ["study", "attn_type", "layer", "head", "importance", "importance_token", "importance_example",

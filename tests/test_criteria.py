@@ -1,4 +1,4 @@
-"""Head criteria as pruning orders (headprune.experiments.criteria), checked on tables with known answers."""
+"""Head criteria as pruning orders (headprune.analyses.criteria), checked on tables with known answers."""
 import math
 
 import numpy as np
@@ -6,10 +6,10 @@ import pandas as pd
 import pytest
 import torch
 
-from headprune.experiments.criteria import (CRITERIA, area_under_curve, combined_scores, criterion_order,
+from headprune.analyses.criteria import (CRITERIA, area_under_curve, combined_scores, criterion_order,
                                             importance_column, iterative_order, largest_within, nearest_step,
                                             percentile_rank, summarize)
-from headprune.experiments.runs import EvalSet, pruning_steps
+from headprune.evaluation.runs import EvalSet, pruning_steps
 from headprune.scoring.importance import normalize_per_layer
 
 HEADS = [("enc_self", 0, 0), ("enc_self", 0, 1), ("enc_self", 1, 0), ("enc_self", 1, 1)]
@@ -164,8 +164,8 @@ def test_importance_on_pruned_scores_the_heads_left_on_the_gated_model():
     """The iterative criterion's estimate: removed heads score 0 and drop out of the layer's l2 norm; the
     others are I_h of the model with the removed heads switched off."""
     from conftest import tiny_model_and_batch
-    from headprune.experiments.criteria import importance_on_pruned
-    from headprune.experiments.runs import gates_without
+    from headprune.analyses.criteria import importance_on_pruned
+    from headprune.evaluation.runs import gates_without
     from headprune.scoring.importance import head_importance
 
     model, batch = tiny_model_and_batch("bert")

@@ -194,8 +194,8 @@ def test_a_new_family_is_timed_with_heads_removed(model_type):
     key/value groups), prefill and decode timed, the pruned logits checked against the gated model."""
     import pandas as pd
 
-    from headprune.experiments import speed
-    from headprune.experiments.runs import EvalSet, all_heads
+    from headprune.analyses import speed
+    from headprune.evaluation.runs import EvalSet, all_heads
 
     torch.manual_seed(0)
     model = tiny_model(model_type)

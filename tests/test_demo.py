@@ -23,7 +23,7 @@ from headprune.data.batching import classification_batches
 from headprune.data.glue import GLUE_TASKS, prepare_glue_task, read_glue_split
 from headprune.demo import classification, corpora, grammar, passkey
 from headprune.demo import models as demo_models
-from headprune.experiments.evaluate import predict_classes, translate
+from headprune.evaluation.evaluate import predict_classes, translate
 from headprune.models.fairseq import build_fsmt_tokenizer, load_fairseq_translation_model
 from headprune.training import train
 from headprune.training.finetune import finetune_bert_classifier

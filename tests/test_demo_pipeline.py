@@ -259,7 +259,7 @@ def test_demo_recovers_the_pruned_models(demo_run):
     import numpy as np
     import torch
 
-    from headprune.experiments.metrics import better_sign
+    from headprune.evaluation.metrics import better_sign
     from headprune.models.loading import load_model
 
     results = demo_run / "results" / "demo"

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from headprune.experiments import figures
+from headprune.report import figures
 
 ROOT = Path(__file__).resolve().parents[1]
 STYLE = {"dpi": 50, "width": 3, "height": 2, "font_size": 8}

@@ -3,9 +3,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from headprune.experiments.runs import (EvalSet, all_heads, gates_keeping_one, gates_without, head_name, importance_order,
+from headprune.evaluation.runs import (EvalSet, all_heads, gates_keeping_one, gates_without, head_name, importance_order,
                                    oracle_order, parse_head_name, pruning_steps, random_order, score, significance)
-from headprune.experiments.stats import paired_t_test
+from headprune.evaluation.stats import paired_t_test
 from conftest import tiny_fsmt
 
 

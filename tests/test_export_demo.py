@@ -126,7 +126,7 @@ def test_the_demo_translation_models_are_fairseqs_two_layouts(exported):
 def test_headprune_prune_exports_the_demo_llama_with_its_model_card(demo, tmp_path):
     """The command prunes 3 of the Llama's 8 heads by importance: a cut between the curve's 25% steps, which
     it scores for the model card. The exported folder loads in plain transformers as the masked model runs."""
-    from headprune.experiments.sweeps import evalset_from_text, pruning_curve
+    from headprune.analyses.sweeps import evalset_from_text, pruning_curve
 
     models, _, text, _ = demo
     llama = tmp_path / "tiny-llama"

@@ -400,7 +400,7 @@ def test_output_projection_that_contradicts_the_sharing_option_is_refused(tmp_pa
 
 @pytest.mark.parametrize("layout", ["post-norm", "pre-norm"])
 def test_converted_model_folder_loads_the_same_model_and_tokenizer(tmp_path, layout):
-    from headprune.experiments.evaluate import translate
+    from headprune.evaluation.evaluate import translate
     from headprune.models.loading import convert_translation_checkpoint, load_translation
 
     if layout == "pre-norm":

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from headprune.experiments import figures
+from headprune.report import figures
 
 STYLE = {"dpi": 50, "width": 3, "height": 2, "font_size": 8}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -278,7 +278,7 @@ def test_the_cli_refuses_a_family_in_one_line(tmp_path):
 def speed_inputs(model):
     import pandas as pd
 
-    from headprune.experiments.runs import EvalSet, all_heads
+    from headprune.evaluation.runs import EvalSet, all_heads
 
     heads = all_heads(model)
     importance = pd.DataFrame([{"attn_type": t, "layer": layer, "head": h, "importance": float((7 * i) % 11)}
@@ -289,7 +289,8 @@ def speed_inputs(model):
 
 def test_table4_times_the_variants_in_llama_cpp_beside_pytorch():
     llama_cpp_module()
-    from headprune.experiments import scorecard, speed, table4
+    from headprune.report import scorecard
+    from headprune.analyses import speed, table4
 
     model = tiny_llama()
     importance, evalset = speed_inputs(model)
@@ -319,7 +320,7 @@ def test_table4_times_the_variants_in_llama_cpp_beside_pytorch():
 def test_without_llama_cpp_table4_is_pytorchs_and_one_line_says_how(monkeypatch, caplog):
     import logging
 
-    from headprune.experiments import engines, speed
+    from headprune.analyses import engines, speed
 
     monkeypatch.setattr(engines, "llama_cpp_missing", lambda: f"llama.cpp is not installed: {engines.HOW_TO_GET}")
     monkeypatch.setattr(speed, "llama_cpp_missing", engines.llama_cpp_missing)
@@ -338,7 +339,7 @@ def test_a_family_llama_cpp_cannot_take_is_recorded_not_timed():
     llama_cpp_module()
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from headprune.experiments import speed
+    from headprune.analyses import speed
 
     torch.manual_seed(0)
     model = Qwen3ForCausalLM(Qwen3Config(vocab_size=320, hidden_size=32, intermediate_size=64, num_hidden_layers=2,

@@ -2,7 +2,7 @@
 encoder's answer to inherit, and every registered kind gives all of it."""
 import pytest
 
-from headprune.experiments.kinds import KINDS, base, kind_of
+from headprune.evaluation.kinds import KINDS, base, kind_of
 
 
 def test_a_kind_that_leaves_out_an_answer_cannot_be_built():
@@ -30,7 +30,7 @@ def test_every_kind_is_complete_and_named_by_its_word(name):
 
 
 def test_table4_labels_come_from_the_kind():
-    from headprune.experiments.table4 import _model_words
+    from headprune.analyses.table4 import _model_words
 
     assert _model_words("roberta", ["examples"], kind_of("classification")) == "encoder classifier (roberta)"
     assert _model_words("marian", ["sentences"], kind_of("translation")) == "translation model, beam search"

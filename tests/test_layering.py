@@ -4,7 +4,7 @@ A room is a subpackage of headprune (``models``, ``data``, ...); the top-level m
 ``warm``, ``studies``) are one room, "workflow". Every import of a headprune module, at the top of a file
 or inside a function or an ``if TYPE_CHECKING:`` block, absolute or relative, must go to the importing
 file's own room or to one that ``ALLOWED`` lists for it. The package's own ``__init__`` imports the rooms of
-the public API it exposes (models, scoring, experiments), lazily, inside its module ``__getattr__`` (every
+the public API it exposes (models, scoring, evaluation, analyses, training), lazily, inside its module ``__getattr__`` (every
 import of a submodule runs it: nothing at its top), and never ``demo``.
 """
 from __future__ import annotations
@@ -24,12 +24,14 @@ ALLOWED = {
     "models": {"io"},  # model access: heads, families, loading, pruning, fairseq checkpoints
     "data": {"io"},  # test sets, GLUE tasks, corpora, batches, BPE, IWSLT, parses
     "scoring": {"models", "data", "io"},  # head scores: importance, Hard Concrete gates, roles
-    "experiments": {"scoring", "models", "data", "io"},  # runs, evaluation, criteria as orders, figures
-    "training": {"experiments", "scoring", "models", "data", "io"},  # training and fine-tuning
-    "demo": {"training", "experiments", "scoring", "models", "data", "io"},  # the demo's synthetic world
-    "stages": {"experiments", "scoring", "models", "data", "io"},  # each stage's jobs: params, inputs, paths
-    WORKFLOW: {"stages", "training", "experiments", "scoring", "models", "data", "io"},  # the workflow's glue: not demo
-    ROOT: {"training", "experiments", "scoring", "models"},  # the public API (headprune.__all__), imported lazily: not demo
+    "evaluation": {"scoring", "models", "data", "io"},  # runs, the kinds of score, their engines, metrics, tests
+    "analyses": {"evaluation", "scoring", "models", "data", "io"},  # sweeps, criteria, layouts, screening, Table 4
+    "report": {"analyses", "evaluation", "scoring", "models", "data", "io"},  # figures, scorecard
+    "training": {"analyses", "evaluation", "scoring", "models", "data", "io"},  # training, fine-tuning, recovery
+    "demo": {"training", "analyses", "evaluation", "scoring", "models", "data", "io"},  # the demo's synthetic world
+    "stages": {"report", "analyses", "evaluation", "scoring", "models", "data", "io"},  # each stage's jobs
+    WORKFLOW: {"stages", "training", "report", "analyses", "evaluation", "scoring", "models", "data", "io"},  # not demo
+    ROOT: {"training", "analyses", "evaluation", "scoring", "models"},  # the public API (headprune.__all__), imported lazily: not demo
 }
 
 

@@ -1,4 +1,4 @@
-"""Pruning layouts (headprune.experiments.layouts): the uniform layout removes the same removal units from every
+"""Pruning layouts (headprune.analyses.layouts): the uniform layout removes the same removal units from every
 layer, whole key/value groups with grouped-query attention, and its pruning curve scores what a hook placed here
 by hand computes."""
 import math
@@ -8,11 +8,11 @@ import pytest
 import torch
 from transformers import BertConfig, BertForSequenceClassification, LlamaConfig, LlamaForCausalLM
 
-from headprune.experiments.figures.pruning import figure3_rows
-from headprune.experiments.layouts import (free_layout, layout_steps, removal_units, uniform_removal,
+from headprune.report.figures.pruning import figure3_rows
+from headprune.analyses.layouts import (free_layout, layout_steps, removal_units, uniform_removal,
                                            uniform_steps)
-from headprune.experiments.runs import EvalSet, EvalSettings
-from headprune.experiments.sweeps import pruning_tables
+from headprune.evaluation.runs import EvalSet, EvalSettings
+from headprune.analyses.sweeps import pruning_tables
 from headprune.models.heads import adapter_for
 from headprune.models.prune import prune_heads
 
@@ -135,7 +135,7 @@ def _curves(uniform_points):
 
 
 def test_the_scorecard_says_what_uniformity_costs_at_equal_heads_removed():
-    from headprune.experiments.scorecard import NOT_REPRODUCED, REPRODUCED, u1_uniform_layout
+    from headprune.report.scorecard import NOT_REPRODUCED, REPRODUCED, u1_uniform_layout
 
     (row,) = u1_uniform_layout(_curves([(0.0, 0.80), (50.0, 0.695), (100.0, 0.30)]))
     assert (row["verdict"], row["claim"]) == (REPRODUCED, "U1")

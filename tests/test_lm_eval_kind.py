@@ -1,4 +1,4 @@
-"""A study scored by an lm-evaluation-harness task (kind lm_eval, headprune.experiments.kinds.lm_eval): what the
+"""A study scored by an lm-evaluation-harness task (kind lm_eval, headprune.evaluation.kinds.lm_eval): what the
 config says resolves into the study's jobs, its score is lm-eval's own for every gate setting, its paired test
 resamples the task's items, and a config or task that cannot run says so, naming the study and the task."""
 import copy
@@ -11,9 +11,9 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from headprune.demo.corpora import make_wikitext_corpus
 from headprune.demo.lm_task import make_passkey_task
 from headprune.demo.models import tiny_llama_tokenizer
-from headprune.experiments import stats
-from headprune.experiments.kinds import kind_of
-from headprune.experiments.runs import EvalSettings, gates_without, run_variants, score
+from headprune.evaluation import stats
+from headprune.evaluation.kinds import kind_of
+from headprune.evaluation.runs import EvalSettings, gates_without, run_variants, score
 from headprune.models.heads import gated
 from headprune.studies import ConfigError, Pipeline
 from headprune import stages
@@ -82,7 +82,7 @@ def test_the_score_of_every_gate_setting_is_lm_evals_own(task_yaml, llama):
 def test_significance_is_a_paired_bootstrap_over_the_tasks_items(task_yaml, llama):
     """For accuracy, resampling items and comparing mean accuracies is what the classification kind's paired
     bootstrap does on the chosen answers against the gold ones: the same p from the same seed."""
-    from headprune.experiments.lm_tasks import item_metrics
+    from headprune.evaluation.lm_tasks import item_metrics
 
     model, tokenizer = llama
     kind = kind_of("lm_eval")
@@ -104,7 +104,7 @@ def test_significance_is_a_paired_bootstrap_over_the_tasks_items(task_yaml, llam
 
 
 def test_a_metric_the_task_does_not_compute_stops_the_job_naming_the_task(task_yaml):
-    from headprune.experiments.lm_tasks import TaskError
+    from headprune.evaluation.lm_tasks import TaskError
 
     with pytest.raises(TaskError, match="demo_passkey.*(f1|exact_match)"):
         kind_of("lm_eval").load_evalset(spec(task_yaml, "exact_match"))

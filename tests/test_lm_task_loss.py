@@ -1,4 +1,4 @@
-"""headprune.experiments.lm_task_loss: a task's own loss (its gold answers after their prompts, as
+"""headprune.evaluation.lm_task_loss: a task's own loss (its gold answers after their prompts, as
 lm-evaluation-harness scores them) on a split it is not scored on, which I_h is estimated on for a study of kind
 lm_eval. The reference is lm-eval's own HFLM scoring the gold answers, written out here from the task's data."""
 import json
@@ -7,9 +7,9 @@ import pytest
 import torch
 from test_lm_tasks import llama_tokenizer, make_tasks, tiny_llama
 
-from headprune.experiments.kinds import kind_of
-from headprune.experiments.lm_task_loss import importance_split, task_loss_batches
-from headprune.experiments.lm_tasks import TaskError, load_task
+from headprune.evaluation.kinds import kind_of
+from headprune.evaluation.lm_task_loss import importance_split, task_loss_batches
+from headprune.evaluation.lm_tasks import TaskError, load_task
 from headprune.scoring.importance import head_importance
 
 lm_eval = pytest.importorskip("lm_eval")

@@ -1,4 +1,4 @@
-"""headprune.experiments.lm_tasks: an lm-evaluation-harness task scored for many gate settings at once gives,
+"""headprune.evaluation.lm_tasks: an lm-evaluation-harness task scored for many gate settings at once gives,
 item by item, what lm-eval's own simple_evaluate with its own HFLM gives for the model under each setting."""
 import json
 import random
@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from headprune.experiments.lm_tasks import TaskError, aggregate, evaluate_variants, item_metrics, load_task
+from headprune.evaluation.lm_tasks import TaskError, aggregate, evaluate_variants, item_metrics, load_task
 from headprune.models.heads import Streaming, adapter_for, full_gates, gated
 from headprune.models.masking import masked_as
 

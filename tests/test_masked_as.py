@@ -9,8 +9,8 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from headprune.experiments.evalset import EvalSet
-from headprune.experiments.runs import EvalSettings, gates_without, run_variants
+from headprune.evaluation.evalset import EvalSet
+from headprune.evaluation.runs import EvalSettings, gates_without, run_variants
 from headprune.models.masking import Uniform, Zero, gated, masked_as, masking_of
 
 ROOT = Path(__file__).resolve().parents[1]

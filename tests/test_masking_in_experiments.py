@@ -8,9 +8,9 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from headprune.experiments.perplexity import window_batches, window_nll_variants
-from headprune.experiments.runs import EvalSettings, gates_without
-from headprune.experiments.shared_layers import replays_head_outputs
+from headprune.evaluation.perplexity import window_batches, window_nll_variants
+from headprune.evaluation.runs import EvalSettings, gates_without
+from headprune.evaluation.shared_layers import replays_head_outputs
 from headprune.models.heads import gated
 from headprune.models.masking import MODES, Mean, Resample, Uniform, masked_as
 from headprune.scoring.constants import mean_constants, resample_pool
@@ -105,8 +105,8 @@ def ppl_alone(model, batches, gates, masking):
 
 
 def test_resample_draws_average_every_experiments_score_and_test_the_first_draw(llama, data):
-    from headprune.experiments.runs import EvalSet, draw_settings, scored_variants
-    from headprune.experiments.sweeps import pruning_tables, single_head_sweep
+    from headprune.evaluation.runs import EvalSet, draw_settings, scored_variants
+    from headprune.analyses.sweeps import pruning_tables, single_head_sweep
     from headprune.models.head_constants import ResamplePool
 
     chunks = windows(4)
@@ -163,8 +163,8 @@ def test_a_configs_resample_draws_reach_the_experiments_settings_not_the_donors_
 def test_the_mode_sweep_reduces_each_layer_to_its_best_head_under_the_mode(llama, data):
     """C2 per mode: each layer keeps one head (the others at their mean), the best on the selection set by hand,
     scored on the test set by hand against the full model."""
-    from headprune.experiments.masking_modes import ONE_HEAD, mode_sweep
-    from headprune.experiments.runs import EvalSet, all_heads, gates_keeping_one
+    from headprune.analyses.masking_modes import ONE_HEAD, mode_sweep
+    from headprune.evaluation.runs import EvalSet, all_heads, gates_keeping_one
     from headprune.models.head_constants import HeadConstants
 
     selection, test = (EvalSet("language_modeling", chunks, chunks, "perplexity") for chunks in (windows(5), windows(6)))
@@ -350,8 +350,9 @@ def test_the_modes_side_by_side_count_heads_prunable_share_and_rank_agreement():
     import pandas as pd
     from scipy.stats import spearmanr
 
-    from headprune.experiments.masking_modes import as_scorecard_tables, build_modes_figure, compare_modes
-    from headprune.experiments import scorecard
+    from headprune.analyses.masking_modes import as_scorecard_tables, compare_modes
+    from headprune.report.figures.modes import build_modes_figure
+    from headprune.report import scorecard
 
     runs = pd.concat([mode_runs("zero", [3.0, 0.5, 0.1, 1.0], [10.0, 10.05, 10.2, 11.0, 20.0], [True, True, False, True]),
                       mode_runs("mean", [2.0, 0.2, 0.3, 0.4], [10.0, 10.05, 10.08, 10.5, 12.0], [True, False, False, False])])

@@ -68,7 +68,7 @@ def test_a_new_mode_is_one_class(monkeypatch):
     import yaml
 
     from headprune import config_schema
-    from headprune.experiments.runs import EvalSettings
+    from headprune.evaluation.runs import EvalSettings
     from headprune.models.masking import _OutputMasking
     from headprune.studies import Pipeline
     from test_masking_in_experiments import demo_config
@@ -464,7 +464,7 @@ def test_one_default_masking():
     from pathlib import Path
 
     from headprune import config_schema
-    from headprune.experiments.runs import EvalSettings
+    from headprune.evaluation.runs import EvalSettings
     from headprune.models.masking import DEFAULT, as_mode, default_word
 
     root = Path(__file__).resolve().parent.parent

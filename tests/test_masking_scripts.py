@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import torch
 
-from headprune.experiments.runs import gates_without
+from headprune.evaluation.runs import gates_without
 from headprune.models.head_constants import HeadConstants, ResamplePool
 from headprune.models.heads import gated
 from headprune.models.masking import Mean, Resample
@@ -54,7 +54,7 @@ def place(tmp_path_factory):
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    from headprune.experiments.perplexity import window_batches
+    from headprune.evaluation.perplexity import window_batches
     from headprune.scoring.constants import mean_constants, resample_pool
 
     folder = tmp_path_factory.mktemp("masking_jobs")
@@ -197,8 +197,8 @@ def test_wu_et_al_masks_the_retrieval_heads_by_the_configured_masking(place, job
 
 
 def test_the_mode_sweep_job_writes_one_head_per_layer_rows(place, jobs, model):
-    from headprune.experiments.masking_modes import ONE_HEAD
-    from headprune.experiments.runs import gates_keeping_one
+    from headprune.analyses.masking_modes import ONE_HEAD
+    from headprune.evaluation.runs import gates_keeping_one
 
     mean = Mean(HeadConstants.load(place / "mean.safetensors"))
     table = pd.read_csv(jobs / "mean.csv")

@@ -6,10 +6,10 @@ import torch
 from transformers import (CohereConfig, CohereForCausalLM, Gemma2Config, Gemma2ForCausalLM, LlamaConfig,
                           LlamaForCausalLM)
 
-from headprune.experiments.loglikelihoods import loglikelihood_variants
-from headprune.experiments.perplexity import window_batches, window_nll_variants
-from headprune.experiments.runs import all_heads, gates_without
-from headprune.experiments.screening import gradient_screens
+from headprune.evaluation.loglikelihoods import loglikelihood_variants
+from headprune.evaluation.perplexity import window_batches, window_nll_variants
+from headprune.evaluation.runs import all_heads, gates_without
+from headprune.analyses.screening import gradient_screens
 from headprune.models import lm_head
 from headprune.models.families.causal_lm import CausalLMAdapter
 

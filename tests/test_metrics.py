@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import sacrebleu
 
-from headprune.experiments import metrics
+from headprune.evaluation import metrics
 
 # Hand-worked example: predictions and labels give tp=2, fp=1, tn=2, fn=1.
 PRED = [1, 1, 0, 0, 1, 0]

@@ -12,9 +12,9 @@ import torch
 from test_adapter_contract import tiny_gpt2, tiny_llama_gqa
 from test_data import server  # noqa: F401  (the local HTTP server fixture)
 from headprune.data.wikitext import fetch_wikitext, read_wikitext
-from headprune.experiments.perplexity import (
+from headprune.evaluation.perplexity import (
     paired_bootstrap_perplexity, perplexity, window_batches, window_nll_variants, windows)
-from headprune.experiments.runs import gates_without
+from headprune.evaluation.runs import gates_without
 from headprune.io.download import ChecksumError
 from headprune.models.prune import prune_heads
 
@@ -156,8 +156,8 @@ def test_windows_saved_once_and_scored_through_the_study_evalset(tmp_path):
     directly from the model; the ablation's significance and the oracle order read lower as better."""
     import pandas as pd
 
-    from headprune.experiments.perplexity import load_windows, save_windows
-    from headprune.experiments.runs import EvalSettings, compare_to_full, oracle_order, run_variants, score
+    from headprune.evaluation.perplexity import load_windows, save_windows
+    from headprune.evaluation.runs import EvalSettings, compare_to_full, oracle_order, run_variants, score
     from headprune.workflow import load_evalset
 
     count = save_windows(WordTokenizer(), TEXT, 10, tmp_path / "test.npy")

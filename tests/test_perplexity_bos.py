@@ -10,7 +10,7 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
-from headprune.experiments.perplexity import (
+from headprune.evaluation.perplexity import (
     load_prepended, load_windows, perplexity, prefix_record_path, save_windows, window_batches, window_nll_variants,
     windows)
 

@@ -156,7 +156,7 @@ def rows_lines(caplog, name):
 
 def test_run_variants_reports_every_row_once_and_its_outputs_do_not_change(monkeypatch, caplog):
     """The ablation job's loop: all variants x all windows, counted in rows as the variant groups finish."""
-    from headprune.experiments.runs import EvalSet, EvalSettings, gates_without, run_variants
+    from headprune.evaluation.runs import EvalSet, EvalSettings, gates_without, run_variants
 
     monkeypatch.setenv(ENV, "0")  # a line at every update
     model = tiny_llama_gqa()
@@ -168,7 +168,7 @@ def test_run_variants_reports_every_row_once_and_its_outputs_do_not_change(monke
     caplog.set_level(logging.INFO)
     reported = run_variants(model, None, evalset, gates, EvalSettings(**settings))
     assert reported == quiet
-    lines = rows_lines(caplog, "headprune.experiments.perplexity")
+    lines = rows_lines(caplog, "headprune.evaluation.perplexity")
     what = "perplexity, 9 gate settings x 12 windows: "
     assert all(line.startswith(what) for line in lines), lines
     assert lines[-1].startswith(what + "done 108/108 rows = 9 settings in ")
@@ -178,19 +178,19 @@ def test_run_variants_reports_every_row_once_and_its_outputs_do_not_change(monke
 
     caplog.clear()
     run_variants(model, None, evalset, gates, EvalSettings(progress=False, **settings))
-    assert not rows_lines(caplog, "headprune.experiments.perplexity")
+    assert not rows_lines(caplog, "headprune.evaluation.perplexity")
 
 
 def test_classification_and_translation_count_every_row(monkeypatch, caplog):
     from conftest import variants
-    from headprune.experiments.evaluate import predict_classes_variants, translate_variants
+    from headprune.evaluation.evaluate import predict_classes_variants, translate_variants
 
     monkeypatch.setenv(ENV, "3600")  # the final lines only
     caplog.set_level(logging.INFO)
     bert = tiny_bert()
     batches = [bert_batch(seed=1), bert_batch(seed=2, batch=3)]
     predict_classes_variants(bert, batches, variants(bert, "enc_self"), variant_batch_size=8, progress=True)
-    (line,) = rows_lines(caplog, "headprune.experiments.evaluate")
+    (line,) = rows_lines(caplog, "headprune.evaluation.evaluate")
     assert line.startswith("classify, 4 gate settings x 7 examples: done 28/28 rows = 4 settings in ")
 
     caplog.clear()
@@ -198,7 +198,7 @@ def test_classification_and_translation_count_every_row(monkeypatch, caplog):
     sources = ["5 6 7", "8 9", "10 11 12 13", "14"]
     translate_variants(fsmt, DigitTokenizer(), sources, variants(fsmt, "dec_self"), beam=2, batch_size=3,
                        variant_batch_size=6, max_len_a=1.0, max_len_b=3, progress=True)
-    (line,) = rows_lines(caplog, "headprune.experiments.evaluate")
+    (line,) = rows_lines(caplog, "headprune.evaluation.evaluate")
     assert line.startswith("translate, 4 gate settings x 4 sentences: done 16/16 rows = 4 settings in ")
 
 
@@ -207,7 +207,7 @@ import sys, types
 import torch
 sys.path.insert(0, "tests")
 from test_adapter_contract import tiny_llama_gqa
-from headprune.experiments.runs import EvalSet, EvalSettings, gates_without, run_variants
+from headprune.evaluation.runs import EvalSet, EvalSettings, gates_without, run_variants
 from headprune.workflow import logged
 
 with logged(types.SimpleNamespace(log=[sys.argv[1]], rule="evaluate")) as log:

@@ -17,8 +17,8 @@ import sys
 import pytest
 import torch
 
-from headprune.experiments.runs import EvalSet
-from headprune.experiments.sweeps import evalset_batches, evalset_from_text, remove_heads
+from headprune.evaluation.runs import EvalSet
+from headprune.analyses.sweeps import evalset_batches, evalset_from_text, remove_heads
 from headprune.training import recovery
 from headprune.training.recovery import RecoveryError, RecoverySettings, distillation_loss, recover
 
@@ -255,7 +255,7 @@ def demo_with(tmp_path, edit):
      "config: experiments.recovery names 'tiny_llama_passkey', a lm_eval study, which has no training data"),
 ])
 def test_a_bad_recovery_section_is_refused_naming_the_key(tmp_path, edit, message):
-    from headprune.experiments.kinds.base import ConfigError
+    from headprune.evaluation.kinds.base import ConfigError
 
     with pytest.raises(Exception) as error:  # the schema's (Snakemake's validator) or the stage's check
         demo_with(tmp_path, edit)
@@ -287,24 +287,27 @@ def test_the_demo_recovers_two_studies_at_two_points(tmp_path):
 def test_r1_says_how_much_of_the_loss_each_method_wins_back():
     import pandas as pd
 
-    from headprune.experiments.scorecard import REPRODUCED, r1_recovery, won_back
+    from headprune.report.scorecard import REPRODUCED, r1_recovery, won_back
 
     # perplexity: unpruned 10, pruned 20, recovered 12 -> (20 - 12) / (20 - 10) = 80% won back
     assert won_back(10.0, 20.0, 12.0, "perplexity") == pytest.approx(80.0)
     assert won_back(0.80, 0.60, 0.65, "accuracy") == pytest.approx(25.0)
     table = pd.DataFrame([{"study": "s", "percent_pruned": p, "method": m, "metric": "accuracy", "score_unpruned": 0.8,
-                           "score_pruned": 0.6, "score_recovered": r}
-                          for p in (30, 50) for m, r in (("lora", 0.75), ("bias_compensation", 0.62))])
+                           "score_pruned": 0.6, "score_recovered": r, "steps": steps}
+                          for p in (30, 50) for m, r, steps in (("lora", 0.75, 40), ("bias_compensation", 0.62, 0))])
     (row,) = r1_recovery(table)
     assert row["verdict"] == REPRODUCED and "lora 75%" in row["this_run"] and "bias_compensation 10%" in row["this_run"]
     assert r1_recovery(table.assign(score_recovered=0.62))[0]["verdict"] != REPRODUCED
+    # bias compensation trains nothing (steps 0): it alone winning back the loss does not reproduce R1
+    only_bias = table.assign(score_recovered=table["method"].map({"lora": 0.62, "bias_compensation": 0.79}))
+    assert r1_recovery(only_bias)[0]["verdict"] != REPRODUCED
     assert r1_recovery(pd.DataFrame()) == []
 
 
 def test_figure3_draws_a_marker_per_method_at_the_recovered_points():
     import pandas as pd
 
-    from headprune.experiments.figures.pruning import build_figure3
+    from headprune.report.figures.pruning import build_figure3
 
     curve = pd.DataFrame([{"study": "s", "order": "importance", "scope": "all", "layout": "free", "step": i,
                            "percent_pruned": 10.0 * i, "score": 10.0 + i, "metric": "perplexity"} for i in range(11)])

@@ -75,8 +75,8 @@ def test_a_registry_stands_in_for_a_dict():
 
 
 def test_the_package_registries_are_registries_in_their_order():
-    from headprune.experiments.criteria import CRITERIA
-    from headprune.experiments.kinds import KINDS
+    from headprune.analyses.criteria import CRITERIA
+    from headprune.evaluation.kinds import KINDS
     from headprune.models.families import FAMILIES
     from headprune.models.loading import LOADERS
     from headprune.models.masking import DATA_FILES, MODES

@@ -14,9 +14,9 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 from conftest import _spread_weights, needs_exact_decoding, on_test_device
 from test_adapter_contract import _random_biases
 from headprune.data.retrieval import make_items, read_items, write_items
-from headprune.experiments.retrieval import (answer_variants, generate_variants, paired_bootstrap_retrieval,
+from headprune.evaluation.retrieval import (answer_variants, generate_variants, paired_bootstrap_retrieval,
                                              retrieval_accuracy, rouge1_recall, stop_token_ids, value_found)
-from headprune.experiments.runs import gates_without
+from headprune.evaluation.runs import gates_without
 from headprune.models.heads import adapter_for, gated
 from headprune.models.masking import masked_as
 
@@ -417,8 +417,8 @@ def test_retrieval_runs_scores_and_compares_through_the_study_evalset(tmp_path):
     needs_exact_decoding()  # answers of run() and run_variants() compared
     import pandas as pd
 
-    from headprune.experiments import metrics
-    from headprune.experiments.runs import (EvalSet, EvalSettings, compare_to_full, oracle_order, run, run_variants,
+    from headprune.evaluation import metrics
+    from headprune.evaluation.runs import (EvalSet, EvalSettings, compare_to_full, oracle_order, run, run_variants,
                                             score, significance)
     from headprune.workflow import load_evalset
 
@@ -453,7 +453,7 @@ def test_retrieval_runs_scores_and_compares_through_the_study_evalset(tmp_path):
 
 
 def test_rouge1_recall_is_reported_beside_the_score_with_the_answer_prefix():
-    from headprune.experiments.runs import EvalSet, scores_beside
+    from headprune.evaluation.runs import EvalSet, scores_beside
 
     needle = "The special magic number is 60494."
     items = [{"needle": needle, "answer_prefix": "The special magic number is"}, {"needle": needle}]

@@ -5,7 +5,7 @@ import math
 import pandas as pd
 import pytest
 
-from headprune.experiments import figures
+from headprune.report import figures
 
 
 def runs():
@@ -87,7 +87,7 @@ def ablation_of(study, metric, full, scores, significant):
 def test_head_maps_put_each_heads_cost_under_every_score_side_by_side():
     from scipy.stats import spearmanr
 
-    from headprune.experiments.head_maps import build_head_maps_figure, head_maps_table, rank_correlations
+    from headprune.report.figures.head_maps import build_head_maps_figure, head_maps_table, rank_correlations
 
     perplexity = ablation_of("lm", "perplexity", 10.0, [10.5, 12.0, 10.0, 9.8], [False, True, False, False])
     task = ablation_of("task", "acc", 0.80, [0.70, 0.80, 0.40, 0.81], [False, False, True, False])

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 from matplotlib.colors import to_hex
 
-from headprune.experiments import figures
+from headprune.report import figures
 
 STYLE = {"dpi": 50, "width": 3, "height": 2, "font_size": 8}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -1,4 +1,4 @@
-"""The scorecard of the paper's claims (headprune.experiments.scorecard, rule scorecard) on small hand-built tables."""
+"""The scorecard of the paper's claims (headprune.report.scorecard, rule scorecard) on small hand-built tables."""
 import re
 import subprocess
 import sys
@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from dry_run import write_config
-from headprune.experiments import scorecard as sc
-from headprune.experiments.scorecard import NOT_REPRODUCED, NOT_RUN, REPRODUCED
+from headprune.report import scorecard as sc
+from headprune.report.scorecard import NOT_REPRODUCED, NOT_RUN, REPRODUCED
 
 ROOT = Path(__file__).resolve().parents[1]
 EMPTY = pd.DataFrame()
@@ -78,7 +78,7 @@ def test_c2_most_layers_losing_is_not_reproduced_and_empty_is_not_run():
 def test_c2_is_judged_under_each_masking_mode_as_a_study_of_its_own():
     """experiments.masking_modes's one-head-per-layer rows (a study in experiments.one_head_per_layer): C2 per mode,
     after the config's own studies, from the same rows as Tables 2-3 would give."""
-    from headprune.experiments.masking_modes import ONE_HEAD, as_scorecard_tables
+    from headprune.analyses.masking_modes import ONE_HEAD, as_scorecard_tables
 
     def runs(mode, deltas, significant):
         layers = pd.DataFrame({"study": "lm", "mode": mode, "experiment": ONE_HEAD, "attn_type": "dec_self",

@@ -1,4 +1,4 @@
-"""A screened Table 1 (headprune.experiments.screening, issue #40): the screens against finite differences and the
+"""A screened Table 1 (headprune.analyses.screening, issue #40): the screens against finite differences and the
 exhaustive sweep, the seeded sample, the Clopper-Pearson bound against scipy's beta and binomial distributions and
 against its coverage in simulation, the screened table against the exhaustive one."""
 import math
@@ -9,10 +9,10 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from headprune.experiments import screening as sc
-from headprune.experiments.perplexity import window_batches
-from headprune.experiments.runs import EvalSet, EvalSettings, all_heads, gates_without
-from headprune.experiments.sweeps import single_head_sweep
+from headprune.analyses import screening as sc
+from headprune.evaluation.perplexity import window_batches
+from headprune.evaluation.runs import EvalSet, EvalSettings, all_heads, gates_without
+from headprune.analyses.sweeps import single_head_sweep
 from headprune.models.heads import gated
 from headprune.models.masking import Mean
 from headprune.scoring.constants import mean_constants

@@ -114,8 +114,8 @@ KEY = ["attn_type", "layer", "head"]
 
 
 def test_the_screen_job_scores_on_the_importance_data_and_picks_top_k_and_a_seeded_sample(place, jobs):
-    from headprune.experiments.perplexity import load_windows, window_batches
-    from headprune.experiments.screening import gradient_screens
+    from headprune.evaluation.perplexity import load_windows, window_batches
+    from headprune.analyses.screening import gradient_screens
     from headprune.models.loading import load_causal_lm
 
     screen = pd.read_csv(jobs / "screen.csv")
@@ -177,7 +177,7 @@ def test_table1_says_what_it_stands_on_and_bounds_the_screened_only_heads_by_han
 
 
 def test_the_scorecards_c1_gives_the_range_the_bound_leaves(jobs):
-    from headprune.experiments.scorecard import MOST_HEADS
+    from headprune.report.scorecard import MOST_HEADS
 
     bound = pd.read_csv(jobs / "screened.bound.csv").iloc[0]
     c1 = pd.read_csv(jobs / "scorecard.csv").query("claim == 'C1'").iloc[0]
@@ -191,7 +191,7 @@ def test_the_scorecards_c1_gives_the_range_the_bound_leaves(jobs):
 
 
 def test_the_oracle_order_of_a_screened_table_prunes_the_screened_only_heads_first(jobs):
-    from headprune.experiments.runs import oracle_order
+    from headprune.evaluation.runs import oracle_order
 
     screened = pd.read_csv(jobs / "screened.csv")
     order = oracle_order(screened)
@@ -270,8 +270,8 @@ def test_the_dag_of_a_screened_study_screens_then_ablates_once(tmp_path):
 
 
 def test_the_head_maps_and_figure_2_stand_on_the_heads_ablated(jobs):
-    from headprune.experiments.figures import figure2_table
-    from headprune.experiments.head_maps import build_head_maps_figure, head_maps_table
+    from headprune.report.figures import figure2_table
+    from headprune.report.figures.head_maps import build_head_maps_figure, head_maps_table
 
     screened, exhaustive = pd.read_csv(jobs / "screened.csv"), pd.read_csv(jobs / "exhaustive.csv")
     table = head_maps_table({"lm": screened, "lm_exhaustive": exhaustive.assign(study="lm_exhaustive")})
@@ -287,7 +287,7 @@ def test_the_head_maps_and_figure_2_stand_on_the_heads_ablated(jobs):
 
 
 def test_an_oracle_from_a_screened_table_says_so_in_figure_3():
-    from headprune.experiments.figures import build_figure3
+    from headprune.report.figures import build_figure3
 
     rows = [{"study": "lm", "order": order, "scope": "all", "step": step, "percent_pruned": 50.0 * step,
              "heads_pruned": 2 * step, "heads_left": 4 - 2 * step, "score": 10.0 + step + (order == "oracle"),

@@ -56,7 +56,7 @@ def test_a_transformers_translation_model_is_a_study(tmp_path):
     from tokenizers import ByteLevelBPETokenizer
     from transformers import BartConfig, BartForConditionalGeneration, BartTokenizerFast
 
-    from headprune.experiments.runs import EvalSet, EvalSettings, gates_without, run_variants
+    from headprune.evaluation.runs import EvalSet, EvalSettings, gates_without, run_variants
     from headprune.models.prune import prune_heads
     from headprune.workflow import load_study_model
 

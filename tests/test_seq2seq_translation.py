@@ -13,10 +13,10 @@ import torch
 
 from conftest import DigitTokenizer
 from seq2seq_zoo import tiny_model
-from headprune.experiments.evaluate import translate_variants
-from headprune.experiments.kinds import kind_of
-from headprune.experiments.runs import EvalSet, EvalSettings, all_heads
-from headprune.experiments.sweeps import heads_by_layer, pruning_curve, single_head_sweep
+from headprune.evaluation.evaluate import translate_variants
+from headprune.evaluation.kinds import kind_of
+from headprune.evaluation.runs import EvalSet, EvalSettings, all_heads
+from headprune.analyses.sweeps import heads_by_layer, pruning_curve, single_head_sweep
 from headprune.models.families.seq2seq import Seq2SeqAdapter
 from headprune.models.heads import adapter_for
 from headprune.models.prune import prune_heads

@@ -1,13 +1,13 @@
-"""headprune.experiments.shared_layers: gate variants share the layers below their first masked head,
+"""headprune.evaluation.shared_layers: gate variants share the layers below their first masked head,
 and each variant's outputs are those of running it whole, for every one-stack family."""
 import pytest
 import torch
 
 from tolerances import within_rounding
-from headprune.experiments.evaluate import predict_classes, predict_classes_variants
-from headprune.experiments.perplexity import window_nll_variants
-from headprune.experiments.runs import gates_without
-from headprune.experiments.shared_layers import (attention_modules, first_masked_layer, forward_variants, head_output_modules,
+from headprune.evaluation.evaluate import predict_classes, predict_classes_variants
+from headprune.evaluation.perplexity import window_nll_variants
+from headprune.evaluation.runs import gates_without
+from headprune.evaluation.shared_layers import (attention_modules, first_masked_layer, forward_variants, head_output_modules,
                                                  layer_stack)
 from headprune.models.heads import adapter_for, full_gates, gated
 from headprune.models.masking import masked_as

@@ -56,7 +56,7 @@ def test_a_configured_prefix_wins_and_other_languages_get_none(t5_folder):
 
 
 def test_the_study_passes_its_prefix_and_languages_to_the_loader(t5_folder):
-    from headprune.experiments.kinds import kind_of
+    from headprune.evaluation.kinds import kind_of
 
     plain = PreTrainedTokenizerFast.from_pretrained(t5_folder)
     kind = kind_of("translation")

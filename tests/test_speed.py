@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from conftest import EOS, PAD, bert_batch, tiny_bert, tiny_fsmt
-from headprune.experiments import speed, table4, timing
-from headprune.experiments.runs import all_heads
+from headprune.analyses import speed, table4
+from headprune.evaluation import timing
+from headprune.evaluation.runs import all_heads
 from headprune.models.heads import adapter_for, full_gates, gated
 from headprune.models.prune import count_heads, pruned_heads
 
@@ -291,7 +292,7 @@ def test_causal_lm_is_timed_in_prefill_and_decode_tokens():
     the gated full model on every token."""
     from test_adapter_contract import tiny_llama_gqa
 
-    from headprune.experiments.runs import EvalSet, all_heads
+    from headprune.evaluation.runs import EvalSet, all_heads
 
     model = tiny_llama_gqa()
     heads = all_heads(model)

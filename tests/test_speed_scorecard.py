@@ -3,8 +3,8 @@ import math
 
 import pandas as pd
 
-from headprune.experiments import scorecard as sc
-from headprune.experiments.scorecard import NOT_REPRODUCED, NOT_RUN, REPRODUCED, UNDECIDED
+from headprune.report import scorecard as sc
+from headprune.report.scorecard import NOT_REPRODUCED, NOT_RUN, REPRODUCED, UNDECIDED
 
 MODELS = {"mnli": "MNLI"}
 
@@ -82,7 +82,7 @@ def test_the_summary_that_speed_writes_is_what_c6_reads():
     """summarize's columns feed c6 as they are (the scorecard reads table4.csv)."""
     from test_speed import FACTS, toy_runs
 
-    from headprune.experiments import table4
+    from headprune.analyses import table4
 
     summary = table4.summarize(toy_runs().assign(items=100), FACTS)  # 100 items: batch 64 is compared
     row = verdict_of(summary)

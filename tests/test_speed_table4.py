@@ -13,8 +13,9 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from conftest import tiny_bert
-from headprune.experiments import speed, table4, timing
-from headprune.experiments.runs import EvalSet
+from headprune.analyses import speed, table4
+from headprune.evaluation import timing
+from headprune.evaluation.runs import EvalSet
 from headprune.models.prune import count_heads
 from headprune.models.remote.headprune_attention import needs_headprune_attention
 from test_speed import FakeClock, fake_importance, toy_runs

@@ -7,7 +7,7 @@ import pytest
 import sacrebleu
 from scipy import stats as scipy_stats
 
-from headprune.experiments import metrics, stats
+from headprune.evaluation import metrics, stats
 
 
 # ---------------------------------------------------------------- paired t-test
@@ -468,7 +468,7 @@ def test_bleu_bootstrap_tokenizes_repeated_inputs_once(monkeypatch):
 def test_pearson_matches_scipy():
     import scipy.stats
 
-    from headprune.experiments.stats import pearson
+    from headprune.evaluation.stats import pearson
 
     rng = np.random.default_rng(3)
     for n in (3, 10, 96):
@@ -492,8 +492,8 @@ def test_classification_bootstrap_from_counts_equals_scoring_each_resample(metri
     pair of systems, on a system that predicts one class only (mcc and f1 are 0 there), and on three classes."""
     from functools import partial
 
-    from headprune.experiments.metrics import classification_score
-    from headprune.experiments.stats import paired_bootstrap, paired_bootstrap_metric
+    from headprune.evaluation.metrics import classification_score
+    from headprune.evaluation.stats import paired_bootstrap, paired_bootstrap_metric
 
     rng = np.random.default_rng(7)
     classes = 3 if case == "three classes" else 2

@@ -11,8 +11,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from conftest import TEST_DTYPE, needs_exact_decoding, on_test_device, repeated, tiny_bert, tolerance
 from test_adapter_contract import PAD, _causal_config, _random_biases, _spread_weights, tiny_gpt2, tiny_qwen2
 from test_adapter_contract import causal_batch as cpu_causal_batch
-from headprune.experiments.runs import EvalSettings, gates_without
-from headprune.experiments.shared_layers import forward_variants
+from headprune.evaluation.runs import EvalSettings, gates_without
+from headprune.evaluation.shared_layers import forward_variants
 from headprune.models.families.causal_lm import positions
 from headprune.models.heads import HeadCapture, Streaming, adapter_for, full_gates, gated, stack_gates
 from headprune.models.masking import masked_as
@@ -370,7 +370,7 @@ def test_all_gates_on_adds_no_hook_and_masking_strings_are_unchanged():
 def test_run_variants_passes_the_streaming_window():
     """Perplexity windows scored through run_variants with masking="streaming" equal the model's own summed
     next-token NLL under gated(..., Streaming(sink, recent)), and differ from zero masking."""
-    from headprune.experiments.runs import EvalSet, run_variants
+    from headprune.evaluation.runs import EvalSet, run_variants
 
     model = build("llama_gqa6", "sdpa")
     g = torch.Generator().manual_seed(5)

@@ -14,8 +14,8 @@ from transformers import (Gemma3Config, Gemma3ForConditionalGeneration, LlamaCon
 
 from tolerances import assert_within_rounding
 from headprune.config_schema import validate
-from headprune.experiments import figures
-from headprune.experiments.kinds import kind_of
+from headprune.report import figures
+from headprune.evaluation.kinds import kind_of
 from headprune.models.families.decoder import study_towers
 from headprune.models.head_constants import HeadConstants
 from headprune.models.heads import adapter_for, full_gates, gated, head_shape

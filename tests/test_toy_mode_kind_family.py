@@ -45,7 +45,7 @@ class ToyScaled(_OutputMasking):
         return self.scale * per_head
 '''
 TOY_KIND = '''"""A toy kind of score: classification under a name of its own (tests/test_toy_mode_kind_family.py)."""
-from headprune.experiments.kinds import classification
+from headprune.evaluation.kinds import classification
 
 
 class Kind(classification.Kind):
@@ -66,16 +66,16 @@ def add_toy_mode(copy: Path) -> set[str]:
 
 
 def add_toy_kind(copy: Path) -> set[str]:
-    (copy / "headprune/experiments/kinds/toy_classification.py").write_text(TOY_KIND)
-    registry = copy / "headprune/experiments/kinds/__init__.py"
+    (copy / "headprune/evaluation/kinds/toy_classification.py").write_text(TOY_KIND)
+    registry = copy / "headprune/evaluation/kinds/__init__.py"
     lines = registry.read_text().splitlines(keepends=True)
     last = max(i for i, line in enumerate(lines) if line.startswith("KINDS.add("))
-    lines.insert(last + 1, 'KINDS.add("toy_classification", "headprune.experiments.kinds.toy_classification:Kind")\n')
+    lines.insert(last + 1, 'KINDS.add("toy_classification", "headprune.evaluation.kinds.toy_classification:Kind")\n')
     registry.write_text("".join(lines))
     schema = copy / "rules/schemas/config.schema.yaml"
     assert KIND_ENUM in schema.read_text(), "the schema's list of kinds moved: update KIND_ENUM"
     schema.write_text(schema.read_text().replace(KIND_ENUM, KIND_ENUM.replace("]}", ", toy_classification]}")))
-    return {"headprune/experiments/kinds/toy_classification.py", "headprune/experiments/kinds/__init__.py",
+    return {"headprune/evaluation/kinds/toy_classification.py", "headprune/evaluation/kinds/__init__.py",
             "rules/schemas/config.schema.yaml"}
 
 
@@ -104,8 +104,8 @@ def test_the_toys_touch_the_files_the_docs_name(workflow):
     # Spelled out, not taken from the edits: a toy that needs one more edit to be planned must change the docs too.
     _, touched, changed = workflow
     assert touched["mode"] == {"headprune/models/masking.py"}  # its class
-    assert touched["kind"] == {"headprune/experiments/kinds/toy_classification.py",  # its file
-                               "headprune/experiments/kinds/__init__.py",  # its line in KINDS
+    assert touched["kind"] == {"headprune/evaluation/kinds/toy_classification.py",  # its file
+                               "headprune/evaluation/kinds/__init__.py",  # its line in KINDS
                                "rules/schemas/config.schema.yaml"}  # its schema entry
     assert changed == touched["mode"] | touched["kind"]
 

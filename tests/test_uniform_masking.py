@@ -8,8 +8,8 @@ import torch
 from conftest import (EOS, FAMILIES, PAD, TRANSLATION_FAMILIES, DigitTokenizer, repeated, tiny_fsmt, tiny_model_and_batch,
                       variants)
 from tolerances import within_rounding
-from headprune.experiments.evaluate import predict_classes, predict_classes_variants, stack_gates, translate, translate_variants
-from headprune.experiments.runs import EvalSet, EvalSettings, gates_without, run_variants
+from headprune.evaluation.evaluate import predict_classes, predict_classes_variants, stack_gates, translate, translate_variants
+from headprune.evaluation.runs import EvalSet, EvalSettings, gates_without, run_variants
 from headprune.models.heads import HeadCapture, adapter_for, full_gates, gated
 from headprune.models.masking import masked_as
 from headprune.models.prune import prune_heads

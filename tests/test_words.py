@@ -1,6 +1,6 @@
 """No kind, family or masking word is compared outside its own class (issue #47 item 3).
 
-A kind of score (headprune.experiments.kinds), a head adapter family (headprune.models.families) and a masking
+A kind of score (headprune.evaluation.kinds), a head adapter family (headprune.models.families) and a masking
 mode (headprune.models.masking) each answer for themselves; code elsewhere that compares a config word with one of
 their names branches on it instead of asking the class, and a new kind, family or mode would silently take the
 other branch. This counts such comparisons in headprune/, scripts/ and benchmarks/ as the before-stop hook does
@@ -10,7 +10,7 @@ not subscripts such as config["translation"], nor ``for x in ("encoder", "decode
 import re
 from pathlib import Path
 
-from headprune.experiments.kinds import KINDS
+from headprune.evaluation.kinds import KINDS
 from headprune.models.families import FAMILIES
 from headprune.models.masking import MODES
 
@@ -18,13 +18,13 @@ ROOT = Path(__file__).resolve().parents[1]
 SCANNED = ("headprune", "scripts", "benchmarks")
 
 # Where each word is its own: the kinds', the families' and the modes' modules.
-OWN = {"kind": ("headprune/experiments/kinds/",), "family": ("headprune/models/families/",),
+OWN = {"kind": ("headprune/evaluation/kinds/",), "family": ("headprune/models/families/",),
        "masking": ("headprune/models/masking.py",)}
 
 
 # Comparisons that must be, each (file, the line's code) with why: none of them is a kind, family or mode.
 ALLOWED = {
-    ("headprune/experiments/lm_tasks.py", 'if config.weight_by_size and config.aggregation == "mean" and all('):
+    ("headprune/evaluation/lm_tasks.py", 'if config.weight_by_size and config.aggregation == "mean" and all('):
         "lm-evaluation-harness's aggregation called mean, not the masking mode",
     ("headprune/models/fairseq/weights.py",
      'if len(parts) >= 5 and parts[0] in ("encoder", "decoder") and parts[1] == "layers" and parts[3] == "layer_norms":'):

@@ -124,8 +124,8 @@ def test_jobs_without_a_model_do_not_import_torch():
     """Plot, fetch, significance and table jobs start in about a second, not four: the package
     modules their scripts use import torch and transformers only inside the functions that run a model,
     scipy.stats (0.8 s) only for a test's p-value and sacremoses (0.8 s) only for BLEU."""
-    modules = ["workflow", "experiments.runs", "experiments.stats", "experiments.figures", "experiments.metrics",
-               "experiments.scorecard", "experiments.criteria", "data.datasets", "data.parsing", "io.download"]
+    modules = ["workflow", "evaluation.runs", "evaluation.stats", "report.figures", "evaluation.metrics",
+               "report.scorecard", "analyses.criteria", "data.datasets", "data.parsing", "io.download"]
     code = f"import {', '.join('headprune.' + m for m in modules)}"
     assert imported(code, ("torch", "transformers", "scipy.stats", "sacremoses", "sacrebleu")) == []
 
@@ -141,7 +141,7 @@ def test_a_classifier_job_imports_no_translation_or_statistics_code(tmp_path):
                                              intermediate_size=32, num_labels=3)).save_pretrained(tmp_path / "model")
     BertTokenizerFast(str(tmp_path / "vocab.txt")).save_pretrained(tmp_path / "model")
     job = f"""
-from headprune.experiments.runs import EvalSet, EvalSettings, gates_without, parse_head_name, run_variants, score
+from headprune.evaluation.runs import EvalSet, EvalSettings, gates_without, parse_head_name, run_variants, score
 from headprune.models.loading import load_classifier
 from headprune.workflow import load_evalset, load_study_model, logged, write_json
 model, tokenizer = load_classifier({str(tmp_path / "model")!r})
@@ -153,7 +153,7 @@ assert 0 <= score(evalset, outputs[0], "detokenized") <= 1
     heavy = ("scipy.stats", "sacremoses", "sacrebleu", "pandas", "headprune.models.fairseq",
              "transformers.models.fsmt.modeling_fsmt")
     assert imported(job, heavy) == []
-    bleu = "from headprune.experiments.metrics import bleu_tokenized; bleu_tokenized(['a b .'], ['a b .'], 'en')"
+    bleu = "from headprune.evaluation.metrics import bleu_tokenized; bleu_tokenized(['a b .'], ['a b .'], 'en')"
     assert imported(bleu, ("sacremoses", "sacrebleu")) == ["sacrebleu", "sacremoses"]
 
 

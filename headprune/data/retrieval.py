@@ -1,7 +1,7 @@
 """Needle-in-a-haystack items: a long context with one sentence holding a number, and a question about it.
 
 The items are generated once from a seed (``make_items``) and saved (``write_items``, JSON Lines), so every
-gate setting and every study is scored on the same token ids (``headprune.experiments.retrieval`` scores
+gate setting and every study is scored on the same token ids (``headprune.evaluation.retrieval`` scores
 them).
 
 How an item is built:

@@ -1,4 +1,4 @@
-"""The decoding caches of beam search over an encoder-decoder (headprune.experiments.beam_search).
+"""The decoding caches of beam search over an encoder-decoder (headprune.evaluation.beam_search).
 
 ``SourceSharingCache`` leaves the cross-attention entries alone when the beams are reordered: a step only
 picks among the beams of one sentence, which share one source. ``BeamLayer`` is the self-attention half's

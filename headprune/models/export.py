@@ -233,7 +233,7 @@ def heads_table(model) -> tuple[list[str], int, int]:
     return rows, removed, total
 
 
-# What a card says of the pruning layout (headprune.experiments.layouts), when it is known
+# What a card says of the pruning layout (headprune.analyses.layouts), when it is known
 LAYOUT_LINES = {
     "uniform": "- layout: uniform (every layer keeps as many heads and whole key/value groups): a stock checkpoint",
     "free": "- layout: free (each layer keeps its own heads): loads as remote code (`trust_remote_code=True`); "

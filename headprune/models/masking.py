@@ -63,7 +63,7 @@ family), its index (batches are right-padded there); in a seq2seq decoder, the c
 (teacher forcing, greedy and beam search alike: a generated token at step t has position t, the position
 the donor's reference token had). Generation needs nothing the donors lack: the pool holds target tokens of
 references, and positions past the longest one take its last. Several draws (k = 0 .. K - 1) are K masking
-objects whose scores ``headprune.experiments.runs.scored_variants`` averages for every experiment (a draw cannot
+objects whose scores ``headprune.evaluation.runs.scored_variants`` averages for every experiment (a draw cannot
 ride along as a gate variant: beam search gives every row its own gate setting).
 """
 from __future__ import annotations
@@ -143,7 +143,7 @@ class Masking:
         raise NotImplementedError
 
     def each_draw(self) -> list[Masking]:
-        """The maskings whose scores an experiment averages (``headprune.experiments.runs.scored_variants``)."""
+        """The maskings whose scores an experiment averages (``headprune.evaluation.runs.scored_variants``)."""
         return [self]
 
     def describe(self) -> str:
@@ -520,7 +520,7 @@ _MASKED_AS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def masked_as(model, masking: Masking | str | None):
     """While the context is open, every ``gated(model, ...)`` call that names no masking masks heads as
     ``masking`` (a mode, "zero", "uniform"; None: the paper's). A job's evaluation runs in one
-    (``headprune.experiments.runs.run_variants``), so the functions that run gate settings (perplexity windows,
+    (``headprune.evaluation.runs.run_variants``), so the functions that run gate settings (perplexity windows,
     classification, beam search, lm-eval requests, retrieval answers) take no masking of their own: they gate
     the model, and the block says how. One mode per model at a time: a block, or a ``gated`` call that names its
     masking, inside a block of another mode on the same model is refused (``run(...)`` with ``EvalSettings``'

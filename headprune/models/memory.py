@@ -3,7 +3,7 @@
 A row is one (gate setting, window) of a batched evaluation, or one window of a gradient pass. What a row holds
 is counted from the model's config, a little over what the code holds (``row_bytes``): without gradients one
 layer's activations at a time (its hidden states, its MLP's, and its attention weights where they are formed
-whole), and the outputs of the layers a gate variant replays (``headprune.experiments.shared_layers``: every layer
+whole), and the outputs of the layers a gate variant replays (``headprune.evaluation.shared_layers``: every layer
 below its first masked head, held at once); with gradients every layer's, kept for the backward pass. The
 logits are held a chunk at a time (``lm_head.LOGITS_AT_ONCE``, three times: the logits, their float copy and
 the log-softmax), a fixed cost. ``MARGIN`` covers what the count leaves out (the allocator's slack, Python).

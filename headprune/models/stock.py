@@ -1,7 +1,7 @@
 """Save a uniformly pruned model as a stock checkpoint: transformers' own config and class, no remote code (#46).
 
 ``save_pruned`` (``headprune.models.export``) writes remote code because each layer may keep its own heads. A model
-pruned with a uniform layout (``headprune.experiments.layouts``: every layer of an attention stack keeps as many
+pruned with a uniform layout (``headprune.analyses.layouts``: every layer of an attention stack keeps as many
 query heads, and with grouped-query attention as many whole key/value groups) is what the family's own config
 describes with smaller ``num_attention_heads`` / ``num_key_value_heads``. ``save_stock(model, tokenizer, folder)``
 writes that: config.json of the family's config class (``head_dim`` kept where the config has it, no ``auto_map``,

@@ -108,7 +108,7 @@ def head_importance(model, batches: Iterable[dict], *, estimator: str = "token",
     ``first_order=True`` adds the column ``first_order``: -(1/N) sum_t a_t, the signed first-order (attribution
     patching) estimate of how much the mean token loss rises when the head is switched off (its gate 1 -> 0, or
     to its constant): the gate gradient of the summed loss, no absolute value anywhere (the screen of
-    ``headprune.experiments.screening``).
+    ``headprune.analyses.screening``).
     """
     return _score_heads(model, batches, attention=False, estimator=estimator, normalize=normalize, device=device,
                         gates=gates, progress=progress, constants=constants, first_order=first_order)

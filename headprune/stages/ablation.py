@@ -2,7 +2,7 @@
 (ablation.strategy), the full model, the significance tests, and one head per layer."""
 from __future__ import annotations
 
-from headprune.experiments.kinds.base import ConfigError
+from headprune.evaluation.kinds.base import ConfigError
 from headprune.stages import constants
 
 EXPERIMENTS = ("ablation", "cross_domain", "one_head_per_layer")
@@ -38,7 +38,7 @@ def full_model_roles(study):
 
 def screened(study) -> bool:
     """Whether this study's Table 1 is screened (ablation.per_study.<study>, else ablation.strategy: screened;
-    headprune.experiments.screening)."""
+    headprune.analyses.screening)."""
     ablation = study.config["ablation"]
     return ablation.get("per_study", {}).get(study.name, ablation.get("strategy", "exhaustive")) == "screened"
 
@@ -80,7 +80,7 @@ def masking_data(study) -> list[str]:
 def screen_params(study):
     """What the screen job needs: the method and its counts, the data it screens on (never the test set), the
     ablation's evaluation settings (masking and the file it reads)."""
-    from headprune.experiments.screening import DEFAULT_SCREEN
+    from headprune.analyses.screening import DEFAULT_SCREEN
 
     screen = {**DEFAULT_SCREEN, **study.config["ablation"].get("screen", {})}
     params = {**screen, "settings": settings(study), "data": study.importance_spec}
@@ -164,7 +164,7 @@ def check(pipeline):
 def check_screen(pipeline):
     """A screened Table 1 (ablation.strategy or ablation.per_study: screened): its study names, its counts, and a
     screen each study whose Table 1 is made can run."""
-    from headprune.experiments.screening import DEFAULT_SCREEN, GRADIENT_MASKINGS, head_count
+    from headprune.analyses.screening import DEFAULT_SCREEN, GRADIENT_MASKINGS, head_count
 
     config = pipeline.config
     ablation = config.get("ablation", {})

@@ -35,7 +35,7 @@ def masking_key(study, experiment: str) -> str:
 
 
 def eval_settings(study, bleu: str, experiment: str | None = None, *, word: str | None = None) -> dict:
-    """The study's evaluation settings (headprune.experiments.runs.EvalSettings's fields) under the masking of its
+    """The study's evaluation settings (headprune.evaluation.runs.EvalSettings's fields) under the masking of its
     ``experiment`` (``masking``), or under the mode ``word`` (a sweep of modes), or, with neither, the paper's (a
     full model, no head off): the kind's fields with the mode's word and what the mode reads, its settings and its
     data file, which the job's EvalSettings makes a mode object of."""

@@ -2,8 +2,8 @@
 10% a step, in prune jobs of pruning.orders_per_job orders each, and the criteria side by side."""
 from __future__ import annotations
 
-from headprune.experiments.criteria import READS, WAITS_FOR_ABLATION
-from headprune.experiments.kinds.base import ConfigError
+from headprune.analyses.criteria import READS, WAITS_FOR_ABLATION
+from headprune.evaluation.kinds.base import ConfigError
 from headprune.stages import constants
 from headprune.stages.ablation import full_model_roles
 
@@ -80,7 +80,7 @@ def eval_data(study):
 
 def inputs(study, joined_orders):
     """What a prune job reads beyond the model and test set: importance.csv, and what its criteria read
-    (headprune.experiments.criteria.READS): the head roles, the single-head ablation, the importance data."""
+    (headprune.analyses.criteria.READS): the head roles, the single-head ablation, the importance data."""
     results = f"{study.pipeline.results_dir}/{study.name}"
     where = {"roles": f"{results}/head_roles.csv", "ablation": f"{results}/eval/ablation.csv",
              "importance_data": study.importance_data}

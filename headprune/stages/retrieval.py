@@ -2,8 +2,8 @@
 experiment (the top-K retrieval heads masked against K random heads) and the retrieval score beside perplexity."""
 from __future__ import annotations
 
-from headprune.experiments.kinds import kind_of
-from headprune.experiments.kinds.base import ConfigError
+from headprune.evaluation.kinds import kind_of
+from headprune.evaluation.kinds.base import ConfigError
 from headprune.stages import constants
 
 EXPERIMENTS = ("retrieval_heads",)

@@ -2,8 +2,8 @@
 pruned one with the least important heads physically removed."""
 from __future__ import annotations
 
-from headprune.experiments.kinds import kind_of
-from headprune.experiments.kinds.base import ConfigError
+from headprune.evaluation.kinds import kind_of
+from headprune.evaluation.kinds.base import ConfigError
 
 
 def eval_data(study):

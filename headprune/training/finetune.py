@@ -19,7 +19,7 @@ import torch
 
 from headprune.data.batching import EncodedPairs, classification_batches
 from headprune.data.glue import read_glue_split
-from headprune.experiments.evaluate import predict_classes
+from headprune.evaluation.evaluate import predict_classes
 from headprune.io import atomic
 from headprune.io.progress import Progress
 

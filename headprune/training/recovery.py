@@ -33,8 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
-from headprune.experiments.evalset import EvalSet
-from headprune.experiments.scorecard import BIAS_COMPENSATION
+from headprune.evaluation.evalset import EvalSet
 from headprune.io.progress import Progress
 from headprune.io.registry import Registry
 from headprune.training.finetune import warmup_linear_decay
@@ -252,7 +251,7 @@ def optimizer_for(trained, settings: RecoverySettings):
 
 
 def training_batches(tokenizer, train_items: EvalSet, settings: RecoverySettings) -> list[dict]:
-    from headprune.experiments.sweeps import evalset_batches
+    from headprune.analyses.sweeps import evalset_batches
 
     return evalset_batches(tokenizer, train_items, settings.batch_size, settings.max_length)
 
@@ -338,7 +337,7 @@ def bias_compensated(full_model, heads, batches: list[dict], *, data: str = "", 
     """A pruned copy of ``full_model`` without ``heads`` ([(attn_type, layer, head)]) whose removed heads' mean
     outputs over ``batches`` (training data, never the test set) are kept in their layers' output-projection
     biases (``headprune.models.prune.prune_heads(..., constants=)``): the answer without training."""
-    from headprune.experiments.sweeps import heads_by_layer
+    from headprune.analyses.sweeps import heads_by_layer
     from headprune.models.prune import prune_heads
     from headprune.scoring.constants import mean_constants
 
@@ -364,7 +363,8 @@ def export_recovered(model, tokenizer, folder, record: dict, *, base_model: str 
 
 # --- The recovery stage's table (rules/recovery.smk) ----------------------------------------------------------
 
-# recovery.csv's columns, in their order; bias compensation's rows say "bias_compensation" (no training)
+BIAS_COMPENSATION = "bias_compensation"  # recovery.csv's method of the rows without training (steps 0)
+# recovery.csv's columns, in their order
 RECOVERY_COLUMNS = ("study", "percent_pruned", "heads_pruned", "method", "metric", "score_unpruned", "score_pruned",
                     "score_recovered", "steps", "train_items", "seconds", "seed")
 
@@ -374,7 +374,7 @@ def curve_points(curve, steps: dict, percents) -> list[dict]:
     percent, the first step being 0%): the heads removed
     ([(attn_type, layer, head)]), its score and the unpruned one. ``curve``: the prune job's table; ``steps``: its
     outputs.json."""
-    from headprune.experiments.layouts import FREE
+    from headprune.analyses.layouts import FREE
 
     free = curve[(curve["order"] == "importance") & (curve["layout"] == FREE)]
     unpruned = float(free.loc[free["percent_pruned"] == 0, "score"].iloc[0])
@@ -398,8 +398,8 @@ def recovery_table(full, tokenizer, train: EvalSet, test: EvalSet, points: list[
     table, the model of ``export``'s method at the first point, with its record and scores, or None)."""
     import pandas as pd
 
-    from headprune.experiments.runs import EvalSettings, run, score
-    from headprune.experiments.sweeps import remove_heads
+    from headprune.evaluation.runs import EvalSettings, run, score
+    from headprune.analyses.sweeps import remove_heads
 
     eval_settings = eval_settings or EvalSettings(progress=progress)
     scored = lambda model: float(score(test, run(model, tokenizer, test, None, eval_settings),  # noqa: E731

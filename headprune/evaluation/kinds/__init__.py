@@ -1,0 +1,37 @@
+"""A kind of score: how a study's model is evaluated and scored, one class in one file each.
+
+A study is one model scored one way. What differs between the ways (what an evaluation set holds,
+how gate variants are run over it, the score and the scores beside it, the paired test and what it
+resamples, which test sets play which role and what the study's jobs are told) lives in that way's
+class; the experiments (``headprune.evaluation.runs``, ``sweeps``) and the study resolution
+(``headprune.studies``) call its methods and never branch on its name. A new kind of score is one new
+file here, a line in ``KINDS``, and its entry in the config schema.
+
+Torch-free to import: Snakemake imports the kinds to plan the run (the entries are lazy).
+"""
+from __future__ import annotations
+
+import functools
+
+from headprune.evaluation.kinds.base import Kind
+from headprune.io.registry import Registry
+
+# name (the config's ``kind:``) -> its class, imported when first asked for
+KINDS: Registry[type[Kind]] = Registry("kind of study", base=Kind)
+KINDS.add("translation", "headprune.evaluation.kinds.translation:Kind")
+KINDS.add("classification", "headprune.evaluation.kinds.classification:Kind")
+KINDS.add("language_modeling", "headprune.evaluation.kinds.language_modeling:Kind")
+KINDS.add("retrieval", "headprune.evaluation.kinds.retrieval:Kind")
+KINDS.add("lm_eval", "headprune.evaluation.kinds.lm_eval:Kind")
+
+
+@functools.cache
+def kind_of(name: str) -> Kind:
+    """The kind of score called ``name`` (one instance per kind).
+
+    >>> kind_of("language_modeling").attention_types
+    ['dec_self']
+    """
+    if name not in KINDS:
+        raise ValueError(KINDS.unknown(name))
+    return KINDS[name]()

@@ -1,0 +1,175 @@
+"""What every kind of score answers (``headprune.evaluation.kinds``): the evaluation side, which a job
+calls with a model, and the resolution side, which ``headprune.studies.Study`` calls with itself to
+learn what the study's jobs are told.
+
+``Kind`` is abstract: what a kind must give is an abstract method (or one of ``REQUIRED_ATTRIBUTES``), so that a
+new kind states each answer instead of inheriting a language model's or an encoder's. The defaults left
+here hold for every kind alike; what a group of kinds shares is a mixin it opts into (``VoitaRoles``) or the class
+it extends (``language_modeling.Kind``)."""
+from __future__ import annotations
+
+import abc
+
+
+class ConfigError(ValueError):
+    """A config that cannot be run; the message names the key."""
+
+
+class Kind(abc.ABC):
+    name: str
+    attention_types: list[str]  # the heads a study of this kind has, by what its model is scored on
+    # Table 4's words for the model timed ({family}: its model type) and for what the pruned model's check compares
+    timed_as: str
+    timed_outputs: str
+    REQUIRED_ATTRIBUTES = ("name", "attention_types", "timed_as", "timed_outputs")
+    language_model = False  # a decoder-only LM: its heads' roles are its own (headprune.scoring.lm_roles)
+    decisive_p = "p_bootstrap"  # the p-value that decides significance (compare_to_full)
+    # A study of this kind scores the model of another study (its ``model:``, a language_modeling entry):
+    # that study's architecture, corpus, importance and resources are its own.
+    scores_another_study = False
+    # Drawn against its language model's perplexity, head by head and step by step (perplexity_and_retrieval)
+    drawn_beside_perplexity = False
+    # Its score's name in Wu et al.'s experiment (retrieval_heads.csv's columns); None: the experiment does not
+    # take a study of this kind
+    wu_score: str | None = None
+    # Its head_roles.csv scores each head's retrieval (Wu et al.): the heads their experiment masks on a study
+    # of this kind, and on a task of the same language model
+    finds_retrieval_heads = False
+    # The towers ("vision", "audio") whose inputs its evaluation sets carry, so that a study of this kind may study
+    # their heads (models.<study>.towers): none yet, as every kind scores text, on which a tower never runs
+    towers: tuple[str, ...] = ()
+
+    def __init__(self):
+        missing = [attribute for attribute in self.REQUIRED_ATTRIBUTES if not hasattr(self, attribute)]
+        if missing:
+            raise TypeError(f"kind {type(self).__module__}.{type(self).__qualname__} does not say its "
+                            f"{', '.join(missing)}")
+
+    # --- evaluation: a job's model work and scores ----------------------------------------------
+
+    @abc.abstractmethod
+    def load_evalset(self, spec: dict):
+        """An EvalSet from the dict ``evalset_spec`` builds."""
+
+    @abc.abstractmethod
+    def run_variants(self, model, tokenizer, evalset, gates_list: list, settings) -> list[list]:
+        """Per-item outputs of the model under each gate setting (None: all heads on), in one pass over the set."""
+
+    @abc.abstractmethod
+    def score(self, evalset, outputs: list, bleu: str = "detokenized") -> float:
+        """The study's score of ``outputs`` (BLEU, accuracy or the task's metric, perplexity, ...)."""
+
+    def scores_beside(self, evalset, outputs: list) -> dict:
+        """Scores reported next to the main one."""
+        return {}
+
+    @abc.abstractmethod
+    def significance(self, evalset, full_outputs: list, ablated_outputs: list, *, resamples: int, seed: int) -> dict:
+        """{"p_bootstrap", "p_ttest"} of the change from the full model's outputs to the ablated ones."""
+
+    def scoring_batches(self, tokenizer, evalset, batch_size: int, max_length: int) -> list[dict]:
+        """Batches with labels to score heads on (``headprune.analyses.sweeps.evalset_batches``)."""
+        raise ValueError(f"no scoring batches for a {self.name} set (score heads on its language model's text)")
+
+    @abc.abstractmethod
+    def importance_batches(self, tokenizer, data: dict, model=None) -> list[dict]:
+        """The batches I_h is estimated on, from ``importance_spec``'s or ``train_spec``'s dict."""
+
+    @abc.abstractmethod
+    def load_model(self, path, device, study: dict, options: dict):
+        """(model, tokenizer) of a study of this kind (``headprune.workflow.load_study_model``)."""
+
+    # --- resolution: what a study's jobs are told (``study`` is a ``headprune.studies.Study``) ------
+
+    def check(self, pipeline, study: str, entry: dict):
+        """Raise ConfigError, naming the key, where a ``models`` entry of this kind cannot run."""
+
+    def finetuned(self, study) -> bool:
+        """Whether the pipeline fine-tunes a ``models`` entry of this kind before studying it."""
+        return False
+
+    @abc.abstractmethod
+    def evalset_name(self, study, role: str) -> str:
+        """The test set, split or corpus split that plays ``role`` (eval, ood, selection, test)."""
+
+    @abc.abstractmethod
+    def evalset_spec(self, study, role: str, name: str) -> dict:
+        """What a script needs to build the test set ``name`` of ``role`` (``load_evalset``)."""
+
+    @abc.abstractmethod
+    def eval_data(self, study, roles: list[str]) -> list[str]:
+        """The files a job reads to evaluate on ``roles``."""
+
+    def eval_settings(self, study, bleu: str, rows: int) -> dict:
+        """How the model is evaluated (``headprune.evaluation.runs.EvalSettings``'s fields) but its masking, which
+        ``headprune.stages.constants.eval_settings`` adds: ``rows`` is ``variant_batch_size``."""
+        return {"batch_size": study.entry["batch_size"], "variant_batch_size": rows}
+
+    def importance_study(self, study):
+        """The study whose importance.csv ranks this study's heads: its own, or its language model's."""
+        return study.lm
+
+    @abc.abstractmethod
+    def importance_data(self, study) -> list[str]:
+        """The files I_h is estimated on."""
+
+    @abc.abstractmethod
+    def importance_spec(self, study) -> dict:
+        """The data I_h is estimated on (``importance_batches`` reads it)."""
+
+    def screen_evalset_spec(self, study, items: int) -> dict:
+        """The set the exact screen of a screened Table 1 ablates every head on (``load_evalset`` reads it): ``items``
+        items of the importance data, never the test set. A kind without one refuses, naming the key."""
+        raise ConfigError(f"config: ablation.screen.method 'exact' needs a screen set drawn from the importance data, "
+                          f"which {self.name} studies ({study.name}) do not have; use first_order, fisher or importance")
+
+    def train_data(self, study) -> list[str]:
+        """The training data files (gates, roles)."""
+        return study.importance_data
+
+    @abc.abstractmethod
+    def train_spec(self, study, batch_size: int) -> dict:
+        """The training data as ``importance_batches`` reads it (config.concrete's items)."""
+
+    def speed_data(self, study) -> list[str]:
+        """What the speed job reads: the eval set only."""
+        return study.eval_data(["eval"])
+
+    @abc.abstractmethod
+    def speed_settings(self, study, speed: dict) -> dict:
+        """What this kind adds to the speed job's settings."""
+
+    @abc.abstractmethod
+    def parse_text(self, study) -> list[str]:
+        """The eval set's source text, which the roles' parser reads."""
+
+    @abc.abstractmethod
+    def roles_params(self, study, roles: dict) -> dict:
+        """What the head_roles job is told."""
+
+    @abc.abstractmethod
+    def head_roles_inputs(self, study, inputs: dict) -> dict:
+        """What the head_roles job reads, beside the model and importance table in ``inputs``."""
+
+
+class VoitaRoles(abc.ABC):
+    """The head roles of an encoder's heads (Voita et al.: positional, syntactic, rare words), for the kinds whose
+    eval set has source sentences to parse: the head_roles job reads their parses and the training data."""
+
+    @abc.abstractmethod
+    def training_texts(self, train: dict) -> list[str]:
+        """The texts of ``train_spec``'s training data whose word counts the rare-word role reads."""
+
+    def roles_params(self, study, roles: dict) -> dict:
+        return {"train": study.train_spec(roles["batch_size"]),
+                **{key: roles[key] for key in ("frequent_words", "positional_threshold", "syntactic_margin",
+                                               "batch_size")}}
+
+    def head_roles_inputs(self, study, inputs: dict) -> dict:
+        return {**inputs, "parses": f"{study.pipeline.results_dir}/{study.name}/roles/source.conllu",
+                "train": study.train_data}
+
+
+def bootstrap_only(p_value: float) -> dict:
+    """A significance result with the paired bootstrap's p alone (the paper's t-test is for classification)."""
+    return {"p_bootstrap": p_value, "p_ttest": float("nan")}

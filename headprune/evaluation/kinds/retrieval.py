@@ -1,0 +1,84 @@
+"""Long-context retrieval: a language-modelling study's model scored on needle-in-a-haystack prompts
+(``headprune.data.retrieval``): the share of greedy answers holding the needle's value, higher is better,
+with Wu et al.'s ROUGE-1 recall of the needle beside it; significance by a paired bootstrap over items."""
+from __future__ import annotations
+
+import numpy as np
+
+from headprune.evaluation.kinds import base
+from headprune.evaluation.kinds.language_modeling import ScoresLanguageModel, corpus_splits
+
+
+class Kind(ScoresLanguageModel):
+    name = "retrieval"
+    drawn_beside_perplexity = True
+    wu_score = "retrieval"
+    finds_retrieval_heads = True
+
+    def load_evalset(self, spec):
+        from headprune.data.retrieval import read_items
+        from headprune.evaluation.evalset import EvalSet
+
+        items = read_items(spec["items"], spec.get("max_items"))
+        return EvalSet("retrieval", [item["value"] for item in items], items, "retrieval")
+
+    def run_variants(self, model, tokenizer, evalset, gates_list, settings):
+        from headprune.evaluation.retrieval import answer_variants
+
+        return answer_variants(model, tokenizer, evalset.sources, gates_list, max_new_tokens=settings.max_new_tokens,
+                               batch_size=settings.batch_size, variant_batch_size=settings.variant_batch_size,
+                               progress=settings.progress)
+
+    def score(self, evalset, outputs, bleu="detokenized"):
+        from headprune.evaluation.retrieval import retrieval_accuracy
+
+        return retrieval_accuracy(outputs, evalset.references)
+
+    def scores_beside(self, evalset, outputs):
+        """Wu et al.'s measure: the mean ROUGE-1 recall of the needle sentence in the answers."""
+        from headprune.evaluation.retrieval import rouge1_recall
+
+        return {"rouge1_recall": float(np.mean([rouge1_recall(item["needle"], f"{item.get('answer_prefix', '')} {answer}")
+                                                for item, answer in zip(evalset.sources, outputs)]))}
+
+    def significance(self, evalset, full_outputs, ablated_outputs, *, resamples, seed):
+        from headprune.evaluation.retrieval import paired_bootstrap_retrieval
+
+        boot = paired_bootstrap_retrieval(full_outputs, ablated_outputs, evalset.references, n_resamples=resamples,
+                                          seed=seed)
+        return base.bootstrap_only(boot.p_value)
+
+    # --- resolution: it scores the model of a language-modelling study (study.lm) ---------------
+
+    def check(self, pipeline, study, entry):
+        super().check(pipeline, study, entry)
+        lm = pipeline.models[entry["model"]]
+        if "haystack_split" in entry:
+            splits = corpus_splits(pipeline.corpora[lm["corpus"]])
+            if entry["haystack_split"] not in splits:
+                raise base.ConfigError(f"config: models.{study}.haystack_split is '{entry['haystack_split']}', "
+                                  f"not one of corpora.{lm['corpus']}.splits {splits}")
+
+    def evalset_name(self, study, role):
+        if role == "eval":
+            return study.entry.get("haystack_split", study.lm_split("eval_split"))
+        return super().evalset_name(study, role)
+
+    def evalset_spec(self, study, role, name):
+        lengths = "/".join(map(str, study.retrieval["context_lengths"]))
+        return {"kind": "retrieval", "items": f"{study.items_dir}/{name}.jsonl",
+                "name": f"needle in a haystack, {name} split ({lengths}-token contexts)", "max_items": None}
+
+    def eval_data(self, study, roles):
+        return [study.items_dir]
+
+    def eval_settings(self, study, bleu, rows):
+        return {"batch_size": study.entry["batch_size"], "variant_batch_size": rows,
+                "max_new_tokens": study.retrieval["max_new_tokens"]}
+
+    def roles_params(self, study, roles):
+        return {**super().roles_params(study, roles), "items": study.evalset_spec("eval"),
+                "max_new_tokens": study.retrieval["max_new_tokens"]}
+
+    def head_roles_inputs(self, study, inputs):
+        return {**super().head_roles_inputs(study, inputs), "needles": study.items_dir}
