@@ -31,6 +31,11 @@ from headprune.models.attention_types import TOWER_TYPES
 # The test sets a study is evaluated on, by role: "eval" (Table 1, pruning), "ood" (cross-domain,
 # Figure 2), "selection" and "test" (one head per layer, Tables 2-3).
 ROLES = ("eval", "ood", "selection", "test")
+# The rules whose jobs load a study's model -> the copies of its weights they hold (headprune.models.memory.job_mb):
+# they ask SLURM for what they will use when the config names no mem_mb for them. Fine-tuning holds weights,
+# gradients and Adam's two moments; recovery by distillation a teacher beside them.
+WEIGHT_COPIES = {"evaluate": 1, "ablate": 1, "importance": 1, "prune": 1, "speed": 1, "head_roles": 1,
+                 "concrete_gates": 1, "finetune": 4, "recover": 5}
 # A retrieval study's settings the config leaves out (rules/schemas/config.schema.yaml describes them).
 RETRIEVAL_DEFAULTS = {"needles_per_setting": 1, "needle": "The special magic number is {value}.",
                       "question": "What is the special magic number mentioned in the text?", "answer_prefix": "",
@@ -137,12 +142,28 @@ class Study:
     def resource(self, rule_name, key):
         """models.<study>.resources.<rule> (or .default) over config.resources.<rule> (or .default), so one
         large model's jobs can ask for more GPUs, memory and time than the rest; a retrieval study takes its
-        language model's, under its own."""
+        language model's, under its own. A job that loads the model and has no mem_mb of its rule's asks for what
+        it will use (``memory_estimate``) rather than config.resources.default's."""
         resources, own = self.config["resources"], self.entry.get("resources", {})
         lm = self.lm.entry.get("resources", {}) if self.lm is not self else {}  # a retrieval study runs its LM's model
-        merged = {**resources["default"], **resources.get(rule_name, {}), **lm.get("default", {}),
-                  **lm.get(rule_name, {}), **own.get("default", {}), **own.get(rule_name, {})}
-        return merged.get(key, 0 if key == "gpu" else None)
+        told = {**resources.get(rule_name, {}), **lm.get("default", {}), **lm.get(rule_name, {}),
+                **own.get("default", {}), **own.get(rule_name, {})}
+        if key == "mem_mb" and key not in told and rule_name in WEIGHT_COPIES:
+            estimate = self.memory_estimate(WEIGHT_COPIES[rule_name])
+            if estimate:
+                return estimate
+        return {**resources["default"], **told}.get(key, 0 if key == "gpu" else None)
+
+    def memory_estimate(self, copies: int) -> int | None:
+        """The megabytes a job of this study's model asks SLURM for where the config names none for its rule
+        (``headprune.models.memory.job_mb``); None before the model is on disk (a dry run: the default's)."""
+        from headprune.models.memory import job_mb, parameters_on_disk
+
+        folder = self.model_path
+        if self.finetuned_by_pipeline and not Path(folder).exists():  # the fine-tuning job: what it starts from
+            folder = stages.finetune.pretrained(self)
+        parameters = parameters_on_disk(folder)
+        return job_mb(parameters, self.lm.entry.get("dtype", "float32"), copies=copies) if parameters else None
 
     # --- data -------------------------------------------------------------------------------
 
@@ -204,7 +225,7 @@ class Study:
     @property
     def variant_rows(self) -> int:
         """How many rows (examples x gate settings) one forward pass of an ablation or pruning job takes."""
-        return self.config["ablation"].get("variant_batch_size", {}).get(self.kind, 256)
+        return self.config["ablation"].get("variant_batch_size", {}).get(self.kind)  # None: what fits (runs.py)
 
     @property
     def importance_table(self):

@@ -18,6 +18,7 @@ from headprune.evaluation.runs import EvalSet
 from headprune.io import atomic
 from headprune.io.machine_failures import machine_failure, out_of_memory
 from headprune.models.attention_types import TOWER_TYPES
+from headprune.models.memory import limit_job_to
 
 
 def keep_freed_memory():
@@ -74,6 +75,8 @@ def failure_line(error: Exception) -> str | None:
 def logged(snakemake):
     """Send stdout, stderr (tqdm, warnings) and logging of the script to the rule's log file."""
     keep_freed_memory()  # every job: the rule runs in this process from here on
+    # its evaluations size their batches within the memory its rule asked for (SLURM's --mem)
+    limit_job_to(getattr(snakemake.resources, "mem_mb", None))
     # Progress goes to the log as plain lines (headprune.io.progress); the carriage-return bars of
     # transformers and huggingface_hub ("Loading weights", "Writing model shards") would only add noise.
     quiet_library_progress_bars()

@@ -208,3 +208,88 @@ def test_out_of_memory_is_one_line(error, monkeypatch, tmp_path, capsys):
         runs_out()
     assert "lower ablation.variant_batch_size" in failure_line(raised.value)  # a pipeline job's line
     assert failure_line(ValueError("a bug")) is None  # a bug keeps its traceback
+
+
+# --- the pipeline's side: what a job asks SLURM for, and the rows it then takes ------------------------------------
+
+
+def demo_pipeline(tmp_path, edit=lambda config: None):
+    import yaml
+
+    from headprune.config_schema import validate
+    from headprune.studies import Pipeline
+
+    root = __import__("pathlib").Path(__file__).resolve().parents[1]
+    config = yaml.safe_load((root / "demo" / "config.yaml").read_text())
+    edit(config)
+    validate(config)
+    return Pipeline(config)
+
+
+def test_the_weights_on_disk_are_counted_from_the_safetensors_headers(tmp_path):
+    from headprune.models.memory import parameters_on_disk
+
+    model = small("llama")  # tied or not, save_pretrained writes each tensor once, as parameters() counts it
+    model.save_pretrained(tmp_path / "m")
+    assert parameters_on_disk(tmp_path / "m") == sum(p.numel() for p in model.parameters())
+    assert parameters_on_disk(tmp_path / "nothing yet") is None
+
+
+def test_a_jobs_memory_worked_by_hand():
+    from headprune.models.memory import job_mb
+
+    # (MB of 2^20 bytes) 135M float32 weights (514.98 MB) + 1,024 of Python and torch + 1,536 of headroom
+    # = 3,074.98 -> 3,100
+    assert job_mb(135_000_000) == 3100
+    # 8B bfloat16 (15,258.8 MB): the headroom is 1.5 x the weights (22,888.2); 1,024 + both = 39,171 -> 39,200
+    assert job_mb(8_000_000_000, "bfloat16") == 39200
+    # training it all: four copies of the weights (weights, gradients, Adam's moments)
+    assert job_mb(135_000_000, copies=4) == 100 * -(-(1024 + 4 * 135_000_000 * 4 / 2**20 + 1536) // 100)
+
+
+def test_a_model_rule_asks_for_what_its_job_uses_and_the_config_wins(tmp_path, monkeypatch):
+    from headprune.models.memory import job_mb
+    from headprune.studies import Study
+
+    monkeypatch.setattr(Study, "model_path", property(lambda study: str(tmp_path / study.name)))
+    pipeline = demo_pipeline(tmp_path)
+    study = pipeline.study("tiny_llama")
+    default = pipeline.config["resources"]["default"]["mem_mb"]
+    assert study.resource("ablate", "mem_mb") == default  # a dry run: the model is not on disk yet
+    model = small("llama")
+    model.save_pretrained(study.model_path)
+    parameters = sum(p.numel() for p in model.parameters())
+    assert study.resource("ablate", "mem_mb") == job_mb(parameters) != default
+    assert study.resource("recover", "mem_mb") == job_mb(parameters, copies=5)
+    assert study.resource("collect", "mem_mb") == default  # loads no model
+    told = demo_pipeline(tmp_path, lambda config: config["resources"].update(ablate={"mem_mb": 1234}))
+    assert told.study("tiny_llama").resource("ablate", "mem_mb") == 1234
+    own = demo_pipeline(tmp_path, lambda config: config["models"]["tiny_llama"].update(
+        resources={"default": {"mem_mb": 4321}}))
+    assert own.study("tiny_llama").resource("ablate", "mem_mb") == 4321
+
+
+def test_unset_rows_are_what_fits_the_jobs_memory_and_the_scores_do_not_change(monkeypatch):
+    from headprune.evaluation.runs import EvalSet, EvalSettings, rows_that_fit, run, score
+    from headprune.models import memory
+
+    model = small("llama")
+    evalset = EvalSet("language_modeling", windows(6, 40), windows(6, 40), "perplexity")
+    assert rows_that_fit(model, evalset, EvalSettings()).variant_batch_size == 256  # plenty of memory: the most
+    assert rows_that_fit(model, evalset, EvalSettings(variant_batch_size=3)).variant_batch_size == 3  # as told
+    # a job whose rule asked for little: its resident memory plus room for a few rows of 40 tokens
+    row = memory.row_bytes(model, 40)
+    monkeypatch.setattr(memory, "host_rss", lambda: 1 << 30)
+    memory.limit_job_to(((1 << 30) + memory.fixed_bytes() + 5 * row) >> 20)
+    try:
+        rows = rows_that_fit(model, evalset, EvalSettings()).variant_batch_size
+        assert 1 <= rows <= 5
+        gates = gates_without(model, [all_heads(model)[0]])
+        assert score(evalset, run(model, None, evalset, gates, EvalSettings(progress=False))) == pytest.approx(
+            score(evalset, run(model, None, evalset, gates, EvalSettings(variant_batch_size=256, progress=False))),
+            rel=1e-12)
+        memory.limit_job_to(1 << 10 >> 20 or 1)  # 1 MB: below what the job holds
+        with pytest.raises(ValueError, match="not even one row of 40 tokens fits"):
+            rows_that_fit(model, evalset, EvalSettings())
+    finally:
+        memory.limit_job_to(None)

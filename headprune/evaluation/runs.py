@@ -28,6 +28,10 @@ from headprune.models.masking import Masking, as_mode, masked_as
 if TYPE_CHECKING:  # tables are read by the scripts; an evaluation job need not import pandas (0.4 s)
     import pandas as pd
 
+# The most (setting, item) rows a pass when the settings name none and memory allows: beyond it a CPU pass is no
+# faster a row (benchmarks/sweep_studies.py), and a GPU's is near its best.
+VARIANT_ROWS = 256
+
 # The model-side modules (torch, transformers: seconds to import) are imported inside the
 # functions that run a model, so that significance and plotting jobs start fast.
 
@@ -96,8 +100,9 @@ class EvalSettings:
     # a job's log and the headprune command; False: none.
     progress: bool = True
     # Several gate settings share one forward or generate() up to this many (setting, item) rows;
-    # batch_size alone decides which items share a batch, so the outputs do not depend on it.
-    variant_batch_size: int = 256
+    # batch_size alone decides which items share a batch, so the outputs do not depend on it. None: as many
+    # as fit in the memory there is (rows_that_fit), at most VARIANT_ROWS.
+    variant_batch_size: int | None = None
     # How a gate of 0 masks a head: a mode of headprune.models.masking (Zero(), the paper's, Uniform(),
     # Streaming(sink, recent), Mean(constants), Optimal(constants), Resample(pool, seed, draw, draws)), given as
     # the object, a word that needs nothing more ("zero", "uniform") or a job's params {"word": ..., its fields};
@@ -116,8 +121,36 @@ def run_variants(model, tokenizer, evalset: EvalSet, gates_list: list,
 
     The one place where a job's masking meets its model: the kind's evaluation gates the model inside
     ``masked_as(model, settings.masking)`` and names no masking of its own."""
+    settings = rows_that_fit(model, evalset, settings)
     with masked_as(model, settings.masking):
         return kind_of(evalset.kind).run_variants(model, tokenizer, evalset, gates_list, settings)
+
+
+def rows_that_fit(model, evalset: EvalSet, settings: EvalSettings) -> EvalSettings:
+    """``settings`` as told, or with as many (setting, item) rows a pass as fit in the memory there is, at most
+    ``VARIANT_ROWS`` (``headprune.models.memory``: the job's ``mem_mb``, else a headroom that grows with the
+    weights); not even one row is one line that says what is needed."""
+    if settings.variant_batch_size is not None:
+        return settings
+    from headprune.models.memory import free_bytes, sized
+
+    device = next(model.parameters()).device
+    rows = sized(model, row_positions(evalset, settings), free_bytes(model, device), None, VARIANT_ROWS,
+                 "variant_batch_size")
+    return dataclasses.replace(settings, variant_batch_size=rows)
+
+
+def row_positions(evalset: EvalSet, settings: EvalSettings) -> int:
+    """The tokens of the longest row a pass over ``evalset`` holds: its longest token sequence (a language
+    model's window; a retrieval prompt and its answer), else ``settings.max_length`` (sentences and pairs are
+    cut there; an lm-eval request is counted so too)."""
+    longest, generates = 0, 0
+    for source in evalset.sources:
+        ids = source.get("prompt_ids") if isinstance(source, dict) else source
+        if isinstance(ids, (list, tuple)) and ids and isinstance(ids[0], int):
+            longest = max(longest, len(ids))
+            generates = settings.max_new_tokens if isinstance(source, dict) else 0
+    return longest + generates if longest else settings.max_length
 
 
 def draw_settings(settings: EvalSettings) -> list[EvalSettings]:

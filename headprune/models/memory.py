@@ -10,12 +10,19 @@ the log-softmax), a fixed cost. ``MARGIN`` covers what the count leaves out (the
 
 The budget (``free_bytes``) is ``max_memory`` less what is already held, or unless told a headroom that grows with
 the weights, and never more than is free: on a GPU ``torch.cuda.mem_get_info``; on the host, MemAvailable of
-/proc/meminfo (psutil's ``available`` where /proc is not).
+/proc/meminfo (psutil's ``available`` where /proc is not). A pipeline job is told its maximum once, the memory its
+rule asked for (``limit_job_to``, from Snakemake's ``mem_mb``), and a rule asks for what its job will use
+(``job_mb``): the weights, once or more where it trains them, Python and torch's own, and the same headroom. Everything above ``free_bytes`` imports no torch: the workflow plans
+with it.
 """
 from __future__ import annotations
 
+import json
+import math
 import os
 import re
+import struct
+from pathlib import Path
 
 MARGIN = 1.5  # each row counted half as large again
 FIXED_SLACK = 64 << 20  # the allocator's and Python's own, beside the logits' chunk
@@ -23,6 +30,11 @@ FIXED_SLACK = 64 << 20  # the allocator's and Python's own, beside the logits' c
 # times its weights if more: batches grow with the model, not with whatever memory the machine has free
 HEADROOM = 3 << 29  # 1.5 GB
 HEADROOM_PER_WEIGHT = 1.5
+PROCESS = 1 << 30  # what a job holds before its model: Python, torch, transformers, the tokenizer, the data
+JOB_MAXIMUM: int | None = None  # a pipeline job's memory (limit_job_to): the budget when no max_memory is given
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "F32": 4, "F16": 2, "BF16": 2, "F64": 8, "I64": 8,
+               "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
+WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.pth")
 UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "M": 1 << 20, "MB": 1 << 20, "G": 1 << 30, "GB": 1 << 30,
          "T": 1 << 40, "TB": 1 << 40}
 
@@ -104,6 +116,8 @@ def free_bytes(model, device=None, max_memory: int | None = None) -> int:
     device = torch.device(device or "cpu")
     on_gpu = device.type == "cuda"
     free = torch.cuda.mem_get_info(device)[0] if on_gpu else host_available()
+    if max_memory is None and not on_gpu:
+        max_memory = JOB_MAXIMUM  # the host memory the job's rule asked for (SLURM's --mem)
     if max_memory is None:
         return min(free, max(HEADROOM, int(HEADROOM_PER_WEIGHT * weight_bytes(model))))
     return min(free, max_memory - (torch.cuda.memory_allocated(device) if on_gpu else host_rss()))
@@ -129,3 +143,46 @@ def sized(model, positions: int, budget: int, wanted: int | None, default: int, 
         raise ValueError(f"{what} {wanted}: about {gigabytes(fixed_bytes() + wanted * row_bytes(model, positions, gradients=gradients))} "
                          f"needed at {positions} tokens a row, {gigabytes(budget)} free: at most {fits} fit")
     return wanted
+
+
+# --- a pipeline job's memory (no torch: the workflow plans with it) -----------------------------------------------
+
+
+def limit_job_to(mem_mb) -> None:
+    """A job's evaluations size their batches within ``mem_mb`` megabytes (the memory its rule asked for);
+    None or 0: within the headroom, as outside the pipeline."""
+    global JOB_MAXIMUM
+    JOB_MAXIMUM = int(mem_mb) << 20 if mem_mb else None
+
+
+def parameters_on_disk(folder) -> int | None:
+    """How many parameters the weights in a model folder hold: counted from the safetensors headers (no weight is
+    read), else from the pickled files' sizes at 4 bytes a parameter; None where there are no weights (yet)."""
+    folder = Path(folder)
+    files = [folder] if folder.is_file() else sorted(f for pattern in WEIGHT_FILES for f in folder.glob(pattern))
+    if not files:
+        return None
+    count = 0
+    for path in files:
+        if path.suffix != ".safetensors":
+            count += path.stat().st_size // 4
+            continue
+        with path.open("rb") as handle:
+            (length,) = struct.unpack("<Q", handle.read(8))
+            header = json.loads(handle.read(length))
+        count += sum(math.prod(entry["shape"]) for name, entry in header.items() if name != "__metadata__")
+    return count
+
+
+def job_mb(parameters: int, dtype: str = "float32", *, copies: int = 1) -> int:
+    """The megabytes a job of a model of ``parameters`` in ``dtype`` asks for: Python and torch's own, ``copies``
+    of the weights (4 where it trains them all: weights, gradients, Adam's two moments; 5 with a teacher), and the
+    headroom its batches are sized to (``free_bytes``), rounded up to 100 MB.
+
+    >>> job_mb(135_000_000)  # SmolLM2-135M in float32: 1 GB + 0.54 GB of weights + 1.5 GB of headroom
+    3100
+    """
+    weights = parameters * DTYPE_BYTES[dtype]
+    headroom = max(HEADROOM, int(HEADROOM_PER_WEIGHT * weights))
+    total = PROCESS + copies * weights + headroom
+    return 100 * math.ceil(total / (100 << 20))
