@@ -346,3 +346,47 @@ def test_a_percent_between_the_curves_steps_takes_the_step_below():
     assert (at30["percent_pruned"], at30["heads"], at30["score_pruned"]) == (20.0, [("dec_self", 0, 1)], 30.0)
     assert (at40["heads"], at40["score_pruned"], at40["score_unpruned"]) == ([("dec_self", 0, 1), ("dec_self", 1, 3)],
                                                                              50.0, 10.0)
+
+
+def test_a_translation_study_recovers_on_its_training_bitext(tmp_path):
+    """Not the importance sets the screens read, nor a test set: translation.train_sets' first (the demo's 'train';
+    the importance sets where it names none)."""
+    from headprune import stages
+
+    demo = demo_with(tmp_path, lambda c: c["experiments"]["recovery"].append(c["translation"]["name"]))
+    study = demo.study(demo.translation_name)
+    train = stages.recovery.params(study)["train"]
+    assert demo.config["translation"]["train_sets"] == ["train"]
+    assert (train["source"], train["reference"]) == tuple(demo.testset_files("train"))
+    assert train["max_items"] == demo.config["recovery"]["train_items"] and train["name"] == "train (recovery)"
+    assert set(stages.recovery.train_data(study)) == set(demo.testset_files("train"))
+    tested = {f for role in ("eval", "ood", "selection", "test") if study.evalset_name(role)
+              for f in demo.testset_files(study.evalset_name(role))}
+    assert not tested & set(stages.recovery.train_data(study))
+
+    def without_train_sets(config):
+        config["experiments"]["recovery"].append(config["translation"]["name"])
+        del config["translation"]["train_sets"]
+
+    fallback = demo_with(tmp_path, without_train_sets)
+    first = fallback.config["translation"]["importance_sets"][0]
+    assert stages.recovery.params(fallback.study(fallback.translation_name))["train"]["source"] == \
+        fallback.testset_files(first)[0]
+
+
+@pytest.mark.parametrize("method", ["lora", "full", "distill"])
+def test_each_method_trains_an_encoder_decoder(method):
+    """A translation model (FSMT) pruned and recovered on its own batches: the loss falls, and distillation's KL
+    is over the target's positions (the decoder's mask), which the source's mask does not fit."""
+    from conftest import fsmt_batch, tiny_fsmt
+
+    torch.manual_seed(0)
+    full = tiny_fsmt().float()
+    pruned = copy.deepcopy(full)
+    remove_heads(pruned, [("enc_self", 0, 1), ("dec_self", 1, 2), ("enc_dec", 0, 0)])
+    batches = [fsmt_batch(seed=s) for s in (1, 2)]
+    batches[1] = {k: v for k, v in fsmt_batch(seed=2, src_len=9, tgt_len=5).items()}  # source and target differ
+    settings = RecoverySettings(steps=30, lr=3e-3, batch_size=3, seed=0, lora_rank=4, lora_alpha=8)
+    done = recovery.train(recovery.method_of(method), pruned, full if method == "distill" else None, batches,
+                          settings, torch.device("cpu"), progress=False)
+    assert done["last_loss"] < done["first_loss"]

@@ -31,14 +31,15 @@ def eval_data(study):
 
 
 def train_data(study):
-    """The files the training items are drawn from: an LM's windows, a GLUE task's folder."""
-    return study.importance_data
+    """The files the training items are drawn from: an LM's windows, a GLUE task's folder, the training bitext."""
+    return study.scoring.train_data(study)
 
 
 def train_spec(study) -> dict:
     """The training items (headprune.workflow.load_evalset reads them): recovery.train_items windows of an LM's
-    training split, or a seeded subset of a GLUE task's train set; never the test set."""
-    spec = study.scoring.screen_evalset_spec(study, study.config["recovery"]["train_items"])
+    training split, a seeded subset of a GLUE task's train set, or the first sentence pairs of translation.train_sets;
+    never the test set."""
+    spec = study.scoring.recovery_evalset_spec(study, study.config["recovery"]["train_items"])
     return {**spec, "name": spec["name"].replace("screen", "recovery").replace("(screen)", "(recovery)")}
 
 

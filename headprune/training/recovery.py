@@ -156,7 +156,8 @@ class Distill(Full):
         output = trained(**batch)
         with torch.no_grad():
             target = teacher(**{k: v for k, v in batch.items() if k != "labels"}).logits
-        mask = batch.get("attention_mask") if output.logits.dim() == 3 else None
+        # the positions the logits are of: the target's in an encoder-decoder, the input's in a language model
+        mask = batch.get("decoder_attention_mask", batch.get("attention_mask")) if output.logits.dim() == 3 else None
         kl = distillation_loss(output.logits, target, settings.temperature, mask)
         return (1 - settings.distill_weight) * output.loss + settings.distill_weight * kl
 

@@ -124,8 +124,13 @@ class Kind(abc.ABC):
                           f"which {self.name} studies ({study.name}) do not have; use first_order, fisher or importance")
 
     def train_data(self, study) -> list[str]:
-        """The training data files (gates, roles)."""
+        """The training data files (gates, roles, recovery)."""
         return study.importance_data
+
+    def recovery_evalset_spec(self, study, items: int) -> dict:
+        """The items recovery after pruning trains on (``load_evalset`` reads them): ``items`` of the training data
+        in ``train_data``, never the test set; where that is the importance data, the screen's draw of it."""
+        return self.screen_evalset_spec(study, items)
 
     @abc.abstractmethod
     def train_spec(self, study, batch_size: int) -> dict:

@@ -106,6 +106,14 @@ class Kind(base.VoitaRoles, base.Kind):
     def train_data(self, study):
         return [f for name in study.pipeline.translation_train_sets for f in study.pipeline.testset_files(name)]
 
+    def recovery_evalset_spec(self, study, items):
+        # the first ``items`` sentence pairs of the training bitext (translation.train_sets; the importance sets
+        # where it names none)
+        name = study.pipeline.translation_train_sets[0]
+        source, reference = study.pipeline.testset_files(name)
+        return {"kind": "translation", "source": source, "reference": reference,
+                "lang": study.config["translation"]["tgt_lang"], "max_items": items, "name": f"{name} (recovery)"}
+
     def train_spec(self, study, batch_size):
         concrete = study.config["concrete"]
         return {"kind": "translation", "sets": self._sets(study, study.pipeline.translation_train_sets),
