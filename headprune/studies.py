@@ -23,7 +23,7 @@ from headprune import stages
 from headprune.config_checks import check_config
 from headprune.data.glue import glue_task_spec
 from headprune.evaluation.kinds import KINDS, kind_of  # noqa: F401 (KINDS: the config's kinds)
-from headprune.evaluation.kinds.base import ConfigError
+from headprune.io.config_error import ConfigError
 from headprune.evaluation.kinds.language_modeling import LM_SPLITS
 from headprune.io.download import local_source
 from headprune.models.attention_types import TOWER_TYPES

@@ -15,7 +15,8 @@ from headprune.evaluation import stats
 from headprune.evaluation.kinds import kind_of
 from headprune.evaluation.runs import EvalSettings, gates_without, run_variants, score
 from headprune.models.heads import gated
-from headprune.studies import ConfigError, Pipeline
+from headprune.io.config_error import ConfigError
+from headprune.studies import Pipeline
 from headprune import stages
 
 lm_eval = pytest.importorskip("lm_eval")

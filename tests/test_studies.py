@@ -10,7 +10,8 @@ from headprune.config_schema import validate
 
 from headprune.stages.ablation import chunk_items, chunks
 from headprune.stages.concrete import penalty_name
-from headprune.studies import ConfigError, Pipeline
+from headprune.io.config_error import ConfigError
+from headprune.studies import Pipeline
 from headprune import stages
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -37,7 +37,7 @@ rule toy:
     "headprune/stages/toy.py": '''"""A toy stage (rules/toy.smk): a study's heads counted."""
 from __future__ import annotations
 
-from headprune.evaluation.kinds.base import ConfigError
+from headprune.io.config_error import ConfigError
 
 EXPERIMENTS = ("toy",)
 

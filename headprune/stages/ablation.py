@@ -2,7 +2,7 @@
 (ablation.strategy), the full model, the significance tests, and one head per layer."""
 from __future__ import annotations
 
-from headprune.evaluation.kinds.base import ConfigError
+from headprune.io.config_error import ConfigError
 from headprune.stages import constants
 
 EXPERIMENTS = ("ablation", "cross_domain", "one_head_per_layer")

@@ -2,7 +2,7 @@
 single-head ablation, the importance-order pruning curve and one head per layer."""
 from __future__ import annotations
 
-from headprune.evaluation.kinds.base import ConfigError
+from headprune.io.config_error import ConfigError
 from headprune.models.masking import MODES
 from headprune.stages import constants
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from headprune.analyses.criteria import READS, WAITS_FOR_ABLATION
-from headprune.evaluation.kinds.base import ConfigError
+from headprune.io.config_error import ConfigError
 from headprune.stages import constants
 from headprune.stages.ablation import full_model_roles
 

@@ -5,7 +5,7 @@ compensation beside them; one job per study writes <study>/recovery.csv and expo
 (the first percent) to <study>/recovered/."""
 from __future__ import annotations
 
-from headprune.evaluation.kinds.base import ConfigError
+from headprune.io.config_error import ConfigError
 from headprune.stages import pruning
 
 EXPERIMENTS = ("recovery",)

@@ -3,7 +3,7 @@ experiment (the top-K retrieval heads masked against K random heads) and the ret
 from __future__ import annotations
 
 from headprune.evaluation.kinds import kind_of
-from headprune.evaluation.kinds.base import ConfigError
+from headprune.io.config_error import ConfigError
 from headprune.stages import constants
 
 EXPERIMENTS = ("retrieval_heads",)

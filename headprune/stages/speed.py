@@ -3,7 +3,7 @@ pruned one with the least important heads physically removed."""
 from __future__ import annotations
 
 from headprune.evaluation.kinds import kind_of
-from headprune.evaluation.kinds.base import ConfigError
+from headprune.io.config_error import ConfigError
 
 
 def eval_data(study):

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import abc
 
-
-class ConfigError(ValueError):
-    """A config that cannot be run; the message names the key."""
+from headprune.io.config_error import ConfigError
 
 
 class Kind(abc.ABC):

@@ -6,6 +6,7 @@ import numpy as np
 
 from headprune.evaluation import metrics, stats
 from headprune.evaluation.kinds import base
+from headprune.io.config_error import ConfigError
 
 
 class Kind(base.VoitaRoles, base.Kind):
@@ -66,9 +67,9 @@ class Kind(base.VoitaRoles, base.Kind):
 
     def check(self, pipeline, study, entry):
         if "task" not in entry:
-            raise base.ConfigError(f"config: models.{study} is a classification study: it needs 'task'")
+            raise ConfigError(f"config: models.{study} is a classification study: it needs 'task'")
         if entry["task"] not in pipeline.glue:
-            raise base.ConfigError(f"config: models.{study}.task names '{entry['task']}', which is not a glue entry")
+            raise ConfigError(f"config: models.{study}.task names '{entry['task']}', which is not a glue entry")
 
     def finetuned(self, study):
         return study.entry.get("finetune", True) is not False

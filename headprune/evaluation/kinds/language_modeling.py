@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from headprune.evaluation.kinds import base
+from headprune.io.config_error import ConfigError
 
 # The splits of a language-modelling study's corpus, by role, and their defaults.
 LM_SPLITS = {"eval_split": "test", "selection_split": "validation", "test_split": "test", "importance_split": "train"}
@@ -57,19 +58,19 @@ class Kind(base.Kind):
 
     def check(self, pipeline, study, entry):
         if "corpus" not in entry:
-            raise base.ConfigError(f"config: models.{study} is a language_modeling study: it needs 'corpus'")
+            raise ConfigError(f"config: models.{study} is a language_modeling study: it needs 'corpus'")
         corpus = pipeline.corpora.get(entry["corpus"])
         if corpus is None:
-            raise base.ConfigError(f"config: models.{study}.corpus names '{entry['corpus']}', which is not in corpora")
+            raise ConfigError(f"config: models.{study}.corpus names '{entry['corpus']}', which is not in corpora")
         splits = corpus_splits(corpus)
         for key, default in LM_SPLITS.items():
             if entry.get(key, default) not in splits:
-                raise base.ConfigError(f"config: models.{study}.{key} is '{entry.get(key, default)}', "
+                raise ConfigError(f"config: models.{study}.{key} is '{entry.get(key, default)}', "
                                   f"not one of corpora.{entry['corpus']}.splits {splits}")
 
     def evalset_name(self, study, role):
         if role == "ood":
-                raise base.ConfigError(f"config: {study.name} is a language-modelling study: it has no out-of-domain set")
+            raise ConfigError(f"config: {study.name} is a language-modelling study: it has no out-of-domain set")
         return study.lm_split(f"{role}_split")
 
     def evalset_spec(self, study, role, name):
@@ -113,7 +114,7 @@ class Kind(base.Kind):
 
     def parse_text(self, study):
         # a language model's roles (previous-token, induction, sink, retrieval) are read from its windows
-        raise base.ConfigError(f"{study.name}: a {self.name} study's head roles parse no text")
+        raise ConfigError(f"{study.name}: a {self.name} study's head roles parse no text")
 
     def roles_params(self, study, roles):
         return {"windows": study.lm.evalset_spec("eval"), "items": None, "max_windows": roles["lm_windows"],
@@ -137,7 +138,7 @@ class ScoresLanguageModel(Kind):
     def check(self, pipeline, study, entry):
         lm = pipeline.models.get(entry["model"], {})
         if lm.get("kind") != "language_modeling":
-            raise base.ConfigError(f"config: models.{study}.model names '{entry['model']}', which is not a "
+            raise ConfigError(f"config: models.{study}.model names '{entry['model']}', which is not a "
                                    "language_modeling entry of models")
 
     def scoring_batches(self, tokenizer, evalset, batch_size, max_length):

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from headprune.evaluation.kinds import base
+from headprune.io.config_error import ConfigError
 from headprune.evaluation.kinds.language_modeling import ScoresLanguageModel
 
 
@@ -82,7 +83,7 @@ class Kind(ScoresLanguageModel):
 
     def evalset_name(self, study, role):
         if role == "ood":
-            raise base.ConfigError(f"config: {study.name} is scored on an lm-evaluation-harness task: it has no "
+            raise ConfigError(f"config: {study.name} is scored on an lm-evaluation-harness task: it has no "
                                    "out-of-domain set")
         # Tables 2-3 choose a head on the selection set: the task's own items unless selection_task names others
         return study.entry.get("selection_task", study.entry["task"]) if role == "selection" else study.entry["task"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from headprune.evaluation.kinds import base
+from headprune.io.config_error import ConfigError
 from headprune.evaluation.kinds.language_modeling import ScoresLanguageModel, corpus_splits
 
 
@@ -56,7 +57,7 @@ class Kind(ScoresLanguageModel):
         if "haystack_split" in entry:
             splits = corpus_splits(pipeline.corpora[lm["corpus"]])
             if entry["haystack_split"] not in splits:
-                raise base.ConfigError(f"config: models.{study}.haystack_split is '{entry['haystack_split']}', "
+                raise ConfigError(f"config: models.{study}.haystack_split is '{entry['haystack_split']}', "
                                   f"not one of corpora.{lm['corpus']}.splits {splits}")
 
     def evalset_name(self, study, role):
