@@ -24,7 +24,7 @@ rule toy:
     output:
         report(f"{RESULTS}/{{study}}/toy.csv", caption="../report/workflow.rst", category="Toy", subcategory="{study}"),
     params:
-        heads=of_study(stages.toy.heads),
+        heads=stage_answer(stages.toy.heads),
         repeats=config["toy"]["repeats"],
     log:
         f"{RESULTS}/logs/toy/{{study}}.log",

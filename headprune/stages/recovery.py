@@ -38,7 +38,7 @@ def train_data(study):
 def train_spec(study) -> dict:
     """The training items (headprune.workflow.load_evalset reads them): recovery.train_items windows of an LM's
     training split, or a seeded subset of a GLUE task's train set; never the test set."""
-    spec = study.scoring.screen_evalset_spec(study, study.config["recovery"]["train_items"])
+    spec = study.kind.screen_evalset_spec(study, study.config["recovery"]["train_items"])
     return {**spec, "name": spec["name"].replace("screen", "recovery").replace("(screen)", "(recovery)")}
 
 
@@ -89,5 +89,5 @@ def check(pipeline):
         try:
             train_spec(study)
         except ConfigError:
-            raise ConfigError(f"config: experiments.recovery names '{study.name}', a {study.kind} study, which has "
+            raise ConfigError(f"config: experiments.recovery names '{study.name}', a {study.kind.name} study, which has "
                               "no training data of its own to recover on") from None

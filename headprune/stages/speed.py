@@ -8,7 +8,7 @@ from headprune.io.config_error import ConfigError
 
 def eval_data(study):
     """Only the eval set: newstest2013 (translation), the GLUE task's folder (its eval split), the LM's windows."""
-    return study.scoring.speed_data(study)
+    return study.kind.speed_data(study)
 
 
 def params(study):
@@ -23,7 +23,7 @@ def params(study):
                 "variants": list(speed.get("variants", ["original", "pruned"]))}
     if len(speed.get("engines", ())) > 1:  # llama.cpp too (a causal LM's variants as GGUF files); PyTorch alone
         settings["engines"] = list(speed["engines"])  # is the default, left out so that its jobs do not rerun
-    settings.update(study.scoring.speed_settings(study, speed))
+    settings.update(study.kind.speed_settings(study, speed))
     return {"eval": evalset, "settings": settings}
 
 
