@@ -5,7 +5,8 @@ how gate variants are run over it, the score and the scores beside it, the paire
 resamples, which test sets play which role and what the study's jobs are told) lives in that way's
 class; the experiments (``headprune.evaluation.runs``, ``sweeps``) and the study resolution
 (``headprune.studies``) call its methods and never branch on its name. A new kind of score is one new
-file here, a line in ``KINDS``, and its entry in the config schema.
+file here (its config keys included: ``config_properties``, ``config_required``, which ``headprune.config_schema``
+merges into a ``models`` entry's schema) and a line in ``KINDS``.
 
 Torch-free to import: Snakemake imports the kinds to plan the run (the entries are lazy).
 """

@@ -36,6 +36,11 @@ class Kind(abc.ABC):
     # The towers ("vision", "audio") whose inputs its evaluation sets carry, so that a study of this kind may study
     # their heads (models.<study>.towers): none yet, as every kind scores text, on which a tower never runs
     towers: tuple[str, ...] = ()
+    # Its part of a ``models`` entry's schema (``headprune.config_schema`` merges every kind's in): the keys only
+    # studies of this kind read, with their JSON schema, and the keys an entry of this kind must give beside
+    # ``kind``. A key two kinds read alike is described alike by both; the schema file describes the keys of all.
+    config_properties: dict = {}
+    config_required: tuple[str, ...] = ("source", "layers", "heads")  # a model of its own: where, and its shape
 
     def __init__(self):
         missing = [attribute for attribute in self.REQUIRED_ATTRIBUTES if not hasattr(self, attribute)]

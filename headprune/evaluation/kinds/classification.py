@@ -15,6 +15,17 @@ class Kind(base.VoitaRoles, base.Kind):
     timed_as = "encoder classifier ({family})"
     timed_outputs = "predictions"
     decisive_p = "p_ttest"
+    config_properties = {
+        "finetune": {"type": ["boolean", "object"], "default": True,
+                     "description": "fine-tune source on task with bert.finetune (an object: with these of its settings "
+                                    "changed, e.g. {epochs: 5}); false: the source is fine-tuned already",
+                     "additionalProperties": False,
+                     "properties": {"epochs": {"type": "number", "exclusiveMinimum": 0},
+                                    "lr": {"type": "number", "exclusiveMinimum": 0},
+                                    "batch_size": {"type": "integer", "minimum": 1},
+                                    "max_length": {"type": "integer", "minimum": 8},
+                                    "seed": {"$ref": "#/definitions/seed"},
+                                    "warmup_fraction": {"type": "number", "minimum": 0, "maximum": 1}}}}
 
     def load_evalset(self, spec):
         from headprune.data.datasets import subset

@@ -19,6 +19,17 @@ class Kind(base.Kind):
     timed_as = "causal LM ({family})"
     timed_outputs = "next-token predictions"
     language_model = True
+    config_properties = {
+        "corpus": {"type": "string", "description": "the corpora entry it is scored on"},
+        "window": {"type": "integer", "minimum": 2, "default": 1024, "description": "tokens per perplexity window"},
+        "eval_split": {"type": "string", "default": "test"},
+        "selection_split": {"type": "string", "default": "validation", "description": "one head per layer: choose the head"},
+        "test_split": {"type": "string", "default": "test", "description": "one head per layer: report the change"},
+        "max_windows": {"type": ["integer", "null"], "minimum": 1, "default": None,
+                        "description": "windows of each eval split (null: all)"},
+        "importance_windows": {"type": ["integer", "null"], "minimum": 1, "default": 256,
+                               "description": "windows of importance_split I_h (and gates) are estimated on (the "
+                                              "first ones)"}}
 
     def load_evalset(self, spec):
         from headprune.evaluation.perplexity import load_windows
@@ -130,6 +141,9 @@ class ScoresLanguageModel(Kind):
     architecture, corpus, importance (I_h on its text) and resources are its own."""
 
     scores_another_study = True
+    config_properties = {"model": {"type": "string", "description": "the language_modeling study whose model (and "
+                                                                    "corpus) it scores"}}
+    config_required = ("model",)
 
     def screen_evalset_spec(self, study, items):
         # its own score on data that is not its test set would need items of its own kind: none yet

@@ -26,6 +26,26 @@ def task_file(task: str) -> Path | None:
 class Kind(ScoresLanguageModel):
     name = "lm_eval"
     wu_score = "task"  # Wu et al.'s experiment scored on the task: do the retrieval heads matter for it?
+    config_properties = {
+        **ScoresLanguageModel.config_properties,
+        "num_fewshot": {"type": "integer", "minimum": 0, "description": "few-shot examples per prompt (default 0; a "
+                        "task whose YAML says 0 stays 0, as in lm-eval)"},
+        "limit": {"type": ["integer", "null"], "minimum": 1, "description": "the task's first items scored (null: all)"},
+        "metric": {"type": "string", "pattern": "^[A-Za-z0-9_.-]+(,[A-Za-z0-9_. -]+)?$",
+                   "description": "the task's metric that is the study's score (acc, acc_norm, exact_match, "
+                                  "'exact_match,strict-match' with a filter, word_perplexity): higher or lower is "
+                                  "better as the task says"},
+        "fewshot_seed": {"$ref": "#/definitions/seed", "description": "seed of the few-shot examples (default 1234, "
+                                                                      "lm-eval's)"},
+        "retrieval_study": {"type": "string", "minLength": 1, "description": "the retrieval study whose retrieval "
+                            "heads Wu et al.'s experiment masks (default: the one of its model in "
+                            "experiments.retrieval_heads)"},
+        "selection_task": {"type": "string", "minLength": 1, "description": "the task one head per layer chooses its "
+                                                                            "head on (default: the task itself)"},
+        "importance_items": {"type": "integer", "minimum": 1, "description": "documents of importance_split I_h is "
+                                                                             "estimated on (default 500, the first "
+                                                                             "ones)"}}
+    config_required = ("model", "task", "metric")
 
     def load_evalset(self, spec):
         from headprune.evaluation.lm_tasks import load_task

@@ -15,6 +15,29 @@ class Kind(ScoresLanguageModel):
     drawn_beside_perplexity = True
     wu_score = "retrieval"
     finds_retrieval_heads = True
+    config_properties = {
+        **ScoresLanguageModel.config_properties,
+        "context_lengths": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 8},
+                            "description": "haystack lengths in tokens of the model (needle included)"},
+        "depths": {"type": "array", "minItems": 1, "items": {"type": "number", "minimum": 0, "maximum": 100},
+                   "description": "where the needle goes, in percent of the haystack (0: first)"},
+        "needles_per_setting": {"type": "integer", "minimum": 1, "description": "items per (length, depth); default 1"},
+        "haystack_split": {"type": "string", "description": "the corpus split eval items are cut from (default: the "
+                           "model's eval_split); one head per layer cuts its selection items from selection_split"},
+        "needle": {"type": "string", "description": "the needle sentence, with {value} (default 'The special magic "
+                                                    "number is {value}.')"},
+        "question": {"type": "string", "description": "asked after the haystack (default 'What is the special magic "
+                                                      "number mentioned in the text?')"},
+        "answer_prefix": {"type": "string", "description": "text the answer starts with, after the question or the "
+                                                           "chat template's generation prompt (default none)"},
+        "value_digits": {"type": "integer", "minimum": 1, "maximum": 18, "description": "digits of the value (default 5)"},
+        "chat_template": {"type": "boolean", "description": "wrap the question in the tokenizer's chat template when "
+                                                            "it has one (default true)"},
+        "max_new_tokens": {"type": "integer", "minimum": 1, "description": "tokens decoded greedily per answer "
+                                                                           "(default 32: instruct models restate the "
+                                                                           "question first)"},
+        "seed": {"$ref": "#/definitions/seed", "description": "items are drawn once from this seed (default 0)"}}
+    config_required = ("model", "context_lengths", "depths")
 
     def load_evalset(self, spec):
         from headprune.data.retrieval import read_items

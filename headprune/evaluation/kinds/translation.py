@@ -11,6 +11,12 @@ class Kind(base.VoitaRoles, base.Kind):
     attention_types = ["enc_self", "enc_dec", "dec_self"]
     timed_as = "translation model, beam search"
     timed_outputs = "translations"
+    config_properties = {
+        "src_code": {"type": "string", "description": "the tokenizer's source language code (mBART, NLLB: eng_Latn)"},
+        "tgt_code": {"type": "string", "description": "the target language code, forced as the first token"},
+        "source_prefix": {"type": "string", "description": "text put before every source sentence (T5: 'translate "
+                          "English to French: '); default: the one the checkpoint's config declares for the languages "
+                          "(task_specific_params)"}}
 
     def load_evalset(self, spec):
         from headprune.data.datasets import read_lines
