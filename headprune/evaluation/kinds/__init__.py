@@ -36,3 +36,18 @@ def kind_of(name: str) -> Kind:
     if name not in KINDS:
         raise ValueError(KINDS.unknown(name))
     return KINDS[name]()
+
+
+def load_model(source, kind: str | None = None, **options):
+    """(model, tokenizer) of ``source`` (a hub id, a model folder, pruned or not, or a fairseq tarball) loaded as a
+    study of ``kind`` loads its model: any kind of score (a retrieval or lm_eval study's model is a causal LM), by
+    default the one ``headprune.models.loading.guess_kind`` reads from the folder. ``options``: ``device``,
+    ``dtype``, ``src_lang``, ``tgt_lang``, ``revision``, ``towers`` (``headprune.models.loading.load_model``).
+
+    >>> model, tokenizer = load_model("tiny", "lm_eval")  # the README's tiny Llama, as an lm_eval study loads it
+    >>> type(model).__name__
+    'LlamaForCausalLM'
+    """
+    from headprune.models import loading
+
+    return loading.load_model(source, kind_of(kind).model_kind if kind is not None else None, **options)

@@ -15,6 +15,10 @@ class Kind(base.VoitaRoles, base.Kind):
     timed_as = "encoder classifier ({family})"
     timed_outputs = "predictions"
     decisive_p = "p_ttest"
+    model_kind = "classification"
+    data_help = ("a GLUE-format TSV (.tsv: header text_a<TAB>text_b<TAB>label, integer labels), scored by --metric: "
+                 f"{', '.join(metrics.CLASSIFICATION_METRICS)} (default: accuracy)")
+    data_suffixes = (".tsv",)
     config_properties = {
         "finetune": {"type": ["boolean", "object"], "default": True,
                      "description": "fine-tune source on task with bert.finetune (an object: with these of its settings "
@@ -68,6 +72,20 @@ class Kind(base.VoitaRoles, base.Kind):
         keep = subset(list(range(len(pairs))), data["max_items"], data["seed"])
         return classification_batches(tokenizer, [pairs[i] for i in keep], [labels[i] for i in keep],
                                       data["batch_size"], data["max_length"])
+
+    def evalset_from_file(self, path, tokenizer, options):
+        from pathlib import Path
+
+        from headprune.data.glue import read_glue_split
+        from headprune.evaluation.evalset import EvalSet
+
+        metric = options["metric"] or "accuracy"
+        if metric not in metrics.CLASSIFICATION_METRICS:
+            raise ValueError(f"--metric {metric}: not a classification metric ({', '.join(metrics.CLASSIFICATION_METRICS)})")
+        pairs, labels = read_glue_split(path)  # as analyses.sweeps.evalset_from_tsv
+        limit = options["max_items"]
+        evalset = EvalSet("classification", labels[:limit], pairs[:limit], metric)
+        return evalset, Path(path).stem, f"a GLUE-format TSV, {len(evalset)} examples: classification, scored by {metric}"
 
     def load_model(self, path, device, study, options):
         from headprune.models.loading import load_classifier

@@ -2,6 +2,8 @@
 (lower is better); significance by a paired bootstrap over windows."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from headprune.evaluation.kinds import base
 from headprune.io.config_error import ConfigError
 
@@ -19,6 +21,9 @@ class Kind(base.Kind):
     timed_as = "causal LM ({family})"
     timed_outputs = "next-token predictions"
     language_model = True
+    model_kind = "language_modeling"
+    data_help = "a text corpus (.txt), scored by perplexity over windows of --window tokens"
+    data_suffixes = (".txt",)
     config_properties = {
         "corpus": {"type": "string", "description": "the corpora entry it is scored on"},
         "window": {"type": "integer", "minimum": 2, "default": 1024, "description": "tokens per perplexity window"},
@@ -64,6 +69,19 @@ class Kind(base.Kind):
         from headprune.evaluation.perplexity import load_windows, window_batches
 
         return window_batches(load_windows(data["windows"], data["max_items"]), data["batch_size"])
+
+    def evalset_from_file(self, path, tokenizer, options):
+        from headprune.evaluation.evalset import EvalSet
+        from headprune.evaluation.perplexity import windows
+
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except UnicodeDecodeError as error:
+            raise ValueError(f"not UTF-8 text ({error})") from None
+        window = options["window"]
+        chunks = windows(tokenizer, text, window, options["max_items"])  # as analyses.sweeps.evalset_from_text
+        return (EvalSet("language_modeling", chunks, chunks, "perplexity"), f"{Path(path).stem} ({window}-token windows)",
+                f"a text corpus: language modelling, perplexity over {len(chunks)} windows of {window} tokens")
 
     # --- resolution ---------------------------------------------------------------------------
 
@@ -141,6 +159,7 @@ class ScoresLanguageModel(Kind):
     architecture, corpus, importance (I_h on its text) and resources are its own."""
 
     scores_another_study = True
+    data_suffixes = ()  # a text corpus is its language model's
     config_properties = {"model": {"type": "string", "description": "the language_modeling study whose model (and "
                                                                     "corpus) it scores"}}
     config_required = ("model",)

@@ -17,6 +17,8 @@ from headprune.evaluation.kinds import base
 from headprune.io.config_error import ConfigError
 from headprune.evaluation.kinds.language_modeling import ScoresLanguageModel
 
+FEWSHOT_SEED = 1234  # lm-evaluation-harness's own default
+
 
 def task_file(task: str) -> Path | None:
     """A task named by its YAML file (a path), or None for a registry name."""
@@ -26,6 +28,9 @@ def task_file(task: str) -> Path | None:
 class Kind(ScoresLanguageModel):
     name = "lm_eval"
     wu_score = "task"  # Wu et al.'s experiment scored on the task: do the retrieval heads matter for it?
+    data_help = ("an lm-evaluation-harness task's YAML (.yaml), scored by --metric, one the task computes (default: "
+                 "acc), with --num-fewshot examples (default: 0)")
+    data_suffixes = (".yaml", ".yml")
     config_properties = {
         **ScoresLanguageModel.config_properties,
         "num_fewshot": {"type": "integer", "minimum": 0, "description": "few-shot examples per prompt (default 0; a "
@@ -84,6 +89,13 @@ class Kind(ScoresLanguageModel):
         boot = stats.paired_bootstrap(aggregated, full, ablated, evalset.references, n_resamples=resamples, seed=seed)
         return base.bootstrap_only(boot.p_value)
 
+    def evalset_from_file(self, path, tokenizer, options):
+        shots = options["num_fewshot"] or 0
+        evalset = self.load_evalset({"task": str(path), "num_fewshot": shots, "limit": options["max_items"],
+                                     "fewshot_seed": FEWSHOT_SEED, "metric": options["metric"] or "acc"})
+        return (evalset, f"{Path(path).stem} ({shots}-shot)",
+                f"an lm-evaluation-harness task, {len(evalset)} documents: lm_eval, scored by {evalset.metric}")
+
     def importance_batches(self, tokenizer, data, model=None):
         from headprune.evaluation.lm_task_loss import importance_split, task_loss_batches
         from headprune.evaluation.lm_tasks import TaskError, load_task
@@ -113,7 +125,7 @@ class Kind(ScoresLanguageModel):
         shots = entry.get("num_fewshot", 0)
         label = task_file(name).stem if task_file(name) else name
         return {"kind": "lm_eval", "task": name, "num_fewshot": shots, "limit": entry.get("limit"),
-                "fewshot_seed": entry.get("fewshot_seed", 1234), "metric": entry["metric"],
+                "fewshot_seed": entry.get("fewshot_seed", FEWSHOT_SEED), "metric": entry["metric"],
                 "name": f"{label} ({shots}-shot)", "max_items": None}
 
     def eval_data(self, study, roles):
@@ -135,7 +147,7 @@ class Kind(ScoresLanguageModel):
         if entry.get("importance_split") == "corpus":
             return study.lm.importance_spec
         return {"kind": "lm_eval", "study": study.name, "task": entry["task"], "split": entry.get("importance_split"),
-                "num_fewshot": entry.get("num_fewshot", 0), "fewshot_seed": entry.get("fewshot_seed", 1234),
+                "num_fewshot": entry.get("num_fewshot", 0), "fewshot_seed": entry.get("fewshot_seed", FEWSHOT_SEED),
                 "max_items": entry.get("importance_items", 500), "batch_size": entry["batch_size"]}
 
 

@@ -15,6 +15,9 @@ class Kind(ScoresLanguageModel):
     drawn_beside_perplexity = True
     wu_score = "retrieval"
     finds_retrieval_heads = True
+    data_help = ("needle-in-a-haystack items (.jsonl, as the pipeline's make_retrieval_items writes them with the "
+                 "model's tokenizer), scored by the share of answers that hold the needle's value")
+    data_suffixes = (".jsonl",)
     config_properties = {
         **ScoresLanguageModel.config_properties,
         "context_lengths": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 8},
@@ -64,6 +67,13 @@ class Kind(ScoresLanguageModel):
 
         return {"rouge1_recall": float(np.mean([rouge1_recall(item["needle"], f"{item.get('answer_prefix', '')} {answer}")
                                                 for item, answer in zip(evalset.sources, outputs)]))}
+
+    def evalset_from_file(self, path, tokenizer, options):
+        from pathlib import Path
+
+        evalset = self.load_evalset({"items": path, "max_items": options["max_items"]})
+        return (evalset, f"{Path(path).stem} (needle in a haystack)",
+                f"{len(evalset)} needle-in-a-haystack items: retrieval, scored by the answers that hold the value")
 
     def significance(self, evalset, full_outputs, ablated_outputs, *, resamples, seed):
         from headprune.evaluation.retrieval import paired_bootstrap_retrieval
