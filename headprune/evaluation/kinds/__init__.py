@@ -8,6 +8,9 @@ class; the experiments (``headprune.evaluation.runs``, ``sweeps``) and the study
 file here (its config keys included: ``config_properties``, ``config_required``, which ``headprune.config_schema``
 merges into a ``models`` entry's schema) and a line in ``KINDS``.
 
+``load_model`` loads a model as a study of any kind loads it (``headprune.load_model``), and each kind reads the
+command line's ``--data`` (``evalset_from_file``), so that the API and the command line reach every kind.
+
 Torch-free to import: Snakemake imports the kinds to plan the run (the entries are lazy).
 """
 from __future__ import annotations
