@@ -41,13 +41,14 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # what __getattr__ imports, spelled out for type checkers and tests/test_layering.py
     from headprune.analyses import criteria, screening, sweeps  # noqa: F401
-    from headprune.evaluation import metrics, perplexity, retrieval, runs  # noqa: F401
+    from headprune.evaluation import kinds, metrics, perplexity, retrieval, runs  # noqa: F401
     from headprune.models import export, gguf_export, heads, loading, masking  # noqa: F401
     from headprune.scoring import importance  # noqa: F401
     from headprune.training import recovery  # noqa: F401
 
 _NAMES = {
-    "models.loading": ("load_model", "guess_kind"),
+    "evaluation.kinds": ("load_model",),  # any kind of study's model
+    "models.loading": ("guess_kind",),
     "models.heads": ("full_gates", "head_shape"),
     "models.masking": ("gated", "masked_as"),
     "models.export": ("save_pruned",),

@@ -6,9 +6,12 @@
     headprune gguf MODEL_DIR OUT.gguf [--outtype f16|f32]   a GGUF llama.cpp serves, any layout (Llama architecture)
     headprune recover PRUNED --data FILE --method lora|full|distill --steps N [--test FILE] --out FOLDER
 
-MODEL is a hub id, a model folder or a fairseq tarball. FILE is a text corpus (.txt: language
-modelling, perplexity over windows of --window tokens) or a GLUE-format TSV (.tsv: header
-``text_a<TAB>text_b<TAB>label``, integer labels: classification). The CSVs have the pipeline's columns.
+MODEL is a hub id, a model folder or a fairseq tarball. FILE is what a kind of study is scored on
+(``headprune.evaluation.kinds``, each kind's ``data_help``): a text corpus (.txt: language modelling, perplexity
+over windows of --window tokens), a GLUE-format TSV (.tsv: header ``text_a<TAB>text_b<TAB>label``, integer labels:
+classification), an lm-evaluation-harness task's YAML (.yaml: lm_eval), needle-in-a-haystack items (.jsonl:
+retrieval) or, with --kind translation, sentence pairs; --kind names the kind where the extension does not say.
+The CSVs have the pipeline's columns.
 A bad argument or file stops with a message naming it and exit status 2; a failure of the machine (a full disk,
 a read-only or forbidden folder) with one naming the path and exit status 1, nothing half-written left behind.
 """
@@ -20,11 +23,10 @@ import sys
 from pathlib import Path
 
 from headprune.analyses.layouts import FREE, LAYOUTS, UNIFORM  # no torch: the CLI starts fast
+from headprune.evaluation.kinds import KINDS, kind_of
 from headprune.io import atomic
 from headprune.io.machine_failures import machine_failure, out_of_memory
 
-TEXT, GLUE = "text", "glue"
-METRICS = ("accuracy", "f1", "mcc")
 log = logging.getLogger("headprune")
 
 
@@ -87,13 +89,16 @@ def build_parser() -> argparse.ArgumentParser:
     def command(name, help, out_help, out_default=None):
         sub = commands.add_parser(name, help=help, description=help)
         sub.add_argument("model", metavar="MODEL", help="a Hugging Face hub id, a model folder or a fairseq tarball")
-        sub.add_argument("--data", required=True, metavar="FILE",
-                         help="a text corpus (.txt: language modelling) or a GLUE-format TSV (.tsv: classification)")
-        sub.add_argument("--data-format", choices=(TEXT, GLUE), help="what --data holds, if its extension "
-                         "does not say (.txt: text, .tsv: glue)")
+        sub.add_argument("--data", required=True, metavar="FILE", help="what MODEL is scored on: "
+                         + "; ".join(f"{name}: {kind_of(name).data_help}" for name in KINDS if kind_of(name).data_help))
+        sub.add_argument("--kind", choices=list(KINDS), help="the kind of study: what --data holds and how MODEL is "
+                         "scored, if --data's extension does not say (" + ", ".join(
+                             f"{suffix}: {name}" for name in KINDS for suffix in kind_of(name).data_suffixes) + ")")
         sub.add_argument("--window", type=positive_int, default=128,
                          help="text: tokens per perplexity window (default: 128)")
-        sub.add_argument("--metric", choices=METRICS, default="accuracy", help="TSV: the score (default: accuracy)")
+        sub.add_argument("--metric", help="the score: a classification metric (default: accuracy) or one an "
+                         "lm-evaluation-harness task computes (default: acc)")
+        sub.add_argument("--num-fewshot", type=int, default=0, help="lm_eval: few-shot examples (default: 0)")
         sub.add_argument("--max-items", type=positive_int, help="use only the first N windows or examples")
         sub.add_argument("--batch-size", type=positive_int,
                          help="windows or examples a batch (default: 32, or as many as fit in memory)")
@@ -155,70 +160,57 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def data_format(args) -> str:
+def study_kind(args):
+    """The kind of study --data is scored as: --kind, else the one whose files end as --data does."""
     path = Path(args.data)
     if not path.is_file():
         raise UsageError(f"--data {args.data}: no such file")
-    if args.data_format:
-        return args.data_format
-    formats = {".txt": TEXT, ".tsv": GLUE}
-    if path.suffix.lower() not in formats:
-        raise UsageError(f"--data {args.data}: cannot tell its format from the extension: name it .txt (a text "
-                         "corpus) or .tsv (a GLUE-format TSV), or give --data-format")
-    return formats[path.suffix.lower()]
+    if args.kind:
+        return kind_of(args.kind)
+    by_suffix = {suffix: name for name in KINDS for suffix in kind_of(name).data_suffixes}
+    if path.suffix.lower() not in by_suffix:
+        raise UsageError(f"--data {args.data}: cannot tell its format from the extension: name it "
+                         f"{', '.join(f'{suffix} ({name})' for suffix, name in by_suffix.items())}, or give --kind")
+    return kind_of(by_suffix[path.suffix.lower()])
+
+
+def evalset_of(args, path, option, kind, tokenizer):
+    """(EvalSet, its name in the tables) of ``path`` (the value of ``option``), read as ``kind`` reads it."""
+    options = {"window": args.window, "metric": args.metric, "max_items": args.max_items,
+               "num_fewshot": args.num_fewshot}
+    try:
+        evalset, testset, what = kind.evalset_from_file(path, tokenizer, options)
+    except ValueError as error:  # a file not of the kind's format, a metric it does not compute, ...
+        raise UsageError(f"{option} {path}: {error}") from None
+    if not len(evalset):
+        raise UsageError(f"{option} {path}: no items")
+    log.info("%s %s: %s", option, path, what)
+    return evalset, testset
 
 
 def load(args):
     """(model, tokenizer, evalset, testset name), checked, with what was detected logged."""
-    from headprune.data.datasets import DataFormatError
-
-    fmt = data_format(args)
+    kind = study_kind(args)
     if args.command == "prune" and args.percent is not None and args.criterion not in _criteria():
         raise UsageError(f"--criterion {args.criterion}: unknown; expected one of {', '.join(_criteria())}")
-    name = Path(args.data).stem
-    if fmt == GLUE:
-        from headprune.analyses.sweeps import evalset_from_tsv
-
-        try:
-            evalset = evalset_from_tsv(args.data, args.metric, args.max_items)
-        except (DataFormatError, UnicodeDecodeError) as error:
-            raise UsageError(f"--data {args.data}: {error}") from None
-        if not len(evalset):
-            raise UsageError(f"--data {args.data}: no examples")
-        log.info("--data %s: a GLUE-format TSV, %d examples: classification, scored by %s", args.data,
-                 len(evalset), args.metric)
-        kind, testset = "classification", name
-    else:
-        try:
-            text = Path(args.data).read_text(encoding="utf-8")
-        except UnicodeDecodeError as error:
-            raise UsageError(f"--data {args.data}: not UTF-8 text ({error})") from None
-        log.info("--data %s: a text corpus: language modelling, perplexity over %d-token windows", args.data,
-                 args.window)
-        kind, testset = "language_modeling", f"{name} ({args.window}-token windows)"
 
     import torch
 
-    from headprune.models.loading import dropped_heads, load_model
+    from headprune.evaluation.kinds import load_model
+    from headprune.models.loading import dropped_heads
 
-    partial = dropped_heads(args.model, kind)  # a whisper folder given text: never its decoder alone, silently
+    partial = dropped_heads(args.model, kind.model_kind)  # a whisper folder given text: never its decoder alone
     if partial is not None:
         raise UsageError(f"MODEL {args.model}: {partial}")
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        model, tokenizer = load_model(args.model, kind, device=device)
+        model, tokenizer = load_model(args.model, kind.name, device=device)
     except Exception as error:  # a missing folder, no network, not a model of this kind: say which argument
-        raise UsageError(f"MODEL {args.model}: cannot load it as a {kind.replace('_', ' ')} model: "
+        raise UsageError(f"MODEL {args.model}: cannot load it as a {kind.model_kind.replace('_', ' ')} model: "
                          f"{type(error).__name__}: {error}") from None
-    log.info("MODEL %s: %s, %d heads, on %s", args.model, type(model).__name__, _count(model), device)
-    if fmt == TEXT:
-        from headprune.analyses.sweeps import evalset_from_text
-
-        try:
-            evalset = evalset_from_text(tokenizer, text, args.window, args.max_items)
-        except ValueError as error:
-            raise UsageError(f"--data {args.data}: {error}") from None
-        log.info("%d windows of %d tokens", len(evalset), args.window)
+    log.info("MODEL %s: %s, %d heads, on %s (a %s study)", args.model, type(model).__name__, _count(model), device,
+             kind.name)
+    evalset, testset = evalset_of(args, args.data, "--data", kind, tokenizer)
     fit_to_memory(args, model, device)
     return model, tokenizer, evalset, testset
 
@@ -274,7 +266,10 @@ def scores(args, model, tokenizer, evalset):
     from headprune.analyses.sweeps import evalset_batches
     from headprune.scoring.importance import head_scores
 
-    batches = evalset_batches(tokenizer, evalset, args.batch_size)
+    try:
+        batches = evalset_batches(tokenizer, evalset, args.batch_size)
+    except ValueError as error:  # a kind whose heads are scored on other data (its language model's text)
+        raise UsageError(f"--data {args.data}: {error}") from None
     return head_scores(model, batches, estimator=getattr(args, "estimator", "token"),
                        normalize=not getattr(args, "no_normalize", False))
 
@@ -461,7 +456,7 @@ def run_recover(args):
                                     distill_weight=args.distill_weight)
         teacher = None
         if args.teacher:
-            from headprune.models.loading import load_model
+            from headprune.evaluation.kinds import load_model
 
             try:
                 teacher = load_model(args.teacher, train.kind, device=model.device)[0]
@@ -485,18 +480,10 @@ def run_recover(args):
 
 
 def _test_set(args, tokenizer):
-    """--test read as --data is (a text corpus or a GLUE-format TSV)."""
-    from headprune.data.datasets import DataFormatError
-    from headprune.analyses.sweeps import evalset_from_text, evalset_from_tsv
-
+    """--test read as --data is (as the same kind of study)."""
     if not Path(args.test).is_file():
         raise UsageError(f"--test {args.test}: no such file")
-    try:
-        if data_format(args) == GLUE:
-            return evalset_from_tsv(args.test, args.metric, args.max_items)
-        return evalset_from_text(tokenizer, Path(args.test).read_text(encoding="utf-8"), args.window, args.max_items)
-    except (DataFormatError, UnicodeDecodeError, ValueError) as error:
-        raise UsageError(f"--test {args.test}: {error}") from None
+    return evalset_of(args, args.test, "--test", study_kind(args), tokenizer)[0]
 
 
 def _scored(model, tokenizer, test, args):

@@ -13,7 +13,7 @@ from headprune import stages
 from headprune.data.glue import GLUE_TASKS, glue_task_spec
 from headprune.data.glue import _check_task as check_glue_task
 from headprune.evaluation.kinds import kind_of
-from headprune.evaluation.kinds.base import ConfigError
+from headprune.io.config_error import ConfigError
 from headprune.models.masking import MODES
 
 

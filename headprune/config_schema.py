@@ -1,5 +1,5 @@
-"""The config's JSON schema: rules/schemas/config.schema.yaml plus what the stages, the masking modes and the
-criteria own.
+"""The config's JSON schema: rules/schemas/config.schema.yaml plus what the stages, the masking modes, the kinds of
+score and the criteria own.
 
 A stage (``headprune.stages``) may own a config section: its schema is ``rules/schemas/<stage>.schema.yaml``, a
 part of the config's schema (its sections under ``properties``, its experiment under
@@ -7,7 +7,9 @@ part of the config's schema (its sections under ``properties``, its experiment u
 
 A masking mode (``headprune.models.masking``, one class each) declares its config word and its settings' schema
 (``config_key``, ``config_schema``), and the criteria's words are ``headprune.analyses.criteria.CRITERIA``; the
-schema file says none of them, so adding a mode is its class alone and a criterion its function. ``schema()``
+schema file says none of them, so adding a mode is its class alone and a criterion its function. A kind of score
+(``headprune.evaluation.kinds``) declares its name and the keys of a ``models`` entry only its studies read
+(``config_properties``, ``config_required``; ``add_kinds``). ``schema()``
 merges them in; ``validate(config)`` checks a config against it and fills in the defaults, as Snakemake's
 ``validate`` does (rules/common.smk and ``Pipeline.from_file`` call it).
 """
@@ -20,6 +22,7 @@ from pathlib import Path
 from headprune import stages
 from headprune.analyses.criteria import CRITERIA
 from headprune.models.masking import MODES
+from headprune.evaluation.kinds import KINDS
 
 SCHEMA_FILE = Path(__file__).resolve().parents[1] / "rules" / "schemas" / "config.schema.yaml"
 
@@ -51,7 +54,25 @@ def _schema(path: str) -> dict:
             raise ValueError(f"{path} describes {'.'.join(mode.config_key)}, which masking mode '{word}' owns "
                              f"(headprune.models.masking.{mode.__name__}.config_schema)")
         where.update(copy.deepcopy(mode.config_schema))
+    add_kinds(schema, path)
     return schema
+
+
+def add_kinds(schema: dict, path: str) -> None:
+    """The kinds of score into a ``models`` entry's schema: their names (its ``kind``), the keys each describes and
+    the keys an entry of each must give. A key two kinds describe otherwise, or the file describes too, is refused."""
+    entry = schema["properties"]["models"]["additionalProperties"]
+    entry["properties"]["kind"]["enum"] = list(KINDS)
+    owners, properties = {}, entry["properties"]
+    for name, kind in KINDS.items():
+        for key, described in kind.config_properties.items():
+            if key in properties and properties[key] != described:
+                raise ValueError(f"{'kind ' + owners[key] if key in owners else path} and kind {name} describe "
+                                 f"models.<study>.{key} otherwise (headprune.evaluation.kinds.{name})")
+            owners.setdefault(key, name)
+            properties[key] = copy.deepcopy(described)
+        entry.setdefault("allOf", []).append({"if": {"properties": {"kind": {"const": name}}},
+                                              "then": {"required": ["kind", *kind.config_required]}})
 
 
 def merge(schema: dict, part: dict, part_path: str, path: str, where: str = "") -> None:

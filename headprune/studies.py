@@ -23,7 +23,7 @@ from headprune import stages
 from headprune.config_checks import check_config
 from headprune.data.glue import glue_task_spec
 from headprune.evaluation.kinds import KINDS, kind_of  # noqa: F401 (KINDS: the config's kinds)
-from headprune.evaluation.kinds.base import ConfigError
+from headprune.io.config_error import ConfigError
 from headprune.evaluation.kinds.language_modeling import LM_SPLITS
 from headprune.io.download import local_source
 from headprune.models.attention_types import TOWER_TYPES
@@ -50,19 +50,19 @@ class Study:
         config = pipeline.config
         self.entry = pipeline.models.get(name, {})  # its models entry, if it is one
         if name == pipeline.translation_name:
-            self.kind, self.arch, self.section = "translation", config["translation"], "translation"
+            kind, self.arch, self.section = "translation", config["translation"], "translation"
         elif name in pipeline.glue:
-            self.kind, self.arch, self.section = "classification", config["bert"], "bert"
+            kind, self.arch, self.section = "classification", config["bert"], "bert"
         else:
-            self.kind, self.arch, self.section = self.entry["kind"], self.entry, f"models.{name}"
-        self.scoring = kind_of(self.kind)  # how it is scored: the kind's class answers what differs
+            kind, self.arch, self.section = self.entry["kind"], self.entry, f"models.{name}"
+        self.kind = kind_of(kind)  # how it is scored (its name: kind.name): the kind's class answers what differs
         # a retrieval study scores the model of a language-modelling study: its architecture, its corpus
-        self.lm = pipeline.study(self.entry["model"]) if self.scoring.scores_another_study else self
+        self.lm = pipeline.study(self.entry["model"]) if self.kind.scores_another_study else self
         if self.lm is not self:
             self.arch, self.section = self.lm.arch, self.lm.section
 
     def __repr__(self):
-        return f"Study({self.name!r}, kind={self.kind!r})"
+        return f"Study({self.name!r}, kind={self.kind.name!r})"
 
     @property
     def config(self):
@@ -91,7 +91,7 @@ class Study:
 
     @property
     def attention_types(self):
-        return list(self.scoring.attention_types) + [TOWER_TYPES[tower] for tower in self.towers]
+        return list(self.kind.attention_types) + [TOWER_TYPES[tower] for tower in self.towers]
 
     def shape(self, attn_type) -> tuple[int, int]:
         """(layers, heads) of an attention type: a tower's own, else the model's."""
@@ -117,7 +117,7 @@ class Study:
     def finetuned_by_pipeline(self):
         """Every glue task (fine-tuned from bert.pretrained), and a classification models entry with
         finetune: true (from its source)."""
-        return self.name in self.pipeline.glue or self.scoring.finetuned(self)
+        return self.name in self.pipeline.glue or self.kind.finetuned(self)
 
     @property
     def model_path(self):
@@ -133,7 +133,7 @@ class Study:
     def params(self):
         """Everything about the study that should rerun its jobs when it changes (what load_study_model reads)."""
         config = self.config
-        return {"name": self.name, "kind": self.kind, "model": self.model_path, "section": self.section,
+        return {"name": self.name, "kind": self.kind.name, "model": self.model_path, "section": self.section,
                 "src_lang": config["translation"]["src_lang"], "tgt_lang": config["translation"]["tgt_lang"],
                 "layers": self.arch["layers"], "heads": self.arch["heads"], "device": config["device"],
                 **{key: self.lm.entry[key] for key in ("kv_heads", "dtype", "src_code", "tgt_code", "source_prefix", "towers")
@@ -206,7 +206,7 @@ class Study:
 
     def evalset_name(self, role):
         """The test set (translation), split (GLUE) or corpus split (language modelling) that plays ``role``."""
-        return self.scoring.evalset_name(self, role)
+        return self.kind.evalset_name(self, role)
 
     def named_set(self, role, section, key, name):
         """``name``, the set config ``section.key`` gives the ``role`` evaluation, which it must give."""
@@ -216,43 +216,43 @@ class Study:
 
     def evalset_spec(self, role="eval"):
         """What a script needs to build the test set of ``role`` (headprune.workflow.load_evalset)."""
-        return self.scoring.evalset_spec(self, role, self.evalset_name(role))
+        return self.kind.evalset_spec(self, role, self.evalset_name(role))
 
     def eval_data(self, roles):
         """The files a job reads to evaluate on ``roles``."""
-        return self.scoring.eval_data(self, roles)
+        return self.kind.eval_data(self, roles)
 
     @property
     def variant_rows(self) -> int:
         """How many rows (examples x gate settings) one forward pass of an ablation or pruning job takes."""
-        return self.config["ablation"].get("variant_batch_size", {}).get(self.kind)  # None: what fits (runs.py)
+        return self.config["ablation"].get("variant_batch_size", {}).get(self.kind.name)  # None: what fits (runs.py)
 
     @property
     def importance_table(self):
         """importance.csv: a retrieval study prunes by its language model's (I_h estimated on perplexity), a task
         by its own (on its gold answers) unless its I_h is the language model's (importance_split: corpus)."""
-        return f"{self.pipeline.results_dir}/{self.scoring.importance_study(self).name}/importance.csv"
+        return f"{self.pipeline.results_dir}/{self.kind.importance_study(self).name}/importance.csv"
 
     @property
     def importance_data(self):
         """The files I_h is estimated on."""
-        return self.scoring.importance_data(self)
+        return self.kind.importance_data(self)
 
     @property
     def importance_spec(self):
         """The data I_h is estimated on: newstest2009-12 for translation, the training split for BERT, the
         first importance_windows windows of a language model's importance split."""
-        return self.scoring.importance_spec(self)
+        return self.kind.importance_spec(self)
 
     @property
     def train_data(self):
         """The training data files (gates, roles): translation.train_sets, the GLUE task's folder, or the
         windows of a language model's importance split."""
-        return self.scoring.train_data(self)
+        return self.kind.train_data(self)
 
     def train_spec(self, batch_size):
         """The training data as headprune.workflow.importance_batches reads it (config.concrete's items)."""
-        return self.scoring.train_spec(self, batch_size)
+        return self.kind.train_spec(self, batch_size)
 
 
 class Pipeline:

@@ -21,12 +21,12 @@ wildcard_constraints:
 rule evaluate_full:
     input:
         model=study_model,
-        data=of_study(stages.ablation.full_eval_data),
+        data=stage_answer(stages.ablation.full_eval_data),
     output:
         f"{RESULTS}/{{study}}/full.json",
     params:
-        study=study_of,
-        evaluation=of_study(stages.ablation.full_eval_params),
+        study=study_params,
+        evaluation=stage_answer(stages.ablation.full_eval_params),
     log:
         f"{RESULTS}/logs/evaluate_full/{{study}}.log",
     resources:
@@ -42,13 +42,13 @@ rule evaluate_full:
 rule ablate_head:
     input:
         model=study_model,
-        data=of_study(stages.ablation.eval_data),
-        masking=of_study(stages.ablation.masking_data),
+        data=stage_answer(stages.ablation.eval_data),
+        masking=stage_answer(stages.ablation.masking_data),
     output:
         f"{RESULTS}/{{study}}/ablation/{{head}}.json",
     params:
-        study=study_of,
-        evaluation=of_study(stages.ablation.job_params, wildcard="head"),
+        study=study_params,
+        evaluation=stage_answer(stages.ablation.job_params, wildcard="head"),
     log:
         f"{RESULTS}/logs/ablate_head/{{study}}/{{head}}.log",
     group:
@@ -68,13 +68,13 @@ rule screen_heads:
     (never the test set), the top K and a seeded sample of the rest picked for exact ablation."""
     input:
         model=study_model,
-        data=from_study("importance_data"),
-        masking=of_study(stages.ablation.masking_data),
+        data=study_attribute("importance_data"),
+        masking=stage_answer(stages.ablation.masking_data),
     output:
         f"{RESULTS}/{{study}}/screen.csv",
     params:
-        study=study_of,
-        screen=of_study(stages.ablation.screen_params),
+        study=study_params,
+        screen=stage_answer(stages.ablation.screen_params),
     log:
         f"{RESULTS}/logs/screen_heads/{{study}}.log",
     resources:
@@ -91,14 +91,14 @@ rule ablate_screened:
     """The heads a screen picked (verified and sampled), each ablated alone, in one job (batched gate variants)."""
     input:
         model=study_model,
-        data=of_study(stages.ablation.eval_data),
-        masking=of_study(stages.ablation.masking_data),
+        data=stage_answer(stages.ablation.eval_data),
+        masking=stage_answer(stages.ablation.masking_data),
         screen=f"{RESULTS}/{{study}}/screen.csv",
     output:
         f"{RESULTS}/{{study}}/ablation/screened.json",
     params:
-        study=study_of,
-        evaluation=of_study(stages.ablation.screened_params),
+        study=study_params,
+        evaluation=stage_answer(stages.ablation.screened_params),
     log:
         f"{RESULTS}/logs/ablate_head/{{study}}/screened.log",
     resources:
@@ -114,13 +114,13 @@ rule ablate_screened:
 rule significance:
     input:
         full=f"{RESULTS}/{{study}}/full.json",
-        heads=of_study(stages.ablation.outputs),
-        screen=of_study(stages.ablation.screen_table),
+        heads=stage_answer(stages.ablation.outputs),
+        screen=stage_answer(stages.ablation.screen_table),
     output:
         f"{RESULTS}/{{study}}/{{role}}/ablation.csv",
     params:
-        study=study_of,
-        significance=of_study(stages.ablation.significance_params, wildcard="role"),
+        study=study_params,
+        significance=stage_answer(stages.ablation.significance_params, wildcard="role"),
     log:
         f"{RESULTS}/logs/significance/{{study}}/{{role}}.log",
     resources:
@@ -136,13 +136,13 @@ rule significance:
 rule one_head_layer:
     input:
         model=study_model,
-        data=of_study(stages.ablation.one_head_eval_data),
-        masking=of_study(stages.ablation.masking_data),
+        data=stage_answer(stages.ablation.one_head_eval_data),
+        masking=stage_answer(stages.ablation.masking_data),
     output:
         f"{RESULTS}/{{study}}/one_head/{{layer}}.json",
     params:
-        study=study_of,
-        evaluation=of_study(stages.ablation.one_head_params, wildcard="layer"),
+        study=study_params,
+        evaluation=stage_answer(stages.ablation.one_head_params, wildcard="layer"),
     log:
         f"{RESULTS}/logs/one_head_layer/{{study}}/{{layer}}.log",
     group:
@@ -159,12 +159,12 @@ rule one_head_layer:
 
 rule one_head_significance:
     input:
-        unpack(of_study(stages.ablation.one_head_outputs)),
+        unpack(stage_answer(stages.ablation.one_head_outputs)),
     output:
         f"{RESULTS}/{{study}}/one_head_per_layer.csv",
     params:
-        study=study_of,
-        significance=of_study(stages.ablation.significance_params, "test"),
+        study=study_params,
+        significance=stage_answer(stages.ablation.significance_params, "test"),
     log:
         f"{RESULTS}/logs/one_head_significance/{{study}}.log",
     resources:

@@ -66,7 +66,7 @@ rule fetch_model:
     output:
         directory(PIPELINE.fetched_model_folder("{study}")),
     params:
-        pretrained=of_study(stages.checkpoints.fetch_params),
+        pretrained=stage_answer(stages.checkpoints.fetch_params),
     log:
         f"{RESULTS}/logs/fetch_model/{{study}}.log",
     resources:

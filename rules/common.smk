@@ -3,7 +3,7 @@
 What a study is (its kind, model, test sets by role, evaluation settings) is resolved once, in Python, by
 headprune.studies.Pipeline; what each stage's jobs read, are asked and write is that stage's module,
 headprune/stages/<stage>.py beside rules/<stage>.smk. The rules files call them through the helpers
-here, of_study(stages.<stage>.<function>, ...) and from_study("<attribute>") for a job of one study and
+here, stage_answer(stages.<stage>.<function>, ...) and study_attribute("<attribute>") for a job of one study and
 of_pipeline(<function>, ...) for a job of the whole run.
 """
 import functools
@@ -41,22 +41,22 @@ def study(wildcards):
     return PIPELINE.study(wildcards.study)
 
 
-def of_study(function, *args, wildcard=None):
+def stage_answer(function, *args, wildcard=None):
     """An input or params function of a job of one study: function(the study, *args[, the wildcard's value]),
     a function of the stage that owns the job (headprune.stages)."""
-    return functools.partial(_of_study, function, args, wildcard)
+    return functools.partial(_stage_answer, function, args, wildcard)
 
 
-def _of_study(function, args, wildcard, wildcards):
+def _stage_answer(function, args, wildcard, wildcards):
     return function(study(wildcards), *args, *([wildcards[wildcard]] if wildcard else []))
 
 
-def from_study(attribute):
+def study_attribute(attribute):
     """An input or params function: an attribute of the job's study (its model_path, importance_data, ...)."""
-    return functools.partial(_from_study, attribute)
+    return functools.partial(_study_attribute, attribute)
 
 
-def _from_study(attribute, wildcards):
+def _study_attribute(attribute, wildcards):
     return getattr(study(wildcards), attribute)
 
 
@@ -69,8 +69,8 @@ def _of_pipeline(function, args, wildcard, wildcards):
     return function(*args, *([wildcards[wildcard]] if wildcard else []))
 
 
-study_model = from_study("model_path")  # the model a job loads
-study_of = from_study("params")  # everything about the study that reruns its jobs when it changes
+study_model = study_attribute("model_path")  # the model a job loads
+study_params = study_attribute("params")  # everything about the study that reruns its jobs when it changes
 
 
 # --- resources ---------------------------------------------------------------------------

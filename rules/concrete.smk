@@ -13,17 +13,17 @@ wildcard_constraints:
 rule concrete_gates:
     input:
         model=study_model,
-        train=from_study("train_data"),
-        data=of_study(stages.concrete.eval_data),
-        importance=from_study("importance_table"),
-        masking=of_study(stages.concrete.masking_data),
+        train=study_attribute("train_data"),
+        data=stage_answer(stages.concrete.eval_data),
+        importance=study_attribute("importance_table"),
+        masking=stage_answer(stages.concrete.masking_data),
     output:
         row=f"{RESULTS}/{{study}}/concrete/{{penalty}}.csv",
         heads=f"{RESULTS}/{{study}}/concrete/{{penalty}}.heads.csv",
         training=f"{RESULTS}/{{study}}/concrete/{{penalty}}.training.csv",
     params:
-        study=study_of,
-        concrete=of_study(stages.concrete.params, wildcard="penalty"),
+        study=study_params,
+        concrete=stage_answer(stages.concrete.params, wildcard="penalty"),
     log:
         f"{RESULTS}/logs/concrete_gates/{{study}}/{{penalty}}.log",
     threads: rule_threads("concrete_gates", 2)
@@ -39,7 +39,7 @@ rule concrete_gates:
 
 rule collect_concrete:
     input:
-        of_study(stages.concrete.rows),
+        stage_answer(stages.concrete.rows),
     output:
         f"{RESULTS}/{{study}}/concrete.csv",
     log:

@@ -7,16 +7,16 @@ pruning; models.<study>.masking, ablation.masking, pruning.masking)."""
 rule head_constants:
     input:
         model=study_model,
-        data=from_study("importance_data"),
+        data=study_attribute("importance_data"),
     output:
         data=f"{RESULTS}/{{study}}/head_constants/{{mode}}.safetensors",
         summary=f"{RESULTS}/{{study}}/head_constants/{{mode}}.csv",
     wildcard_constraints:
         mode=DATA_MODES,
     params:
-        study=study_of,
-        data=from_study("importance_spec"),
-        settings=of_study(stages.constants.params, wildcard="mode"),
+        study=study_params,
+        data=study_attribute("importance_spec"),
+        settings=stage_answer(stages.constants.params, wildcard="mode"),
     log:
         f"{RESULTS}/logs/head_constants/{{study}}/{{mode}}.log",
     threads: rule_threads("importance", 2)

@@ -74,11 +74,11 @@ rule fetch_corpus:
 rule tokenize_corpus:
     input:
         model=study_model,
-        corpus=from_study("corpus_dir"),
+        corpus=study_attribute("corpus_dir"),
     output:
         directory(PIPELINE.windows_dir("{study}")),
     params:
-        tokenize=of_study(stages.data.tokenize_params),
+        tokenize=stage_answer(stages.data.tokenize_params),
     log:
         f"{RESULTS}/logs/tokenize_corpus/{{study}}.log",
     resources:

@@ -16,7 +16,7 @@ rule plot_ablation:
         bound_csv=f"{FIGURES}/{{study}}/table1_bound.csv",
     params:
         style=config["figures"]["style"],
-        attn_type=of_study(stages.figures.table1_attention_type),
+        attn_type=stage_answer(stages.figures.table1_attention_type),
         confidence=config["ablation"]["screen"]["confidence"],
     log:
         f"{RESULTS}/logs/plot_ablation/{{study}}.log",
@@ -32,7 +32,7 @@ rule plot_ablation:
 
 rule plot_cross_domain:
     input:
-        unpack(of_study(stages.figures.cross_domain_inputs)),
+        unpack(stage_answer(stages.figures.cross_domain_inputs)),
     output:
         csv=f"{FIGURES}/{{study}}/figure2.csv",
         png=report(f"{FIGURES}/{{study}}/figure2.png", caption="../report/figure2.rst", category="Figure 2",
@@ -76,7 +76,7 @@ rule plot_pruning:
     input:
         pruning=f"{RESULTS}/{{study}}/pruning.csv",
         full=f"{RESULTS}/{{study}}/full.json",
-        recovery=of_study(stages.figures.figure3_recovery),
+        recovery=stage_answer(stages.figures.figure3_recovery),
     output:
         png=report(f"{FIGURES}/{{study}}/figure3.png", caption="../report/figure3.rst", category="Figure 3",
                    subcategory="{study}"),

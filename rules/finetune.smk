@@ -4,12 +4,12 @@ bert.pretrained for every glue study, a models entry's own source for it (kind c
 
 rule finetune:
     input:
-        pretrained=of_study(stages.finetune.pretrained),
-        data=from_study("glue_dir"),
+        pretrained=stage_answer(stages.finetune.pretrained),
+        data=study_attribute("glue_dir"),
     output:
         directory(f"{RESULTS}/models/{{study}}"),
     params:
-        settings=of_study(stages.finetune.params),
+        settings=stage_answer(stages.finetune.params),
     log:
         f"{RESULTS}/logs/finetune/{{study}}.log",
     threads: rule_threads("finetune", 2)

@@ -4,14 +4,14 @@
 rule importance:
     input:
         model=study_model,
-        data=from_study("importance_data"),
-        constants=of_study(stages.importance.constants),
+        data=study_attribute("importance_data"),
+        constants=stage_answer(stages.importance.constants),
     output:
         f"{RESULTS}/{{study}}/importance.csv",
     params:
-        study=study_of,
-        data=from_study("importance_spec"),
-        settings=of_study(stages.importance.settings),
+        study=study_params,
+        data=study_attribute("importance_spec"),
+        settings=stage_answer(stages.importance.settings),
     log:
         f"{RESULTS}/logs/importance/{{study}}.log",
     threads: rule_threads("importance", 2)

@@ -6,14 +6,14 @@ rank correlation of the heads' changes between modes."""
 
 rule masking_mode:
     input:
-        unpack(of_study(stages.masking_modes.inputs, wildcard="mode")),
+        unpack(stage_answer(stages.masking_modes.inputs, wildcard="mode")),
     output:
         f"{RESULTS}/{{study}}/masking_modes/{{mode}}.csv",
     wildcard_constraints:
         mode=MASKING_MODES,
     params:
-        study=study_of,
-        sweep=of_study(stages.masking_modes.params, wildcard="mode"),
+        study=study_params,
+        sweep=stage_answer(stages.masking_modes.params, wildcard="mode"),
     log:
         f"{RESULTS}/logs/masking_mode/{{study}}/{{mode}}.log",
     resources:
@@ -28,7 +28,7 @@ rule masking_mode:
 
 rule plot_masking_modes:
     input:
-        of_study(stages.masking_modes.tables),
+        stage_answer(stages.masking_modes.tables),
     output:
         csv=f"{FIGURES}/{{study}}/masking_modes.csv",
         summary=f"{FIGURES}/{{study}}/masking_modes_summary.csv",

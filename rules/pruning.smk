@@ -14,16 +14,16 @@ wildcard_constraints:
 
 rule prune:
     input:
-        unpack(of_study(stages.pruning.inputs, wildcard="order")),
+        unpack(stage_answer(stages.pruning.inputs, wildcard="order")),
         model=study_model,
-        data=of_study(stages.pruning.eval_data),
-        masking=of_study(stages.pruning.masking_data),
+        data=stage_answer(stages.pruning.eval_data),
+        masking=stage_answer(stages.pruning.masking_data),
     output:
         scores=f"{RESULTS}/{{study}}/pruning/{{scope}}/{{order}}.csv",
         outputs=f"{RESULTS}/{{study}}/pruning/{{scope}}/{{order}}.outputs.json",
     params:
-        study=study_of,
-        pruning=of_study(stages.pruning.params, wildcard="order"),
+        study=study_params,
+        pruning=stage_answer(stages.pruning.params, wildcard="order"),
     log:
         f"{RESULTS}/logs/prune/{{study}}/{{scope}}/{{order}}.log",
     resources:
@@ -38,7 +38,7 @@ rule prune:
 
 rule collect_pruning:
     input:
-        of_study(stages.pruning.tables),
+        stage_answer(stages.pruning.tables),
     output:
         f"{RESULTS}/{{study}}/pruning.csv",
     log:
@@ -55,14 +55,14 @@ rule collect_pruning:
 
 rule compare_criteria:
     input:
-        unpack(of_study(stages.pruning.criteria_inputs)),
-        data=of_study(stages.pruning.criteria_eval_data),
+        unpack(stage_answer(stages.pruning.criteria_inputs)),
+        data=stage_answer(stages.pruning.criteria_eval_data),
     output:
         curves=f"{RESULTS}/{{study}}/pruning/criteria.csv",
         summary=f"{RESULTS}/{{study}}/pruning/criteria_summary.csv",
     params:
-        study=study_of,
-        comparison=of_study(stages.pruning.criteria_params),
+        study=study_params,
+        comparison=stage_answer(stages.pruning.criteria_params),
     log:
         f"{RESULTS}/logs/compare_criteria/{{study}}.log",
     resources:

@@ -7,16 +7,16 @@ fine-tuning, distillation from the unpruned model), bias compensation beside the
 
 rule recover:
     input:
-        unpack(of_study(stages.recovery.curve)),
+        unpack(stage_answer(stages.recovery.curve)),
         model=study_model,
-        data=of_study(stages.recovery.eval_data),
-        train=of_study(stages.recovery.train_data),
+        data=stage_answer(stages.recovery.eval_data),
+        train=stage_answer(stages.recovery.train_data),
     output:
         table=f"{RESULTS}/{{study}}/recovery.csv",
         model=directory(f"{RESULTS}/{{study}}/recovered"),
     params:
-        study=study_of,
-        recovery=of_study(stages.recovery.params),
+        study=study_params,
+        recovery=stage_answer(stages.recovery.params),
     log:
         f"{RESULTS}/logs/recover/{{study}}.log",
     threads: rule_threads("recover", 1)

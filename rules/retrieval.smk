@@ -11,11 +11,11 @@ by retrieval score (head_roles.csv) masked against K random heads, retrieval and
 rule make_retrieval_items:
     input:
         model=study_model,
-        corpus=of_study(stages.retrieval.corpus_dir),
+        corpus=stage_answer(stages.retrieval.corpus_dir),
     output:
         directory(f"{DATA}/retrieval/{{study}}"),
     params:
-        settings=of_study(stages.retrieval.items_params),
+        settings=stage_answer(stages.retrieval.items_params),
     log:
         f"{RESULTS}/logs/make_retrieval_items/{{study}}.log",
     resources:
@@ -30,12 +30,12 @@ rule make_retrieval_items:
 
 rule retrieval_heads:
     input:
-        unpack(of_study(stages.retrieval.heads_inputs)),
+        unpack(stage_answer(stages.retrieval.heads_inputs)),
     output:
         f"{RESULTS}/{{study}}/retrieval_heads.csv",
     params:
-        study=study_of,
-        experiment=of_study(stages.retrieval.heads_params),
+        study=study_params,
+        experiment=stage_answer(stages.retrieval.heads_params),
     log:
         f"{RESULTS}/logs/retrieval_heads/{{study}}.log",
     resources:
@@ -72,7 +72,7 @@ rule plot_retrieval_heads:
 
 rule plot_perplexity_and_retrieval:
     input:
-        unpack(of_study(stages.retrieval.side_by_side_inputs)),
+        unpack(stage_answer(stages.retrieval.side_by_side_inputs)),
     output:
         csv=f"{FIGURES}/{{study}}/perplexity_and_retrieval.csv",
         png=report(f"{FIGURES}/{{study}}/perplexity_and_retrieval.png", caption="../report/perplexity_and_retrieval.rst",

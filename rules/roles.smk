@@ -29,11 +29,11 @@ rule fetch_parser:
 
 rule parse_source:
     input:
-        unpack(of_study(stages.roles.parse_inputs)),
+        unpack(stage_answer(stages.roles.parse_inputs)),
     output:
         f"{RESULTS}/{{study}}/roles/source.conllu",
     params:
-        parse=of_study(stages.roles.parse_params),
+        parse=stage_answer(stages.roles.parse_params),
     log:
         f"{RESULTS}/logs/parse_source/{{study}}.log",
     threads: rule_threads("parse_source", 1)
@@ -49,13 +49,13 @@ rule parse_source:
 
 rule head_roles:
     input:
-        unpack(of_study(stages.roles.inputs)),
+        unpack(stage_answer(stages.roles.inputs)),
     output:
         heads=f"{RESULTS}/{{study}}/head_roles.csv",
         kv_heads=f"{RESULTS}/{{study}}/head_roles_kv.csv",
     params:
-        study=study_of,
-        roles=of_study(stages.roles.params),
+        study=study_params,
+        roles=stage_answer(stages.roles.params),
     log:
         f"{RESULTS}/logs/head_roles/{{study}}.log",
     threads: rule_threads("head_roles", 1)

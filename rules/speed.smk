@@ -5,16 +5,16 @@ speed.variants adds the uniform layout and its stock checkpoint."""
 rule speed:
     input:
         model=study_model,
-        data=of_study(stages.speed.eval_data),
-        importance=from_study("importance_table"),
+        data=stage_answer(stages.speed.eval_data),
+        importance=study_attribute("importance_table"),
     output:
         runs=f"{RESULTS}/{{study}}/speed.csv",
         table_csv=f"{FIGURES}/{{study}}/table4.csv",
         table_md=report(f"{FIGURES}/{{study}}/table4.md", caption="../report/table4.rst", category="Table 4",
                         subcategory="{study}"),
     params:
-        study=study_of,
-        speed=of_study(stages.speed.params),
+        study=study_params,
+        speed=stage_answer(stages.speed.params),
     log:
         f"{RESULTS}/logs/speed/{{study}}.log",
     # torch threads (capped by --cores). Timings are only comparable on a quiet machine: threads as

@@ -63,7 +63,8 @@ from snakemake.exceptions import WorkflowError
 
 from headprune.config_schema import schema as full_schema
 from headprune.config_schema import validate
-from headprune.studies import ConfigError, Pipeline
+from headprune.io.config_error import ConfigError
+from headprune.studies import Pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
 EMPTY_FOLDER = tempfile.mkdtemp(prefix="headprune-fuzz-")

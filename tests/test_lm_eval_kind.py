@@ -15,7 +15,8 @@ from headprune.evaluation import stats
 from headprune.evaluation.kinds import kind_of
 from headprune.evaluation.runs import EvalSettings, gates_without, run_variants, score
 from headprune.models.heads import gated
-from headprune.studies import ConfigError, Pipeline
+from headprune.io.config_error import ConfigError
+from headprune.studies import Pipeline
 from headprune import stages
 
 lm_eval = pytest.importorskip("lm_eval")
@@ -101,6 +102,47 @@ def test_significance_is_a_paired_bootstrap_over_the_tasks_items(task_yaml, llam
                                               seed=3)
     assert ours["p_bootstrap"] == reference.p_value and np.isnan(ours["p_ttest"])
     assert kind.decisive_p == "p_bootstrap"
+
+
+def test_an_lm_eval_study_runs_from_the_command_line(task_yaml, llama, tmp_path):
+    """``headprune sweep`` on a task's YAML is an lm_eval study (the kind read from the extension): its table is the
+    API's single-head sweep of the kind's own eval set of the model ``hp.load_model`` loads as an lm_eval study loads
+    it; ``prune --kind lm_eval`` cuts the model on the task; ``score`` refuses, naming --data (I_h of such a study is
+    estimated on other data)."""
+    import pandas as pd
+
+    import headprune as hp
+    from headprune import cli
+
+    model, tokenizer = llama
+    folder = tmp_path / "tiny-llama"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    loaded, loaded_tokenizer = hp.load_model(folder, "lm_eval")
+    assert type(loaded).__name__ == "LlamaForCausalLM"
+    assert all(torch.equal(loaded.state_dict()[name], value) for name, value in model.state_dict().items())
+    common = ["--max-items", 8, "--batch-size", 4, "--variant-batch-size", 64, "--device", "cpu"]
+    assert cli.main(list(map(str, ["sweep", folder, "--data", task_yaml, "--resamples", 50, "--study", "s",
+                                   "--out", tmp_path / "abl.csv", *common]))) == 0
+    evalset = kind_of("lm_eval").load_evalset(spec(task_yaml, limit=8))
+    expected = hp.single_head_sweep(loaded, loaded_tokenizer, evalset, EvalSettings(batch_size=4, variant_batch_size=64),
+                                    resamples=50, study="s", testset="demo_passkey (0-shot)")
+    expected.to_csv(tmp_path / "api.csv", index=False)
+    assert (tmp_path / "abl.csv").read_text() == (tmp_path / "api.csv").read_text()
+    table = pd.read_csv(tmp_path / "abl.csv")
+    assert len(table) == 12 and set(table.metric) == {"acc"} and table.score_full.between(0, 1).all()
+
+    assert cli.main(list(map(str, ["prune", folder, "--data", task_yaml, "--kind", "lm_eval", "--percent", 50,
+                                   "--criterion", "random", "--step", 50, "--out", tmp_path / "pruned", *common]))) == 0
+    curve = pd.read_csv(tmp_path / "pruned" / "pruning.csv")
+    assert curve.heads_pruned.tolist() == [0, 6, 12] and set(curve.metric) == {"acc"}
+    assert curve.score.iloc[0] == table.score_full.iloc[0]  # the unpruned model's score on the same 8 documents
+    pruned, _ = hp.load_model(tmp_path / "pruned", "lm_eval")
+    assert sum(len(heads) for heads in pruned.config.headprune_pruned_heads["dec_self"].values()) == 6
+
+    with pytest.raises(SystemExit) as refused:
+        cli.main(list(map(str, ["score", folder, "--data", task_yaml, "--out", tmp_path / "imp.csv", *common])))
+    assert refused.value.code == 2 and not (tmp_path / "imp.csv").exists()
 
 
 def test_a_metric_the_task_does_not_compute_stops_the_job_naming_the_task(task_yaml):

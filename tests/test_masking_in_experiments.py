@@ -276,7 +276,7 @@ def demo_config():
 
 
 def test_voitas_gates_take_the_studys_masking_and_refuse_the_0_1_modes():
-    from headprune.studies import ConfigError
+    from headprune.io.config_error import ConfigError
 
     results = demo_pipeline().results_dir
     config = demo_config()

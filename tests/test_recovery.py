@@ -255,7 +255,7 @@ def demo_with(tmp_path, edit):
      "config: experiments.recovery names 'tiny_llama_passkey', a lm_eval study, which has no training data"),
 ])
 def test_a_bad_recovery_section_is_refused_naming_the_key(tmp_path, edit, message):
-    from headprune.evaluation.kinds.base import ConfigError
+    from headprune.io.config_error import ConfigError
 
     with pytest.raises(Exception) as error:  # the schema's (Snakemake's validator) or the stage's check
         demo_with(tmp_path, edit)

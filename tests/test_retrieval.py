@@ -452,6 +452,32 @@ def test_retrieval_runs_scores_and_compares_through_the_study_evalset(tmp_path):
     assert EvalSet("retrieval", ["1"], [{}], "retrieval").metric == "retrieval"
 
 
+def test_a_retrieval_study_runs_from_the_command_line(tmp_path):
+    """``headprune sweep`` on needle-in-a-haystack items (.jsonl: a retrieval study, the kind read from the extension)
+    is the API's single-head sweep of the retrieval kind's eval set, on the model ``hp.load_model`` loads as a
+    retrieval study loads its model."""
+    import headprune as hp
+    from headprune import cli
+    from headprune.evaluation.kinds import kind_of
+    from headprune.evaluation.runs import EvalSettings
+
+    tokenizer = bpe_tokenizer()
+    folder = tmp_path / "llama"
+    tiny_llama_gqa3(len(tokenizer), layers=2).cpu().save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    items = tmp_path / "needles.jsonl"
+    write_items(make_items(tokenizer, HAYSTACK, context_lengths=[40], depths=[0, 50, 100], seed=4), items)
+    assert cli.main(list(map(str, ["sweep", folder, "--data", items, "--resamples", 50, "--study", "s", "--batch-size",
+                                   2, "--variant-batch-size", 8, "--device", "cpu", "--out", tmp_path / "abl.csv"]))) == 0
+    model, loaded_tokenizer = hp.load_model(folder, "retrieval")
+    evalset = kind_of("retrieval").load_evalset({"items": str(items), "max_items": None})
+    expected = hp.single_head_sweep(model, loaded_tokenizer, evalset, EvalSettings(batch_size=2, variant_batch_size=8),
+                                    resamples=50, study="s", testset="needles (needle in a haystack)")
+    expected.to_csv(tmp_path / "api.csv", index=False)
+    assert (tmp_path / "abl.csv").read_text() == (tmp_path / "api.csv").read_text()
+    assert len(expected) == 12 and set(expected.metric) == {"retrieval"}
+
+
 def test_rouge1_recall_is_reported_beside_the_score_with_the_answer_prefix():
     from headprune.evaluation.runs import EvalSet, scores_beside
 

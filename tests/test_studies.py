@@ -10,7 +10,8 @@ from headprune.config_schema import validate
 
 from headprune.stages.ablation import chunk_items, chunks
 from headprune.stages.concrete import penalty_name
-from headprune.studies import ConfigError, Pipeline
+from headprune.io.config_error import ConfigError
+from headprune.studies import Pipeline
 from headprune import stages
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,7 +41,7 @@ def llama():
 def test_the_papers_studies_their_kinds_and_heads(paper):
     assert paper.study_names == ["wmt14_en_fr", "mnli", "sst2", "cola", "mrpc"]
     wmt, mnli = paper.study("wmt14_en_fr"), paper.study("mnli")
-    assert (wmt.kind, mnli.kind, paper.study("sst2").kind) == ("translation", "classification", "classification")
+    assert (wmt.kind.name, mnli.kind.name, paper.study("sst2").kind.name) == ("translation", "classification", "classification")
     # transformer-large: 6 layers x 16 heads in each of its three attention types; BERT-base 12 x 12
     assert len(wmt.heads) == 3 * 6 * 16 and wmt.heads[0] == "enc_self-0-0" and wmt.heads[-1] == "dec_self-5-15"
     assert len(mnli.heads) == 144 and set(h.split("-")[0] for h in mnli.heads) == {"enc_self"}
@@ -103,7 +104,7 @@ def test_the_papers_targets_are_every_table_and_figure(paper):
 
 def test_the_demos_any_model_studies(demo):
     llama, roberta = demo.study("tiny_llama"), demo.study("roberta_mnli")
-    assert (llama.kind, roberta.kind) == ("language_modeling", "classification")
+    assert (llama.kind.name, roberta.kind.name) == ("language_modeling", "classification")
     assert llama.heads == [f"dec_self-{layer}-{head}" for layer in range(2) for head in range(4)]
     assert llama.params["kv_heads"] == 2 and "kv_heads" not in demo.study("mnli").params
     assert llama.evalset_spec() == {"kind": "language_modeling", "windows": "data/demo/windows/tiny_llama/test.npy",
@@ -159,7 +160,7 @@ def test_the_demos_bundled_jobs(demo):
 
 def test_a_retrieval_study_scores_its_language_model(demo):
     niah, lm = demo.study("tiny_llama_niah"), demo.study("tiny_llama")
-    assert niah.kind == "retrieval" and niah.lm is lm
+    assert niah.kind.name == "retrieval" and niah.lm is lm
     # the language model's weights, heads and architecture; its own items, made once from the LM's corpus
     assert niah.model_path == lm.model_path and niah.heads == lm.heads
     assert niah.params == {**lm.params, "name": "tiny_llama_niah", "kind": "retrieval"}
@@ -271,9 +272,9 @@ def test_common_smk_asks_the_pipeline():
     text = "".join(p.read_text() for p in (ROOT / "rules").glob("*.smk"))
     assert "kind ==" not in text and "study_kind" not in text
     common = (ROOT / "rules" / "common.smk").read_text()
-    assert re.findall(r"^def (\w+)", common, re.M) == ["study", "of_study", "_of_study", "from_study", "_from_study",
-                                                        "of_pipeline", "_of_pipeline", "resource", "study_resource",
-                                                        "resource_of_study", "rule_threads"]
+    assert re.findall(r"^def (\w+)", common, re.M) == ["study", "stage_answer", "_stage_answer", "study_attribute",
+                                                        "_study_attribute", "of_pipeline", "_of_pipeline", "resource",
+                                                        "study_resource", "resource_of_study", "rule_threads"]
 
 
 def test_each_stage_owns_its_jobs():

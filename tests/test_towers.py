@@ -21,7 +21,8 @@ from headprune.models.head_constants import HeadConstants
 from headprune.models.heads import adapter_for, full_gates, gated, head_shape
 from headprune.models.masking import Streaming
 from headprune.models.prune import load_pruned_weights, prune_heads
-from headprune.studies import ConfigError, Pipeline
+from headprune.io.config_error import ConfigError
+from headprune.studies import Pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,

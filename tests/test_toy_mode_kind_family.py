@@ -1,6 +1,6 @@
 """What docs/layout.md says a masking mode, a kind of score and a family touch (issue #47), checked on toys: a
 mode is its class (registered by ``@mode``) and reaches the config, the rules' wildcard and ``gated``; a kind is
-its file, its line in ``KINDS`` and its schema entry, and is planned; a decoder family the generic adapter finds
+its file (its config keys included) and its line in ``KINDS``, and is validated and planned; a decoder family the generic adapter finds
 needs nothing, and a family with an adapter of its own is its file and its line in ``FAMILIES``. (A kind that
 leaves out an answer is refused by tests/test_kinds_abstract.py; a stage is tests/test_toy_stage.py.)"""
 from __future__ import annotations
@@ -17,6 +17,7 @@ import yaml
 
 from dry_run import copy_workflow, planned_jobs, write_config
 from headprune import config_schema
+from headprune.evaluation.kinds import KINDS
 from headprune.models import families, masking
 from headprune.models.heads import adapter_for, gated
 
@@ -50,8 +51,9 @@ from headprune.evaluation.kinds import classification
 
 class Kind(classification.Kind):
     name = "toy_classification"
+    config_properties = {**classification.Kind.config_properties,
+                         "toy_label": {"type": "string", "description": "a label its studies carry"}}
 '''
-KIND_ENUM = "kind: {enum: [translation, classification, language_modeling, retrieval, lm_eval]}"
 
 
 def files(folder: Path) -> dict[str, bytes]:
@@ -72,11 +74,7 @@ def add_toy_kind(copy: Path) -> set[str]:
     last = max(i for i, line in enumerate(lines) if line.startswith("KINDS.add("))
     lines.insert(last + 1, 'KINDS.add("toy_classification", "headprune.evaluation.kinds.toy_classification:Kind")\n')
     registry.write_text("".join(lines))
-    schema = copy / "rules/schemas/config.schema.yaml"
-    assert KIND_ENUM in schema.read_text(), "the schema's list of kinds moved: update KIND_ENUM"
-    schema.write_text(schema.read_text().replace(KIND_ENUM, KIND_ENUM.replace("]}", ", toy_classification]}")))
-    return {"headprune/evaluation/kinds/toy_classification.py", "headprune/evaluation/kinds/__init__.py",
-            "rules/schemas/config.schema.yaml"}
+    return {"headprune/evaluation/kinds/toy_classification.py", "headprune/evaluation/kinds/__init__.py"}
 
 
 @pytest.fixture(scope="module")
@@ -104,9 +102,8 @@ def test_the_toys_touch_the_files_the_docs_name(workflow):
     # Spelled out, not taken from the edits: a toy that needs one more edit to be planned must change the docs too.
     _, touched, changed = workflow
     assert touched["mode"] == {"headprune/models/masking.py"}  # its class
-    assert touched["kind"] == {"headprune/evaluation/kinds/toy_classification.py",  # its file
-                               "headprune/evaluation/kinds/__init__.py",  # its line in KINDS
-                               "rules/schemas/config.schema.yaml"}  # its schema entry
+    assert touched["kind"] == {"headprune/evaluation/kinds/toy_classification.py",  # its file, its config keys
+                               "headprune/evaluation/kinds/__init__.py"}  # its line in KINDS
     assert changed == touched["mode"] | touched["kind"]
 
 
@@ -212,18 +209,41 @@ def test_a_toy_mode_is_planned_by_the_rules(workflow, tmp_path):
 
 # --- A kind of score ----------------------------------------------------------------------------------------------
 
-def test_a_toy_kind_is_validated_and_planned(workflow, tmp_path):
+@pytest.fixture
+def toy_kind():
+    """The toy kind registered in this process as kinds/__init__.py registers its own (a line in ``KINDS``), and
+    unregistered afterwards, with the schema cache that read it."""
+    module = types.ModuleType("toy_kind")
+    exec(compile(TOY_KIND, "toy_kind.py", "exec"), module.__dict__)
+    config_schema._schema.cache_clear()
+    KINDS.add("toy_classification", module.Kind)
+    try:
+        yield module.Kind
+    finally:
+        if "toy_classification" in KINDS:
+            del KINDS["toy_classification"]
+        config_schema._schema.cache_clear()
+
+
+def test_a_toy_kind_is_validated_and_planned(workflow, tmp_path, toy_kind):
     copy, _, _ = workflow
 
-    def use(config):
-        config["models"]["toy_roberta"] = {**config["models"]["roberta_mnli"], "kind": "toy_classification"}
+    def use(config, label="toy"):
+        config["models"]["toy_roberta"] = {**config["models"]["roberta_mnli"], "kind": "toy_classification",
+                                           **({"toy_label": label} if label is not None else {})}
         config["experiments"] = {"ablation": ["roberta_mnli", "toy_roberta"]}
 
     path = write_config(tmp_path / "kind.yaml", use)
-    schema = copy / "rules/schemas/config.schema.yaml"
-    config_schema.validate(yaml.safe_load(path.read_text()), schema)
-    with pytest.raises(Exception, match="toy_classification"):  # the repository's own schema knows no such kind
-        config_schema.validate(yaml.safe_load(path.read_text()))
+    config_schema.validate(yaml.safe_load(path.read_text()))  # its name and its key, from its class
+    bad = yaml.safe_load(write_config(tmp_path / "bad.yaml", lambda c: use(c, label=3)).read_text())
+    with pytest.raises(Exception, match="3 is not of type 'string'"):
+        config_schema.validate(bad)
+    del KINDS["toy_classification"]
+    config_schema._schema.cache_clear()
+    unlabelled = write_config(tmp_path / "unlabelled.yaml", lambda c: use(c, label=None))
+    with pytest.raises(Exception, match="'toy_classification' is not one of"):  # the repository knows no such kind
+        config_schema.validate(yaml.safe_load(unlabelled.read_text()))
+    KINDS.add("toy_classification", toy_kind)
     jobs = planned_jobs(dry_run(copy, path, tmp_path / "run"))
 
     def plan(study):
@@ -231,6 +251,13 @@ def test_a_toy_kind_is_validated_and_planned(workflow, tmp_path):
 
     # the toy is classification under another name: the same jobs as the study it copies
     assert plan("toy_roberta") and plan("toy_roberta") == plan("roberta_mnli")
+
+
+def test_a_kind_that_describes_a_key_otherwise_is_refused(toy_kind):
+    toy_kind.config_properties = {**toy_kind.config_properties, "window": {"type": "string"}}
+    with pytest.raises(ValueError, match=r"kind language_modeling and kind toy_classification describe "
+                                         r"models.<study>.window otherwise"):
+        config_schema.schema()
 
 
 # --- A family -------------------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ rule toy:
     output:
         report(f"{RESULTS}/{{study}}/toy.csv", caption="../report/workflow.rst", category="Toy", subcategory="{study}"),
     params:
-        heads=of_study(stages.toy.heads),
+        heads=stage_answer(stages.toy.heads),
         repeats=config["toy"]["repeats"],
     log:
         f"{RESULTS}/logs/toy/{{study}}.log",
@@ -37,7 +37,7 @@ rule toy:
     "headprune/stages/toy.py": '''"""A toy stage (rules/toy.smk): a study's heads counted."""
 from __future__ import annotations
 
-from headprune.evaluation.kinds.base import ConfigError
+from headprune.io.config_error import ConfigError
 
 EXPERIMENTS = ("toy",)
 

@@ -190,10 +190,11 @@ def scored_variants(model, tokenizer, evalset: EvalSet, gates_list: list,
     draws = draw_settings(settings)
     first = run_variants(model, tokenizer, evalset, gates_list, draws[0])
     per_draw = [first]
-    masking = [i for i, gates in enumerate(gates_list) if not switches_nothing_off(gates)] if len(draws) > 1 else []
+    # the settings a later draw changes (those that switch a head off), by their index in gates_list
+    redrawn = [i for i, gates in enumerate(gates_list) if not switches_nothing_off(gates)] if len(draws) > 1 else []
     for later in draws[1:]:
         outputs = list(first)
-        for i, out in zip(masking, run_variants(model, tokenizer, evalset, [gates_list[i] for i in masking], later)):
+        for i, out in zip(redrawn, run_variants(model, tokenizer, evalset, [gates_list[i] for i in redrawn], later)):
             outputs[i] = out
         per_draw.append(outputs)
     results = []

@@ -279,7 +279,7 @@ def fetch_pretrained(source: dict, dest) -> Path:
 
 # --- one model by name, for the public API and the command line ------------------------------------------
 
-# A kind of model (``guess_kind``'s answer, or a study's kind) -> how ``load_model`` loads it:
+# A kind of model (``guess_kind``'s answer, or a study kind's ``model_kind``) -> how ``load_model`` loads it:
 # loader(path, device, dtype=, src_lang=, tgt_lang=, towers=) -> (model, tokenizer)
 LOADERS = Registry("model kind", check=callable)
 
@@ -410,8 +410,8 @@ def dropped_heads(source, kind: str) -> str | None:
 def load_model(source, kind: str | None = None, *, device="cpu", dtype: str = "float32", src_lang: str = "en",
                tgt_lang: str = "fr", revision: str | None = None, towers=None):
     """(model, tokenizer) from a hub id, a model folder (pruned or not) or a fairseq tarball, loaded as
-    the pipeline loads its studies' models (safetensors only, eager attention). ``kind`` (one of
-    ``LOADERS``) defaults to ``guess_kind``'s; ``src_lang``/``tgt_lang`` are a fairseq model's languages;
+    the pipeline loads its studies' models (safetensors only, eager attention). ``kind`` (a kind of model, one of
+    ``LOADERS``; ``headprune.load_model`` takes any kind of study) defaults to ``guess_kind``'s; ``src_lang``/``tgt_lang`` are a fairseq model's languages;
     ``towers`` (("vision",), ("audio",)) adds a multimodal language model's towers to its heads (``load_causal_lm``).
 
     >>> model, tokenizer = load_model("tiny")  # the README's tiny Llama folder
@@ -426,7 +426,7 @@ def load_model(source, kind: str | None = None, *, device="cpu", dtype: str = "f
                          towers=towers)
 
 
-@LOADERS.register("language_modeling", "retrieval")
+@LOADERS.register("language_modeling")
 def _causal_lm(path, device, *, kind, dtype, src_lang, tgt_lang, towers):
     return load_causal_lm(path, device, dtype=dtype, towers=towers)
 

@@ -1,7 +1,7 @@
 """Each stage of the workflow owns its jobs: one module per rules file (``rules/<stage>.smk`` beside
 ``headprune/stages/<stage>.py``), holding what that stage's jobs read (inputs), are asked (params) and write
 (paths), as functions of a study (``headprune.studies.Study``: a study's identity, its model, its evaluation
-sets). The rules call these functions directly through ``rules/common.smk``'s ``of_study``; a study never
+sets). The rules call these functions directly through ``rules/common.smk``'s ``stage_answer``; a study never
 asks a stage, so a stage changes in its one module.
 
 A stage is found, not listed: every module of this package is one (``STAGES``, in the order of their names), the

@@ -2,7 +2,7 @@
 (ablation.strategy), the full model, the significance tests, and one head per layer."""
 from __future__ import annotations
 
-from headprune.evaluation.kinds.base import ConfigError
+from headprune.io.config_error import ConfigError
 from headprune.stages import constants
 
 EXPERIMENTS = ("ablation", "cross_domain", "one_head_per_layer")
@@ -85,7 +85,7 @@ def screen_params(study):
     screen = {**DEFAULT_SCREEN, **study.config["ablation"].get("screen", {})}
     params = {**screen, "settings": settings(study), "data": study.importance_spec}
     if screen["method"] == "exact":
-        params["screen_set"] = study.scoring.screen_evalset_spec(study, screen["items"])
+        params["screen_set"] = study.kind.screen_evalset_spec(study, screen["items"])
     return params
 
 
@@ -155,7 +155,7 @@ def report_inputs(pipeline) -> dict[str, list[str]]:
 
 def check(pipeline):
     for study in pipeline.experiment_studies("cross_domain"):
-        if study.name in pipeline.models and study.scoring.language_model:
+        if study.name in pipeline.models and study.kind.language_model:
             raise ConfigError(f"config: experiments.cross_domain names '{study.name}', a language-modelling study "
                               "(no out-of-domain corpus)")
     check_screen(pipeline)

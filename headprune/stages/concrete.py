@@ -2,7 +2,7 @@
 job per penalty, each model set beside I_h pruning and random pruning with as many heads."""
 from __future__ import annotations
 
-from headprune.evaluation.kinds.base import ConfigError
+from headprune.io.config_error import ConfigError
 from headprune.models.masking import MODES
 from headprune.stages import constants
 from headprune.stages.ablation import full_model_roles

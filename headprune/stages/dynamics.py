@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from headprune.evaluation.kinds.base import ConfigError
+from headprune.io.config_error import ConfigError
 from headprune.io.download import local_source
 
 SPLITS = ("train", "valid", "test")  # what prepare_iwslt writes; the importance and eval sets are two of them

@@ -21,7 +21,7 @@ def head_map_studies(pipeline) -> dict[str, list[str]]:
     ablation = pipeline.config["experiments"]["ablation"]
     groups: dict[str, list[str]] = {}
     for study in map(pipeline.study, ablation):
-        if study.scoring.language_model and study.lm.name in ablation:
+        if study.kind.language_model and study.lm.name in ablation:
             groups.setdefault(study.lm.name, [study.lm.name])
             if study.name != study.lm.name:
                 groups[study.lm.name].append(study.name)

@@ -2,7 +2,7 @@
 single-head ablation, the importance-order pruning curve and one head per layer."""
 from __future__ import annotations
 
-from headprune.evaluation.kinds.base import ConfigError
+from headprune.io.config_error import ConfigError
 from headprune.models.masking import MODES
 from headprune.stages import constants
 
@@ -57,6 +57,6 @@ def check(pipeline):
     """A mode only decoder-only language models take is compared on language-modelling studies only."""
     for study in pipeline.experiment_studies("masking_modes"):
         for word in modes(study):
-            if MODES[word].language_models_only and not study.scoring.language_model:
+            if MODES[word].language_models_only and not study.kind.language_model:
                 raise ConfigError(f"config: masking_modes.modes has {word}, which only decoder-only language models "
                                   f"take, and experiments.masking_modes names '{study.name}'")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from headprune.analyses.criteria import READS, WAITS_FOR_ABLATION
-from headprune.evaluation.kinds.base import ConfigError
+from headprune.io.config_error import ConfigError
 from headprune.stages import constants
 from headprune.stages.ablation import full_model_roles
 
@@ -134,13 +134,13 @@ def report_inputs(pipeline) -> dict[str, list[str]]:
     by_type = dict.fromkeys(experiments.get("attention_types", []))
     return {"pruning": [path for name in pruned for path in importance_tables(pipeline.study(name), ["all"])],
             "attention_types": [path for study in map(pipeline.study, by_type)
-                                for path in importance_tables(study, study.scoring.attention_types)]}
+                                for path in importance_tables(study, study.kind.attention_types)]}
 
 
 def check(pipeline):
     """Figure 6 is for glue tasks."""
     for study in pipeline.experiment_studies("glue_pruning"):
-        if study.name in pipeline.models and study.scoring.language_model:
+        if study.name in pipeline.models and study.kind.language_model:
             raise ConfigError(f"config: experiments.glue_pruning names '{study.name}', a language-modelling study "
                               "(glue tasks only)")
     if pipeline.translation_name in pipeline.config["experiments"].get("glue_pruning", []):

@@ -5,7 +5,7 @@ compensation beside them; one job per study writes <study>/recovery.csv and expo
 (the first percent) to <study>/recovered/."""
 from __future__ import annotations
 
-from headprune.evaluation.kinds.base import ConfigError
+from headprune.io.config_error import ConfigError
 from headprune.stages import pruning
 
 EXPERIMENTS = ("recovery",)
@@ -32,14 +32,14 @@ def eval_data(study):
 
 def train_data(study):
     """The files the training items are drawn from: an LM's windows, a GLUE task's folder, the training bitext."""
-    return study.scoring.train_data(study)
+    return study.kind.train_data(study)
 
 
 def train_spec(study) -> dict:
     """The training items (headprune.workflow.load_evalset reads them): recovery.train_items windows of an LM's
     training split, a seeded subset of a GLUE task's train set, or the first sentence pairs of translation.train_sets;
     never the test set."""
-    spec = study.scoring.recovery_evalset_spec(study, study.config["recovery"]["train_items"])
+    spec = study.kind.recovery_evalset_spec(study, study.config["recovery"]["train_items"])
     return {**spec, "name": spec["name"].replace("screen", "recovery").replace("(screen)", "(recovery)")}
 
 
@@ -90,5 +90,5 @@ def check(pipeline):
         try:
             train_spec(study)
         except ConfigError:
-            raise ConfigError(f"config: experiments.recovery names '{study.name}', a {study.kind} study, which has "
+            raise ConfigError(f"config: experiments.recovery names '{study.name}', a {study.kind.name} study, which has "
                               "no training data of its own to recover on") from None

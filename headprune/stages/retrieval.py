@@ -3,7 +3,7 @@ experiment (the top-K retrieval heads masked against K random heads) and the ret
 from __future__ import annotations
 
 from headprune.evaluation.kinds import kind_of
-from headprune.evaluation.kinds.base import ConfigError
+from headprune.io.config_error import ConfigError
 from headprune.stages import constants
 
 EXPERIMENTS = ("retrieval_heads",)
@@ -23,10 +23,10 @@ def heads_source(study):
     """The retrieval study whose heads' retrieval scores (head_roles.csv) rank the heads Wu et al.'s
     experiment masks: the study itself, or for a task the retrieval study of the same language model that
     experiments.retrieval_heads names (``retrieval_study`` chooses among several)."""
-    if study.scoring.finds_retrieval_heads:
+    if study.kind.finds_retrieval_heads:
         return study
     listed = [study.pipeline.study(name) for name in study.config["experiments"].get("retrieval_heads", [])]
-    found = [other for other in listed if other.scoring.finds_retrieval_heads and other.lm.name == study.lm.name]
+    found = [other for other in listed if other.kind.finds_retrieval_heads and other.lm.name == study.lm.name]
     chosen = study.entry.get("retrieval_study")
     if chosen is not None:
         found = [other for other in found if other.name == chosen]
@@ -50,7 +50,7 @@ def heads_params(study):
     the study's own score (retrieval accuracy; a task's metric) and by its language model's perplexity."""
     settings, bleu = study.config["retrieval_heads"], study.config["pruning"]["bleu"]
     heads, masking = len(study.heads), heads_masking(study)
-    scores = [{"name": study.scoring.wu_score, "eval": study.evalset_spec("eval"),
+    scores = [{"name": study.kind.wu_score, "eval": study.evalset_spec("eval"),
                "settings": constants.eval_settings(study, bleu, word=masking)},
               {"name": "perplexity", "eval": study.lm.evalset_spec("eval"),
                "settings": constants.eval_settings(study.lm, bleu, word=masking)}]
@@ -78,7 +78,7 @@ def scored_side_by_side(pipeline) -> list:
     experiments = pipeline.config["experiments"]
     both = set(experiments["ablation"]) & set(experiments["pruning"])
     return [study for study in pipeline.studies
-            if study.scoring.drawn_beside_perplexity and {study.name, study.lm.name} <= both]
+            if study.kind.drawn_beside_perplexity and {study.name, study.lm.name} <= both]
 
 
 def targets(pipeline) -> list[str]:

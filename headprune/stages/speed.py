@@ -3,12 +3,12 @@ pruned one with the least important heads physically removed."""
 from __future__ import annotations
 
 from headprune.evaluation.kinds import kind_of
-from headprune.evaluation.kinds.base import ConfigError
+from headprune.io.config_error import ConfigError
 
 
 def eval_data(study):
     """Only the eval set: newstest2013 (translation), the GLUE task's folder (its eval split), the LM's windows."""
-    return study.scoring.speed_data(study)
+    return study.kind.speed_data(study)
 
 
 def params(study):
@@ -23,7 +23,7 @@ def params(study):
                 "variants": list(speed.get("variants", ["original", "pruned"]))}
     if len(speed.get("engines", ())) > 1:  # llama.cpp too (a causal LM's variants as GGUF files); PyTorch alone
         settings["engines"] = list(speed["engines"])  # is the default, left out so that its jobs do not rerun
-    settings.update(study.scoring.speed_settings(study, speed))
+    settings.update(study.kind.speed_settings(study, speed))
     return {"eval": evalset, "settings": settings}
 
 

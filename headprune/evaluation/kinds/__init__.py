@@ -5,7 +5,11 @@ how gate variants are run over it, the score and the scores beside it, the paire
 resamples, which test sets play which role and what the study's jobs are told) lives in that way's
 class; the experiments (``headprune.evaluation.runs``, ``sweeps``) and the study resolution
 (``headprune.studies``) call its methods and never branch on its name. A new kind of score is one new
-file here, a line in ``KINDS``, and its entry in the config schema.
+file here (its config keys included: ``config_properties``, ``config_required``, which ``headprune.config_schema``
+merges into a ``models`` entry's schema) and a line in ``KINDS``.
+
+``load_model`` loads a model as a study of any kind loads it (``headprune.load_model``), and each kind reads the
+command line's ``--data`` (``evalset_from_file``), so that the API and the command line reach every kind.
 
 Torch-free to import: Snakemake imports the kinds to plan the run (the entries are lazy).
 """
@@ -35,3 +39,18 @@ def kind_of(name: str) -> Kind:
     if name not in KINDS:
         raise ValueError(KINDS.unknown(name))
     return KINDS[name]()
+
+
+def load_model(source, kind: str | None = None, **options):
+    """(model, tokenizer) of ``source`` (a hub id, a model folder, pruned or not, or a fairseq tarball) loaded as a
+    study of ``kind`` loads its model: any kind of score (a retrieval or lm_eval study's model is a causal LM), by
+    default the one ``headprune.models.loading.guess_kind`` reads from the folder. ``options``: ``device``,
+    ``dtype``, ``src_lang``, ``tgt_lang``, ``revision``, ``towers`` (``headprune.models.loading.load_model``).
+
+    >>> model, tokenizer = load_model("tiny", "lm_eval")  # the README's tiny Llama, as an lm_eval study loads it
+    >>> type(model).__name__
+    'LlamaForCausalLM'
+    """
+    from headprune.models import loading
+
+    return loading.load_model(source, kind_of(kind).model_kind if kind is not None else None, **options)

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import abc
 
-
-class ConfigError(ValueError):
-    """A config that cannot be run; the message names the key."""
+from headprune.io.config_error import ConfigError
 
 
 class Kind(abc.ABC):
@@ -21,7 +19,9 @@ class Kind(abc.ABC):
     # Table 4's words for the model timed ({family}: its model type) and for what the pruned model's check compares
     timed_as: str
     timed_outputs: str
-    REQUIRED_ATTRIBUTES = ("name", "attention_types", "timed_as", "timed_outputs")
+    # The kind of model its studies load: a headprune.models.loading.LOADERS name (``kinds.load_model``)
+    model_kind: str
+    REQUIRED_ATTRIBUTES = ("name", "attention_types", "timed_as", "timed_outputs", "model_kind")
     language_model = False  # a decoder-only LM: its heads' roles are its own (headprune.scoring.lm_roles)
     decisive_p = "p_bootstrap"  # the p-value that decides significance (compare_to_full)
     # A study of this kind scores the model of another study (its ``model:``, a language_modeling entry):
@@ -38,6 +38,15 @@ class Kind(abc.ABC):
     # The towers ("vision", "audio") whose inputs its evaluation sets carry, so that a study of this kind may study
     # their heads (models.<study>.towers): none yet, as every kind scores text, on which a tower never runs
     towers: tuple[str, ...] = ()
+    # Its part of a ``models`` entry's schema (``headprune.config_schema`` merges every kind's in): the keys only
+    # studies of this kind read, with their JSON schema, and the keys an entry of this kind must give beside
+    # ``kind``. A key two kinds read alike is described alike by both; the schema file describes the keys of all.
+    config_properties: dict = {}
+    config_required: tuple[str, ...] = ("source", "layers", "heads")  # a model of its own: where, and its shape
+    # What the command line's --data holds for this kind (headprune score/sweep/prune), and the file endings taken for
+    # it where --kind does not say
+    data_help: str = ""
+    data_suffixes: tuple[str, ...] = ()
 
     def __init__(self):
         missing = [attribute for attribute in self.REQUIRED_ATTRIBUTES if not hasattr(self, attribute)]
@@ -74,6 +83,12 @@ class Kind(abc.ABC):
     @abc.abstractmethod
     def importance_batches(self, tokenizer, data: dict, model=None) -> list[dict]:
         """The batches I_h is estimated on, from ``importance_spec``'s or ``train_spec``'s dict."""
+
+    def evalset_from_file(self, path, tokenizer, options: dict) -> tuple:
+        """(EvalSet, its name in the tables, a line saying what it holds) of ``path``, the command line's --data;
+        ``options``: its window, metric (None: the kind's default), max_items, num_fewshot. A file that cannot be
+        read so raises ValueError, which the command line shows naming --data."""
+        raise ValueError(f"the command line scores no {self.name} study: run it from a config")
 
     @abc.abstractmethod
     def load_model(self, path, device, study: dict, options: dict):

@@ -6,6 +6,7 @@ import numpy as np
 
 from headprune.evaluation import metrics, stats
 from headprune.evaluation.kinds import base
+from headprune.io.config_error import ConfigError
 
 
 class Kind(base.VoitaRoles, base.Kind):
@@ -14,6 +15,21 @@ class Kind(base.VoitaRoles, base.Kind):
     timed_as = "encoder classifier ({family})"
     timed_outputs = "predictions"
     decisive_p = "p_ttest"
+    model_kind = "classification"
+    data_help = ("a GLUE-format TSV (.tsv: header text_a<TAB>text_b<TAB>label, integer labels), scored by --metric: "
+                 f"{', '.join(metrics.CLASSIFICATION_METRICS)} (default: accuracy)")
+    data_suffixes = (".tsv",)
+    config_properties = {
+        "finetune": {"type": ["boolean", "object"], "default": True,
+                     "description": "fine-tune source on task with bert.finetune (an object: with these of its settings "
+                                    "changed, e.g. {epochs: 5}); false: the source is fine-tuned already",
+                     "additionalProperties": False,
+                     "properties": {"epochs": {"type": "number", "exclusiveMinimum": 0},
+                                    "lr": {"type": "number", "exclusiveMinimum": 0},
+                                    "batch_size": {"type": "integer", "minimum": 1},
+                                    "max_length": {"type": "integer", "minimum": 8},
+                                    "seed": {"$ref": "#/definitions/seed"},
+                                    "warmup_fraction": {"type": "number", "minimum": 0, "maximum": 1}}}}
 
     def load_evalset(self, spec):
         from headprune.data.datasets import subset
@@ -57,6 +73,20 @@ class Kind(base.VoitaRoles, base.Kind):
         return classification_batches(tokenizer, [pairs[i] for i in keep], [labels[i] for i in keep],
                                       data["batch_size"], data["max_length"])
 
+    def evalset_from_file(self, path, tokenizer, options):
+        from pathlib import Path
+
+        from headprune.data.glue import read_glue_split
+        from headprune.evaluation.evalset import EvalSet
+
+        metric = options["metric"] or "accuracy"
+        if metric not in metrics.CLASSIFICATION_METRICS:
+            raise ValueError(f"--metric {metric}: not a classification metric ({', '.join(metrics.CLASSIFICATION_METRICS)})")
+        pairs, labels = read_glue_split(path)  # as analyses.sweeps.evalset_from_tsv
+        limit = options["max_items"]
+        evalset = EvalSet("classification", labels[:limit], pairs[:limit], metric)
+        return evalset, Path(path).stem, f"a GLUE-format TSV, {len(evalset)} examples: classification, scored by {metric}"
+
     def load_model(self, path, device, study, options):
         from headprune.models.loading import load_classifier
 
@@ -66,9 +96,9 @@ class Kind(base.VoitaRoles, base.Kind):
 
     def check(self, pipeline, study, entry):
         if "task" not in entry:
-            raise base.ConfigError(f"config: models.{study} is a classification study: it needs 'task'")
+            raise ConfigError(f"config: models.{study} is a classification study: it needs 'task'")
         if entry["task"] not in pipeline.glue:
-            raise base.ConfigError(f"config: models.{study}.task names '{entry['task']}', which is not a glue entry")
+            raise ConfigError(f"config: models.{study}.task names '{entry['task']}', which is not a glue entry")
 
     def finetuned(self, study):
         return study.entry.get("finetune", True) is not False

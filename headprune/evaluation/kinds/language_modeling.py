@@ -2,7 +2,10 @@
 (lower is better); significance by a paired bootstrap over windows."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from headprune.evaluation.kinds import base
+from headprune.io.config_error import ConfigError
 
 # The splits of a language-modelling study's corpus, by role, and their defaults.
 LM_SPLITS = {"eval_split": "test", "selection_split": "validation", "test_split": "test", "importance_split": "train"}
@@ -18,6 +21,20 @@ class Kind(base.Kind):
     timed_as = "causal LM ({family})"
     timed_outputs = "next-token predictions"
     language_model = True
+    model_kind = "language_modeling"
+    data_help = "a text corpus (.txt), scored by perplexity over windows of --window tokens"
+    data_suffixes = (".txt",)
+    config_properties = {
+        "corpus": {"type": "string", "description": "the corpora entry it is scored on"},
+        "window": {"type": "integer", "minimum": 2, "default": 1024, "description": "tokens per perplexity window"},
+        "eval_split": {"type": "string", "default": "test"},
+        "selection_split": {"type": "string", "default": "validation", "description": "one head per layer: choose the head"},
+        "test_split": {"type": "string", "default": "test", "description": "one head per layer: report the change"},
+        "max_windows": {"type": ["integer", "null"], "minimum": 1, "default": None,
+                        "description": "windows of each eval split (null: all)"},
+        "importance_windows": {"type": ["integer", "null"], "minimum": 1, "default": 256,
+                               "description": "windows of importance_split I_h (and gates) are estimated on (the "
+                                              "first ones)"}}
 
     def load_evalset(self, spec):
         from headprune.evaluation.perplexity import load_windows
@@ -53,23 +70,36 @@ class Kind(base.Kind):
 
         return window_batches(load_windows(data["windows"], data["max_items"]), data["batch_size"])
 
+    def evalset_from_file(self, path, tokenizer, options):
+        from headprune.evaluation.evalset import EvalSet
+        from headprune.evaluation.perplexity import windows
+
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except UnicodeDecodeError as error:
+            raise ValueError(f"not UTF-8 text ({error})") from None
+        window = options["window"]
+        chunks = windows(tokenizer, text, window, options["max_items"])  # as analyses.sweeps.evalset_from_text
+        return (EvalSet("language_modeling", chunks, chunks, "perplexity"), f"{Path(path).stem} ({window}-token windows)",
+                f"a text corpus: language modelling, perplexity over {len(chunks)} windows of {window} tokens")
+
     # --- resolution ---------------------------------------------------------------------------
 
     def check(self, pipeline, study, entry):
         if "corpus" not in entry:
-            raise base.ConfigError(f"config: models.{study} is a language_modeling study: it needs 'corpus'")
+            raise ConfigError(f"config: models.{study} is a language_modeling study: it needs 'corpus'")
         corpus = pipeline.corpora.get(entry["corpus"])
         if corpus is None:
-            raise base.ConfigError(f"config: models.{study}.corpus names '{entry['corpus']}', which is not in corpora")
+            raise ConfigError(f"config: models.{study}.corpus names '{entry['corpus']}', which is not in corpora")
         splits = corpus_splits(corpus)
         for key, default in LM_SPLITS.items():
             if entry.get(key, default) not in splits:
-                raise base.ConfigError(f"config: models.{study}.{key} is '{entry.get(key, default)}', "
+                raise ConfigError(f"config: models.{study}.{key} is '{entry.get(key, default)}', "
                                   f"not one of corpora.{entry['corpus']}.splits {splits}")
 
     def evalset_name(self, study, role):
         if role == "ood":
-                raise base.ConfigError(f"config: {study.name} is a language-modelling study: it has no out-of-domain set")
+            raise ConfigError(f"config: {study.name} is a language-modelling study: it has no out-of-domain set")
         return study.lm_split(f"{role}_split")
 
     def evalset_spec(self, study, role, name):
@@ -113,7 +143,7 @@ class Kind(base.Kind):
 
     def parse_text(self, study):
         # a language model's roles (previous-token, induction, sink, retrieval) are read from its windows
-        raise base.ConfigError(f"{study.name}: a {self.name} study's head roles parse no text")
+        raise ConfigError(f"{study.name}: a {self.name} study's head roles parse no text")
 
     def roles_params(self, study, roles):
         return {"windows": study.lm.evalset_spec("eval"), "items": None, "max_windows": roles["lm_windows"],
@@ -129,6 +159,10 @@ class ScoresLanguageModel(Kind):
     architecture, corpus, importance (I_h on its text) and resources are its own."""
 
     scores_another_study = True
+    data_suffixes = ()  # a text corpus is its language model's
+    config_properties = {"model": {"type": "string", "description": "the language_modeling study whose model (and "
+                                                                    "corpus) it scores"}}
+    config_required = ("model",)
 
     def screen_evalset_spec(self, study, items):
         # its own score on data that is not its test set would need items of its own kind: none yet
@@ -137,7 +171,7 @@ class ScoresLanguageModel(Kind):
     def check(self, pipeline, study, entry):
         lm = pipeline.models.get(entry["model"], {})
         if lm.get("kind") != "language_modeling":
-            raise base.ConfigError(f"config: models.{study}.model names '{entry['model']}', which is not a "
+            raise ConfigError(f"config: models.{study}.model names '{entry['model']}', which is not a "
                                    "language_modeling entry of models")
 
     def scoring_batches(self, tokenizer, evalset, batch_size, max_length):

@@ -14,7 +14,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from headprune.evaluation.kinds import base
+from headprune.io.config_error import ConfigError
 from headprune.evaluation.kinds.language_modeling import ScoresLanguageModel
+
+FEWSHOT_SEED = 1234  # lm-evaluation-harness's own default
 
 
 def task_file(task: str) -> Path | None:
@@ -25,6 +28,29 @@ def task_file(task: str) -> Path | None:
 class Kind(ScoresLanguageModel):
     name = "lm_eval"
     wu_score = "task"  # Wu et al.'s experiment scored on the task: do the retrieval heads matter for it?
+    data_help = ("an lm-evaluation-harness task's YAML (.yaml), scored by --metric, one the task computes (default: "
+                 "acc), with --num-fewshot examples (default: 0)")
+    data_suffixes = (".yaml", ".yml")
+    config_properties = {
+        **ScoresLanguageModel.config_properties,
+        "num_fewshot": {"type": "integer", "minimum": 0, "description": "few-shot examples per prompt (default 0; a "
+                        "task whose YAML says 0 stays 0, as in lm-eval)"},
+        "limit": {"type": ["integer", "null"], "minimum": 1, "description": "the task's first items scored (null: all)"},
+        "metric": {"type": "string", "pattern": "^[A-Za-z0-9_.-]+(,[A-Za-z0-9_. -]+)?$",
+                   "description": "the task's metric that is the study's score (acc, acc_norm, exact_match, "
+                                  "'exact_match,strict-match' with a filter, word_perplexity): higher or lower is "
+                                  "better as the task says"},
+        "fewshot_seed": {"$ref": "#/definitions/seed", "description": "seed of the few-shot examples (default 1234, "
+                                                                      "lm-eval's)"},
+        "retrieval_study": {"type": "string", "minLength": 1, "description": "the retrieval study whose retrieval "
+                            "heads Wu et al.'s experiment masks (default: the one of its model in "
+                            "experiments.retrieval_heads)"},
+        "selection_task": {"type": "string", "minLength": 1, "description": "the task one head per layer chooses its "
+                                                                            "head on (default: the task itself)"},
+        "importance_items": {"type": "integer", "minimum": 1, "description": "documents of importance_split I_h is "
+                                                                             "estimated on (default 500, the first "
+                                                                             "ones)"}}
+    config_required = ("model", "task", "metric")
 
     def load_evalset(self, spec):
         from headprune.evaluation.lm_tasks import load_task
@@ -63,6 +89,13 @@ class Kind(ScoresLanguageModel):
         boot = stats.paired_bootstrap(aggregated, full, ablated, evalset.references, n_resamples=resamples, seed=seed)
         return base.bootstrap_only(boot.p_value)
 
+    def evalset_from_file(self, path, tokenizer, options):
+        shots = options["num_fewshot"] or 0
+        evalset = self.load_evalset({"task": str(path), "num_fewshot": shots, "limit": options["max_items"],
+                                     "fewshot_seed": FEWSHOT_SEED, "metric": options["metric"] or "acc"})
+        return (evalset, f"{Path(path).stem} ({shots}-shot)",
+                f"an lm-evaluation-harness task, {len(evalset)} documents: lm_eval, scored by {evalset.metric}")
+
     def importance_batches(self, tokenizer, data, model=None):
         from headprune.evaluation.lm_task_loss import importance_split, task_loss_batches
         from headprune.evaluation.lm_tasks import TaskError, load_task
@@ -82,7 +115,7 @@ class Kind(ScoresLanguageModel):
 
     def evalset_name(self, study, role):
         if role == "ood":
-            raise base.ConfigError(f"config: {study.name} is scored on an lm-evaluation-harness task: it has no "
+            raise ConfigError(f"config: {study.name} is scored on an lm-evaluation-harness task: it has no "
                                    "out-of-domain set")
         # Tables 2-3 choose a head on the selection set: the task's own items unless selection_task names others
         return study.entry.get("selection_task", study.entry["task"]) if role == "selection" else study.entry["task"]
@@ -92,7 +125,7 @@ class Kind(ScoresLanguageModel):
         shots = entry.get("num_fewshot", 0)
         label = task_file(name).stem if task_file(name) else name
         return {"kind": "lm_eval", "task": name, "num_fewshot": shots, "limit": entry.get("limit"),
-                "fewshot_seed": entry.get("fewshot_seed", 1234), "metric": entry["metric"],
+                "fewshot_seed": entry.get("fewshot_seed", FEWSHOT_SEED), "metric": entry["metric"],
                 "name": f"{label} ({shots}-shot)", "max_items": None}
 
     def eval_data(self, study, roles):
@@ -114,7 +147,7 @@ class Kind(ScoresLanguageModel):
         if entry.get("importance_split") == "corpus":
             return study.lm.importance_spec
         return {"kind": "lm_eval", "study": study.name, "task": entry["task"], "split": entry.get("importance_split"),
-                "num_fewshot": entry.get("num_fewshot", 0), "fewshot_seed": entry.get("fewshot_seed", 1234),
+                "num_fewshot": entry.get("num_fewshot", 0), "fewshot_seed": entry.get("fewshot_seed", FEWSHOT_SEED),
                 "max_items": entry.get("importance_items", 500), "batch_size": entry["batch_size"]}
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from headprune.evaluation.kinds import base
+from headprune.io.config_error import ConfigError
 from headprune.evaluation.kinds.language_modeling import ScoresLanguageModel, corpus_splits
 
 
@@ -14,6 +15,32 @@ class Kind(ScoresLanguageModel):
     drawn_beside_perplexity = True
     wu_score = "retrieval"
     finds_retrieval_heads = True
+    data_help = ("needle-in-a-haystack items (.jsonl, as the pipeline's make_retrieval_items writes them with the "
+                 "model's tokenizer), scored by the share of answers that hold the needle's value")
+    data_suffixes = (".jsonl",)
+    config_properties = {
+        **ScoresLanguageModel.config_properties,
+        "context_lengths": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 8},
+                            "description": "haystack lengths in tokens of the model (needle included)"},
+        "depths": {"type": "array", "minItems": 1, "items": {"type": "number", "minimum": 0, "maximum": 100},
+                   "description": "where the needle goes, in percent of the haystack (0: first)"},
+        "needles_per_setting": {"type": "integer", "minimum": 1, "description": "items per (length, depth); default 1"},
+        "haystack_split": {"type": "string", "description": "the corpus split eval items are cut from (default: the "
+                           "model's eval_split); one head per layer cuts its selection items from selection_split"},
+        "needle": {"type": "string", "description": "the needle sentence, with {value} (default 'The special magic "
+                                                    "number is {value}.')"},
+        "question": {"type": "string", "description": "asked after the haystack (default 'What is the special magic "
+                                                      "number mentioned in the text?')"},
+        "answer_prefix": {"type": "string", "description": "text the answer starts with, after the question or the "
+                                                           "chat template's generation prompt (default none)"},
+        "value_digits": {"type": "integer", "minimum": 1, "maximum": 18, "description": "digits of the value (default 5)"},
+        "chat_template": {"type": "boolean", "description": "wrap the question in the tokenizer's chat template when "
+                                                            "it has one (default true)"},
+        "max_new_tokens": {"type": "integer", "minimum": 1, "description": "tokens decoded greedily per answer "
+                                                                           "(default 32: instruct models restate the "
+                                                                           "question first)"},
+        "seed": {"$ref": "#/definitions/seed", "description": "items are drawn once from this seed (default 0)"}}
+    config_required = ("model", "context_lengths", "depths")
 
     def load_evalset(self, spec):
         from headprune.data.retrieval import read_items
@@ -41,6 +68,13 @@ class Kind(ScoresLanguageModel):
         return {"rouge1_recall": float(np.mean([rouge1_recall(item["needle"], f"{item.get('answer_prefix', '')} {answer}")
                                                 for item, answer in zip(evalset.sources, outputs)]))}
 
+    def evalset_from_file(self, path, tokenizer, options):
+        from pathlib import Path
+
+        evalset = self.load_evalset({"items": path, "max_items": options["max_items"]})
+        return (evalset, f"{Path(path).stem} (needle in a haystack)",
+                f"{len(evalset)} needle-in-a-haystack items: retrieval, scored by the answers that hold the value")
+
     def significance(self, evalset, full_outputs, ablated_outputs, *, resamples, seed):
         from headprune.evaluation.retrieval import paired_bootstrap_retrieval
 
@@ -56,7 +90,7 @@ class Kind(ScoresLanguageModel):
         if "haystack_split" in entry:
             splits = corpus_splits(pipeline.corpora[lm["corpus"]])
             if entry["haystack_split"] not in splits:
-                raise base.ConfigError(f"config: models.{study}.haystack_split is '{entry['haystack_split']}', "
+                raise ConfigError(f"config: models.{study}.haystack_split is '{entry['haystack_split']}', "
                                   f"not one of corpora.{lm['corpus']}.splits {splits}")
 
     def evalset_name(self, study, role):

@@ -11,6 +11,14 @@ class Kind(base.VoitaRoles, base.Kind):
     attention_types = ["enc_self", "enc_dec", "dec_self"]
     timed_as = "translation model, beam search"
     timed_outputs = "translations"
+    model_kind = "translation"
+    data_help = "with --kind translation, a TSV of sentence pairs (source<TAB>reference, no header), scored by BLEU"
+    config_properties = {
+        "src_code": {"type": "string", "description": "the tokenizer's source language code (mBART, NLLB: eng_Latn)"},
+        "tgt_code": {"type": "string", "description": "the target language code, forced as the first token"},
+        "source_prefix": {"type": "string", "description": "text put before every source sentence (T5: 'translate "
+                          "English to French: '); default: the one the checkpoint's config declares for the languages "
+                          "(task_specific_params)"}}
 
     def load_evalset(self, spec):
         from headprune.data.datasets import read_lines
@@ -54,6 +62,19 @@ class Kind(base.VoitaRoles, base.Kind):
             references += read_lines(testset["reference"])[:data["max_items"]]
         start = getattr(model.config, "decoder_start_token_id", None) if model is not None else None
         return translation_batches(tokenizer, sources, references, data["batch_size"], decoder_start_token_id=start)
+
+    def evalset_from_file(self, path, tokenizer, options):
+        from pathlib import Path
+
+        from headprune.data.datasets import read_lines
+        from headprune.evaluation.evalset import EvalSet
+
+        pairs = [line.split("\t") for line in read_lines(path)][:options["max_items"]]
+        bad = next((number for number, pair in enumerate(pairs, 1) if len(pair) != 2), None)
+        if bad is not None:
+            raise ValueError(f"line {bad}: expected source<TAB>reference")
+        evalset = EvalSet("translation", [reference for _, reference in pairs], [source for source, _ in pairs], "bleu")
+        return evalset, Path(path).stem, f"{len(evalset)} sentence pairs: translation, scored by BLEU"
 
     def load_model(self, path, device, study, options):
         from headprune.models.loading import converted_from_fairseq, load_seq2seq, load_translation
