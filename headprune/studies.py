@@ -32,10 +32,11 @@ from headprune.models.attention_types import TOWER_TYPES
 # Figure 2), "selection" and "test" (one head per layer, Tables 2-3).
 ROLES = ("eval", "ood", "selection", "test")
 # The rules whose jobs load a study's model -> the copies of its weights they hold (headprune.models.memory.job_mb):
-# they ask SLURM for what they will use when the config names no mem_mb for them. Fine-tuning holds weights,
-# gradients and Adam's two moments; recovery by distillation a teacher beside them.
+# they ask SLURM for what they will use when the config names no mem_mb for them. Recovery trains every weight
+# (gradients and Adam's two moments beside them) and distillation holds a teacher. Fine-tuning is not here: its
+# study's model is what it writes (config.resources.finetune names its memory).
 WEIGHT_COPIES = {"evaluate": 1, "ablate": 1, "importance": 1, "prune": 1, "speed": 1, "head_roles": 1,
-                 "concrete_gates": 1, "finetune": 4, "recover": 5}
+                 "concrete_gates": 1, "recover": 5}
 # A retrieval study's settings the config leaves out (rules/schemas/config.schema.yaml describes them).
 RETRIEVAL_DEFAULTS = {"needles_per_setting": 1, "needle": "The special magic number is {value}.",
                       "question": "What is the special magic number mentioned in the text?", "answer_prefix": "",
@@ -159,10 +160,7 @@ class Study:
         (``headprune.models.memory.job_mb``); None before the model is on disk (a dry run: the default's)."""
         from headprune.models.memory import job_mb, parameters_on_disk
 
-        folder = self.model_path
-        if self.finetuned_by_pipeline and not Path(folder).exists():  # the fine-tuning job: what it starts from
-            folder = stages.finetune.pretrained(self)
-        parameters = parameters_on_disk(folder)
+        parameters = parameters_on_disk(self.model_path)
         return job_mb(parameters, self.lm.entry.get("dtype", "float32"), copies=copies) if parameters else None
 
     # --- data -------------------------------------------------------------------------------
