@@ -94,7 +94,7 @@ class Masking:
     word: ClassVar[str]
     # Where it acts (``headprune.models.places``: the output, the query, the attention) and what it does there, in
     # the words of a refusal ("uniform masking <acts_as>: <why the family has no such place>")
-    place: ClassVar[type[Place]] = HeadOutput
+    place: ClassVar[type[Place]]
     acts_as: ClassVar[str] = ""
     real_gates: ClassVar[bool] = True  # takes any real gate (else 0 or 1 only)
     # The place's: gated(..., capture=HeadCapture()) records head outputs and gradients; only the output projection's
@@ -142,7 +142,8 @@ class Masking:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        cls.takes_capture, cls.acts_on_outputs = cls.place.takes_capture, cls.place.acts_on_outputs
+        if hasattr(cls, "place"):  # a mode (not a base class): what it takes is its place's
+            cls.takes_capture, cls.acts_on_outputs = cls.place.takes_capture, cls.place.acts_on_outputs
 
     # --- on a model -------------------------------------------------------------------------------------------
 
