@@ -14,7 +14,7 @@ from typing import ClassVar
 import pytest
 import torch
 
-from conftest import bert_batch, fsmt_batch, on_test_device, tiny_bert, tiny_m2m100, tolerance
+from conftest import bert_batch, fsmt_batch, on_test_device, tiny_bert, tiny_fsmt, tiny_m2m100, tolerance
 from test_streaming import causal_batch, tiny_llama_gqa6
 from headprune.models.heads import full_gates, gated
 from headprune.models.masking import MODES, Masking
@@ -137,8 +137,6 @@ def test_first_token_on_an_encoder_decoder(backend):
 def test_a_family_without_the_place_refuses_the_toy_in_one_line():
     """FSMT's attention (its own forward, time-major) takes no per-head mask: its adapter says so, and the toy is
     refused with that line, before any hook is put on the model."""
-    from conftest import tiny_fsmt
-
     model = tiny_fsmt()
     with pytest.raises(ValueError, match=r"^first_token masking lets a masked head see its first token alone: the "
                                          r"fsmt family's attention takes no per-head mask [^\n]*$"):
