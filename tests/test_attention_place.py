@@ -134,11 +134,21 @@ def test_first_token_on_an_encoder_decoder(backend):
               outputs(model, batch, by_hand=by_hand[index:index + 1]))
 
 
-def test_a_family_without_the_place_refuses_the_toy_in_one_line():
-    """FSMT's attention (its own forward, time-major) takes no per-head mask: its adapter says so, and the toy is
-    refused with that line, before any hook is put on the model."""
-    model = tiny_fsmt()
-    with pytest.raises(ValueError, match=r"^first_token masking lets a masked head see its first token alone: the "
-                                         r"fsmt family's attention takes no per-head mask [^\n]*$"):
+def albert():
+    import encoder_zoo
+
+    return encoder_zoo.tiny_model("albert").eval()
+
+
+@pytest.mark.parametrize("build, why", [
+    # FSMT's attention (its own forward, time-major) takes no per-head mask
+    (tiny_fsmt, "the fsmt family's attention takes no per-head mask"),
+    # ALBERT's layers run one attention module: a mask given to it would reach every layer's heads
+    (albert, r"layer 0 \(\w+\) is one module that every layer runs")])
+def test_a_family_without_the_place_refuses_the_toy_in_one_line(build, why):
+    """The adapter says why, and the toy is refused with that line before any hook is put on the model."""
+    model = build()
+    with pytest.raises(ValueError, match=rf"^first_token masking lets a masked head see its first token alone: "
+                                         rf"(?:{why})[^\n]*$"):
         with gated(model, full_gates(model, 0.0), masking=FirstToken()):
             pass

@@ -90,6 +90,10 @@ class EncoderAdapter(ClassifierAdapter):
         if causal_lm:
             return (f"{self.family} is an encoder: its self-attention is bidirectional, and a window over the past is "
                     "a causal-LM idea")
+        for site in sites:
+            if site.layout.applications > 1:  # a hook on its module reaches every layer's run of it
+                return (f"layer {site.layer} ({type(site.attention).__name__}) is one module that every layer runs: a "
+                        "mask given to it would reach every layer's heads")
         return next(filter(None, map(mask_argument_problem, sites)), None)
 
 
