@@ -270,8 +270,8 @@ def check_family(model_type: str, folder: Path, wrapper: bool = False) -> tuple[
         # backends are switched on the language model only: a wrapper's tower may have no sdpa to switch back to
         lm = language_model(model)
         backend = lm.config._attn_implementation
-        for mode, problem in ((Uniform(), adapter.uniform_masking_problem(model, sites)),
-                              (Streaming(1, 3), adapter.streaming_masking_problem(model, sites))):
+        for mode, problem in ((Uniform(), adapter.query_problem(model, sites)),
+                              (Streaming(1, 3), adapter.attention_problem(model, sites, causal_lm=True))):
             if problem is not None:
                 refused.append(f"{mode.word} masking: {problem}")
                 continue

@@ -230,7 +230,7 @@ def check_family(model_type: str, folder: Path) -> tuple[str, str]:
         constants = HeadConstants({("enc_self", s.layer): torch.randn(heads, s.head_dim) for s in sites}, kind="mean")
         assert torch.isfinite(_gated_logits(model, remove, ids, mask, masking=Mean(constants))).all()
         notes = []
-        problem = adapter.uniform_masking_problem(model, sites)
+        problem = adapter.query_problem(model, sites)
         if problem is None:
             assert torch.isfinite(_gated_logits(model, remove, ids, mask, masking=Uniform())).all()
         else:

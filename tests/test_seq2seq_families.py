@@ -222,7 +222,7 @@ def check_family(model_type: str, folder: Path, zoo: Zoo = TEXT) -> tuple[str, s
         constants = HeadConstants({(s.attn_type, s.layer): torch.randn(HEADS, s.head_dim) for s in sites}, kind="mean")
         assert torch.isfinite(_gated_logits(model, REMOVE, batch, masking=Mean(constants))).all()
         notes = []
-        problem = adapter.uniform_masking_problem(model, sites)
+        problem = adapter.query_problem(model, sites)
         if problem is None:
             uniform = _gated_logits(model, REMOVE, batch, masking=Uniform())
             assert torch.isfinite(uniform).all() and _close(uniform, plain) > CHANGED, "uniform masking changes nothing"

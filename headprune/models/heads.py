@@ -68,7 +68,7 @@ def stack_gates(model, group: list):
 
 # Moved to headprune.models.masking with the modes (gated: how a gate switches a head off is the mode's); still
 # importable from here.
-_MOVED = {"gated", "Streaming", "streaming_window", "check_binary_gates", "as_masking", "Masking", "Zero", "Uniform",
+_MOVED = {"gated", "Streaming", "check_binary_gates", "as_masking", "Masking", "Zero", "Uniform",
           "Mean", "Optimal", "Constant", "Resample"}
 
 

@@ -13,7 +13,10 @@ strings "zero" and "uniform" (``as_masking``), or none: then the mode of the ``m
 on the model (a job's evaluation runs in one), else the paper's; ``masking_for(word, ...)`` builds one from a
 config word and the data it needs, as ``EvalSettings`` does from a job's params.
 
-Modes that act on a head's OUTPUT: the input of the layer's output projection is the concatenation of the
+Each mode names the place it acts on (``headprune.models.places``: a head's output, its query, its attention) and what
+it does there; the place asks the model's adapter whether its family has it (a refusal in one line) and installs it.
+
+Modes that act on a head's OUTPUT (``places.HeadOutput``): the input of the layer's output projection is the concatenation of the
 head outputs, head-major (..., heads * head_dim), so a forward pre-hook on that projection sees each head's
 output o_h in every attention backend, inside generate() and beam search too. A head with gate g gets
 
@@ -31,11 +34,12 @@ Voita's Hard Concrete gates interpolate), take a ``HeadCapture`` (each head's ou
 the projection's input), and leave everything below the projection as it is (``acts_on_outputs``: a layer's
 attention is unchanged, so callers may replay what is below a layer's first masked head).
 
-Modes that act on a head's ATTENTION (gates 0 or 1 only, no capture):
+Modes that act inside a head's ATTENTION (gates 0 or 1 only, no capture):
 
 - ``Uniform()`` ("uniform"): a head with gate 0 attends uniformly to the keys it may attend to (padding and
   causality respected), so it outputs the mean of its value vectors (its query zeroed: ``masking_hooks``). It
-  needs scores that are query . key plus the mask and nothing else (``HeadAdapter.uniform_masking_problem``).
+  acts on the head's query (``places.Query``), which needs scores that are query . key plus the mask and nothing
+  else (``HeadAdapter.query_problem``).
 - ``Streaming(sink, recent)`` ("streaming"): a head with gate 0 attends as DuoAttention's streaming heads
   (Xiao et al. 2024): only to the first ``sink`` tokens and the last ``recent`` ones up to and including its
   query, within what it could attend to before: allowed(i, j) = allowed_before(i, j) and (j < sink or
@@ -43,8 +47,8 @@ Modes that act on a head's ATTENTION (gates 0 or 1 only, no capture):
   scores the same whichever side it is padded on; without padding they are the absolute positions, and
   inside generate() the query's is the keys so far minus this step's queries plus its index (the cache's
   ``get_query_offset`` and ``get_mask_sizes``, as transformers' masks take them). The window is a per-head
-  attention mask (``masking_hooks``): the decoder-only LMs take it, under eager or sdpa attention
-  (``HeadAdapter.streaming_masking_problem``).
+  attention mask (``places.Attention``): the decoder-only LMs take it, under eager or sdpa attention
+  (``HeadAdapter.attention_problem`` with ``causal_lm``).
 
 Resample ablation, defined so that it works for every kind of study and does not depend on how rows are
 batched or grouped into gate variants. A ``ResamplePool`` (``headprune.models.head_constants``; recorded by
@@ -76,6 +80,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from headprune.io.registry import Registry
+from headprune.models.places import Attention, HeadOutput, Place, Query
 
 if TYPE_CHECKING:  # torch's: imported when a mode is put on a model
     from headprune.models.sites import HeadCapture
@@ -87,9 +92,15 @@ class Masking:
     """A masking mode: everything about one way of switching a head off (see the module docstring)."""
 
     word: ClassVar[str]
+    # Where it acts (``headprune.models.places``: the output, the query, the attention) and what it does there, in
+    # the words of a refusal ("uniform masking <acts_as>: <why the family has no such place>")
+    place: ClassVar[type[Place]]
+    acts_as: ClassVar[str] = ""
     real_gates: ClassVar[bool] = True  # takes any real gate (else 0 or 1 only)
-    takes_capture: ClassVar[bool] = True  # gated(..., capture=HeadCapture()) records head outputs and gradients
-    acts_on_outputs: ClassVar[bool] = True  # only the output projection's input changes (see the module docstring)
+    # The place's: gated(..., capture=HeadCapture()) records head outputs and gradients; only the output projection's
+    # input changes (see the module docstring)
+    takes_capture: ClassVar[bool] = True
+    acts_on_outputs: ClassVar[bool] = True
     # A masked head puts out a constant (0 or c_h): I_h and the screen's first-order estimate measure the change of
     # the loss when a head becomes it, and shared-layer replay may start at a layer's first masked head.
     constant_output: ClassVar[bool] = False
@@ -129,18 +140,28 @@ class Masking:
         """``data_maker``'s keyword arguments from ``data_settings``."""
         return {}
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if hasattr(cls, "place"):  # a mode (not a base class): what it takes is its place's
+            cls.takes_capture, cls.acts_on_outputs = cls.place.takes_capture, cls.place.acts_on_outputs
+
     # --- on a model -------------------------------------------------------------------------------------------
 
     def check(self, model, adapter, sites, gates, capture) -> None:
-        """A ValueError if this mode cannot mask ``model`` with ``gates`` (and ``capture``)."""
+        """A ValueError if this mode cannot mask ``model`` with ``gates`` (and ``capture``): its place's refusal
+        (the adapter's line) included."""
         if capture is not None and not self.takes_capture:
             raise ValueError("importance capture works on output gates: use masking='zero' with a HeadCapture")
+        problem = self.place.problem(adapter, model, sites, self)
+        if problem is not None:
+            raise ValueError(f"{self.word} masking {self.acts_as}: {problem}")
         if not self.real_gates:
             _hooks().check_binary_gates(self.word, gates)
 
     def install(self, handles: list, model, sites, gates, capture) -> None:
-        """Put this mode's hooks on ``model``, their handles into ``handles`` (removed when ``gated`` closes)."""
-        raise NotImplementedError
+        """Put this mode's hooks on ``model``, their handles into ``handles`` (removed when ``gated`` closes): its
+        place's installer, with what the mode does there."""
+        self.place.install(handles, model, sites, gates, capture, self)
 
     def each_draw(self) -> list[Masking]:
         """The maskings whose scores an experiment averages (``headprune.evaluation.runs.scored_variants``)."""
@@ -192,7 +213,10 @@ def _check_data(mode: Masking, value, expected: str) -> None:
 # --- Modes that need nothing: zero (on outputs), uniform and streaming (on attention) ----------------------
 
 class _OutputMasking(Masking):
-    """A mode that replaces a head's output at the output projection's input: g * o_h + (1 - g) * r_h."""
+    """A mode that replaces a head's output at the output projection's input (``places.HeadOutput``):
+    g * o_h + (1 - g) * r_h."""
+
+    place: ClassVar[type[Place]] = HeadOutput
 
     def replacement(self, site, per_head, state: dict):
         """What a head with gate 0 puts out, broadcastable to ``per_head`` (..., kept heads, head_dim) in the
@@ -201,12 +225,6 @@ class _OutputMasking(Masking):
 
     def prepare(self, handles: list, model, sites, gates, state: dict) -> None:
         """Hooks the replacement needs besides the output hooks (e.g. positions); ``state`` is shared with them."""
-
-    def install(self, handles, model, sites, gates, capture):
-        state: dict = {}
-        if gates is not None:
-            self.prepare(handles, model, sites, gates, state)
-        _hooks().install_output_hooks(handles, sites, gates, capture, state, self.replacement)
 
 
 @mode
@@ -226,23 +244,14 @@ class Uniform(Masking):
     """A head with gate 0 attends uniformly to the keys it may attend to (its query is zeroed)."""
 
     word: ClassVar[str] = "uniform"
+    place: ClassVar[type[Place]] = Query
+    acts_as: ClassVar[str] = ("zeroes a head's query, which gives uniform attention only when the scores are "
+                              "query . key plus the mask")
     real_gates: ClassVar[bool] = False
-    takes_capture: ClassVar[bool] = False
-    acts_on_outputs: ClassVar[bool] = False
     summary: ClassVar[str] = "uniform (a masked head attends uniformly to the keys it may attend to)"
 
-    def check(self, model, adapter, sites, gates, capture):
-        if capture is not None:
-            raise ValueError("importance capture works on output gates: use masking='zero' with a HeadCapture")
-        problem = adapter.uniform_masking_problem(model, sites)
-        if problem is not None:
-            raise ValueError(f"uniform masking zeroes a head's query, which gives uniform attention only when the "
-                             f"scores are query . key plus the mask: {problem}")
-        _hooks().check_binary_gates("uniform", gates)
-
-    def install(self, handles, model, sites, gates, capture):
-        if gates is not None:
-            _hooks().install_query_gates(handles, model, sites, gates)
+    def changed_query(self, query, gate):
+        return query * gate  # a zero query scores 0 against every key it may see: softmax makes that uniform
 
 
 @mode
@@ -254,10 +263,10 @@ class Streaming(Masking):
     sink: int
     recent: int
     word: ClassVar[str] = "streaming"
+    place: ClassVar[type[Place]] = Attention
+    acts_as: ClassVar[str] = "gives a masked head a per-head attention mask"
     real_gates: ClassVar[bool] = False
-    takes_capture: ClassVar[bool] = False
-    acts_on_outputs: ClassVar[bool] = False
-    language_models_only: ClassVar[bool] = True  # the decoder-only LMs pass their attention mask through
+    language_models_only: ClassVar[bool] = True  # its window runs over a causal LM's past (the place checks it)
     summary: ClassVar[str] = "streaming (a masked head sees only the first and the last tokens of its context)"
     hint: ClassVar[str] = ("its window: pass masking=Streaming(sink, recent) (headprune.models.masking.Streaming), "
                            "e.g. Streaming(sink=4, recent=64)")
@@ -283,20 +292,10 @@ class Streaming(Masking):
     def settings_from_config(cls, section):
         return {"sink": section["sink"], "recent": section["recent"]}
 
-    def check(self, model, adapter, sites, gates, capture):
-        if capture is not None:
-            raise ValueError("importance capture works on output gates: use masking='zero' with a HeadCapture")
-        problem = adapter.streaming_masking_problem(model, sites)
-        if problem is not None:
-            raise ValueError(f"streaming masking gives a masked head a per-head attention mask: {problem}")
-        problem = _hooks().streaming_backend_problem(model)
-        if problem is not None:
-            raise ValueError(problem)
-        _hooks().check_binary_gates("streaming", gates)
-
-    def install(self, handles, model, sites, gates, capture):
-        if gates is not None:
-            _hooks().add_streaming_hooks(handles, model, sites, gates, self)
+    def keys_seen(self, query_positions, key_positions):
+        """The first ``sink`` keys and the last ``recent`` up to the query: (rows or 1, 1, queries, keys)."""
+        keys = key_positions[:, None, None, :]
+        return (keys < self.sink) | (query_positions[:, None, :, None] - keys < self.recent)
 
     def describe(self):
         return (f"streaming (a masked head sees only the first {self.sink} and the last {self.recent} tokens of its "
@@ -677,6 +676,6 @@ def as_mode(masking: Masking | str | dict | None) -> Masking:
 def __getattr__(name):  # the hook machinery's public names, importable from here as before
     if name == "MASKING_WORDS":  # read when asked: a mode class written below this line is one of them too
         return tuple(MODES)
-    if name in ("streaming_window", "check_binary_gates", "STREAMING_BACKENDS"):
+    if name in ("check_binary_gates", "MASK_BACKENDS"):
         return getattr(_hooks(), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

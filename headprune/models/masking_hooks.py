@@ -1,30 +1,30 @@
-"""The hook machinery the masking modes (``headprune.models.masking``, one class each) put on a model.
+"""The hook machinery of the places a masking mode acts on (``headprune.models.places``: one installer each).
 
 Kept apart from the mode classes so that those, their config words and their registry import without torch:
-the output projection's pre-hook that gates (and captures) head outputs, the query gate of uniform masking, the
-decoder positions resample masking reads, the per-head attention mask of streaming masking (its window), and the
-check that every gated layer was reached (``check_reached``).
+the output projection's pre-hook that gates (and captures) head outputs, the query change, the decoder positions
+resample masking reads, the per-head attention mask, and the check that every gated layer was reached
+(``check_reached``).
 
-How they act. The output modes (zero, mean, optimal, resample): the input of a layer's output projection is the
+How they act. The output place (zero, mean, optimal, resample): the input of a layer's output projection is the
 concatenation of the head outputs, head-major (..., heads * head_dim), so a forward pre-hook on that projection
 sees each head's output o_h in every attention backend, inside generate() and beam search too.
 
-Uniform: a forward hook on the query projection multiplies the head's query slice by its 0/1 gate: a zero query
-scores 0 against every key, the additive mask leaves 0 on allowed keys and a huge negative number on the others,
-and the softmax of that is exactly 1/(allowed keys) on the allowed ones and 0 elsewhere. This holds in every
-attention backend and inside generate(): keys, values and their cache are untouched, only each step's new queries
-are masked. It needs scores that are query . key plus the mask and nothing else (no relative-position terms),
-which ``HeadAdapter.uniform_masking_problem`` checks.
+The query place (uniform): the head's query, as the mode changes it, inside ``headprune_attention`` (after rotary
+and any q/k norm) where the site runs through it, else a forward hook on the query projection. Keys, values and
+their cache are untouched, only each step's new queries change. Uniform multiplies it by the 0/1 gate: a zero query
+scores 0 against every key, the additive mask leaves 0 on allowed keys and a huge negative number on the others, and
+the softmax of that is exactly 1/(allowed keys) on the allowed ones and 0 elsewhere, which needs scores that are
+query . key plus the mask and nothing else (``HeadAdapter.query_problem``).
 
-Streaming changes which keys a head sees, so it cannot be a projection hook: a forward pre-hook on each attention
-module that has a masked head replaces the ``attention_mask`` argument (batch, 1, queries, keys) by a per-head one
-(batch, heads, queries, keys): the original mask (or, where sdpa got none and would use ``is_causal``, the causal
-mask it stands for) and, for the heads with gate 0, the window. A decoder-only LM's attention takes it inside
-``headprune_attention`` (the one attention function, ``remote/headprune_attention.py``), which hands it to the
-backend in place of the module's own mask; an attention that does not call transformers' attention interface is
-refused. The eager and sdpa backends take such a mask as it is (grouped-query repetition and sdpa's decoding path
-included); others (flash, flex) are refused. ``HeadAdapter.streaming_masking_problem`` says which families pass
-their attention mask through this way (the decoder-only LMs).
+The attention place (streaming) changes which keys a head sees, so it cannot be a projection hook: a forward
+pre-hook on each attention module that has a masked head replaces the ``attention_mask`` argument (batch, 1,
+queries, keys) by a per-head one (batch, heads, queries, keys): the original mask (or, where sdpa got none and would
+use ``is_causal``, the causal mask it stands for) and, for the heads with gate 0, the keys the mode keeps. A
+decoder-only LM's attention takes it inside ``headprune_attention`` (the one attention function,
+``remote/headprune_attention.py``), which hands it to the backend in place of the module's own mask; elsewhere the
+module's ``attention_mask`` argument is replaced. The eager and sdpa backends take such a mask as it is
+(grouped-query repetition and sdpa's decoding path included); others (flash, flex) are refused.
+``HeadAdapter.attention_problem`` says which families hand their attention mask on this way.
 """
 from __future__ import annotations
 
@@ -33,11 +33,12 @@ import inspect
 import torch
 from torch import nn
 
+from headprune.models.attention_types import DEC_SELF
 from headprune.models.remote.headprune_attention import backend_of
 from headprune.models.sites import AttentionSite, HeadCapture, _batch_major, _gate_per_row, _site_gate
 
 # Attention backends that take a per-head (batch, heads, queries, keys) mask as it is.
-STREAMING_BACKENDS = ("eager", "sdpa")
+MASK_BACKENDS = ("eager", "sdpa")
 
 
 # --- Output modes: the output projection's pre-hook ---------------------------------------------------------
@@ -147,22 +148,22 @@ def _decoder_positions(arguments: dict, decoder_only: bool) -> torch.Tensor:
     return (torch.arange(queries, device=tokens.device) + offset)[None]
 
 
-# --- Uniform: a masked head's query times 0 -----------------------------------------------------------------
+# --- The query place: a head's query, changed as the mode says (uniform: times its gate) ---------------------
 
-def install_query_gates(handles: list, model, sites: list[AttentionSite], gates) -> None:
-    """Each head's query times its 0/1 gate: inside ``headprune_attention`` where the site runs through it, else a
-    forward hook on the query projection."""
+def install_query_changes(handles: list, model, sites: list[AttentionSite], gates, change) -> None:
+    """Each head's query as ``change(query, gate)`` gives it (query (..., heads, head_dim), its gate broadcast to
+    it): inside ``headprune_attention`` where the site runs through it, else a forward hook on the query
+    projection."""
     def make_query_hook(site: AttentionSite):
         def hook(module, args, query):
-            # Before any scaling (FSMT scales the projection's output, BERT and M2M100 the scores):
-            # a zero query stays zero either way.
+            # Before any scaling (FSMT scales the projection's output, BERT and M2M100 the scores)
             per_head = query.unflatten(-1, (site.num_heads, site.head_dim))
-            return (per_head * _site_gate(gates, site, query)[..., None]).flatten(-2)
+            return change(per_head, _site_gate(gates, site, query)[..., None]).flatten(-2)
         return hook
 
     for site in sites:
         if site.through_attention_function:
-            _gate_queries_in_attention(handles, model, site, gates)
+            _change_queries_in_attention(handles, model, site, gates, change)
         else:
             handles.append(site.query.register_forward_hook(make_query_hook(site)))
 
@@ -185,13 +186,13 @@ class _Restore:
         self.owner = None
 
 
-def _gate_queries_in_attention(handles: list, model, site: AttentionSite, gates):
-    """Uniform masking inside ``headprune_attention``: each head's query (rows, heads, queries, head_dim), after
-    rotary and any q/k norm, times its 0/1 gate, so that a normalisation over all heads (OLMo 2) sees them all."""
+def _change_queries_in_attention(handles: list, model, site: AttentionSite, gates, change):
+    """The query place inside ``headprune_attention``: each head's query (rows, heads, queries, head_dim), after
+    rotary and any q/k norm, so that a normalisation over all heads (OLMo 2) sees them all as they were."""
     def modify(query):
         gate = _site_gate(gates, site, query)  # (heads,) or (rows, 1, heads): rows first, as query
         gate = gate.reshape(-1, query.shape[1], 1, 1) if gate.dim() > 1 else gate[None, :, None, None]
-        return query * gate
+        return change(query, gate)
 
     _run_through_headprune_attention(handles, model)
     handles.append(_Restore(site.attention, "headprune_modify_query", modify))
@@ -227,16 +228,15 @@ def check_binary_gates(name: str, gates):
                              f"{odd.flatten()[0].item()!r}")
 
 
-# --- Streaming: a masked head's per-head attention mask -----------------------------------------------------
+# --- The attention place: a masked head's per-head attention mask (streaming: its window) --------------------
 
-def streaming_backend_problem(model) -> str | None:
-    """Why streaming masking cannot run on this model's attention backend, or None."""
+def mask_backend_problem(model) -> str | None:
+    """Why this model's attention backend takes no per-head attention mask, or None."""
     backend = backend_of(model)  # under headprune_attention too (a pruned decoder)
-    if backend in STREAMING_BACKENDS:
+    if backend in MASK_BACKENDS:
         return None
-    return (f"streaming masking gives a masked head a per-head attention mask, which the "
-            f"{' and '.join(STREAMING_BACKENDS)} attention backends take; this model runs "
-            f"{backend!r}: load it with attn_implementation='sdpa' (or model.set_attn_implementation)")
+    return (f"the {' and '.join(MASK_BACKENDS)} attention backends take one; this model runs {backend!r}: load it "
+            "with attn_implementation='sdpa' (or model.set_attn_implementation)")
 
 
 def _signature(module: nn.Module) -> inspect.Signature:
@@ -254,45 +254,63 @@ def _cache_geometry(past, layer_idx: int, queries: int) -> tuple:
     return past.get_query_offset(layer_idx), keys, key_offset
 
 
-def streaming_window(window, padding: torch.Tensor | None, queries: int, query_offset, keys: int,
-                     key_offset, device) -> torch.Tensor:
-    """(rows or 1, 1, queries, keys) bool: which keys the window lets each query see.
+def _call_geometry(module: nn.Module, arguments: dict, queries: int) -> tuple:
+    """``_cache_geometry`` of one call; a cross-attention's keys are its source's, from 0, and its queries follow
+    the decoder's cache (which this step's self-attention has entered already)."""
+    past, layer_idx = arguments.get("past_key_values"), getattr(module, "layer_idx", None)
+    source = arguments.get("key_value_states")
+    if source is None:
+        return _cache_geometry(past, layer_idx, queries)
+    past = getattr(past, "self_attention_cache", past)
+    return (int(past.get_seq_length(layer_idx)) - queries if past is not None else 0), source.shape[1], 0
 
-    Query i sits at position ``query_offset + i``, key j at ``key_offset + j``; ``padding`` (rows,
-    positions so far) marks real tokens. Positions count the real tokens of a row (a row's first real
-    token is 0), so a row sees the same window whichever side it is padded on. A padding query keeps
-    every key (its output means nothing; the original mask still applies).
+
+def positions(padding: torch.Tensor | None, queries: int, query_offset, keys: int, key_offset, device) -> tuple:
+    """(query positions (rows or 1, queries), key positions (rows or 1, keys), real queries (rows, queries) or None).
+
+    Query i sits at slot ``query_offset + i``, key j at ``key_offset + j``; ``padding`` (rows, slots so far) marks
+    real tokens. With it, positions count the real tokens of a row (a row's first real token is 0), so a row reads
+    the same whichever side it is padded on; without it they are the slots.
     """
     query_slots = torch.arange(queries, device=device) + query_offset
     key_slots = torch.arange(keys, device=device) + key_offset
     if padding is None:
-        query_rank, key_rank, real = query_slots[None], key_slots[None], None
-    else:
-        valid = padding.to(device=device, dtype=torch.bool)
-        total = max(valid.shape[-1], int(key_offset) + keys, int(query_offset) + queries)
-        valid = nn.functional.pad(valid, (0, total - valid.shape[-1]))  # a static cache's unfilled slots
-        rank = valid.long().cumsum(-1) - 1
-        query_rank, key_rank, real = rank[:, query_slots], rank[:, key_slots], valid[:, query_slots]
-    allowed = (key_rank[:, None, None, :] < window.sink) | (
-        query_rank[:, None, :, None] - key_rank[:, None, None, :] < window.recent)
-    if real is not None:
-        allowed = allowed | ~real[:, None, :, None]
-    return allowed
+        return query_slots[None], key_slots[None], None
+    valid = padding.to(device=device, dtype=torch.bool)
+    total = max(valid.shape[-1], int(key_offset) + keys, int(query_offset) + queries)
+    valid = nn.functional.pad(valid, (0, total - valid.shape[-1]))  # a static cache's unfilled slots
+    rank = valid.long().cumsum(-1) - 1
+    return rank[:, query_slots], rank[:, key_slots], valid[:, query_slots]
 
 
-def add_streaming_hooks(handles: list, model, sites: list[AttentionSite], gates: dict, window):
-    """The hooks of ``gated(..., masking=window)``, into ``handles``: one on the base model to see the 2-D
-    padding mask, one per attention module with a head gated 0 to give it its per-head mask."""
+def install_attention_masks(handles: list, model, sites: list[AttentionSite], gates: dict, keys_seen):
+    """The attention place, into ``handles``: one pre-hook per attention module with a head gated 0 giving it its
+    per-head mask, where such a head sees the keys ``keys_seen(query positions, key positions)`` keeps; in a
+    decoder-only LM one on the base model too, to count positions over the 2-D padding mask."""
     backend = backend_of(model)
-    state: dict = {}  # one forward's 2-D padding mask, and the window made from it
+    state: dict = {}  # one forward's 2-D padding mask, and the keys seen made from it
+    if {site.attn_type for site in sites} == {DEC_SELF}:
+        _watch_padding(handles, model.base_model, state)
+    for site in sites:
+        gate = torch.as_tensor(gates[site.attn_type]).detach()[..., site.layer, :]
+        gate = gate[..., site.kept_heads] if site.num_heads != gate.shape[-1] else gate
+        masked = gate == 0
+        if site.num_heads and bool(masked.any()):
+            hook = _attention_mask_hook(site, {"source": masked}, state, keys_seen, backend)
+            handles.append(site.attention.register_forward_pre_hook(hook, with_kwargs=True))
+            if site.through_attention_function:
+                _run_through_headprune_attention(handles, model)
+                handles.append(_Restore(site.attention, "headprune_attention_mask", None))
 
-    base = model.base_model
+
+def _watch_padding(handles: list, base: nn.Module, state: dict) -> None:
+    """Hooks that keep ``state["padding"]``: the 2-D attention_mask of the forward under way of ``base``."""
     base_signature = _signature(base)
 
     def see_padding(module, args, kwargs):
         padding = base_signature.bind_partial(*args, **kwargs).arguments.get("attention_mask")
         if padding is not None and (not isinstance(padding, torch.Tensor) or padding.dim() != 2):
-            raise ValueError("streaming masking counts positions over the real tokens of a 2-D attention_mask "
+            raise ValueError("a per-head attention mask counts positions over the real tokens of a 2-D attention_mask "
                              f"(batch, tokens); the model got {type(padding).__name__} of shape "
                              f"{tuple(getattr(padding, 'shape', ()))} (generate() makes a 4-D one for a static "
                              "cache: use the default dynamic cache)")
@@ -304,20 +322,10 @@ def add_streaming_hooks(handles: list, model, sites: list[AttentionSite], gates:
 
     handles.append(base.register_forward_pre_hook(see_padding, with_kwargs=True))
     handles.append(base.register_forward_hook(forget_padding, with_kwargs=True))
-    for site in sites:
-        gate = torch.as_tensor(gates[site.attn_type]).detach()[..., site.layer, :]
-        gate = gate[..., site.kept_heads] if site.num_heads != gate.shape[-1] else gate
-        masked = gate == 0
-        if site.num_heads and bool(masked.any()):
-            hook = _streaming_mask_hook(site, {"source": masked}, state, window, backend)
-            handles.append(site.attention.register_forward_pre_hook(hook, with_kwargs=True))
-            if site.through_attention_function:
-                _run_through_headprune_attention(handles, model)
-                handles.append(_Restore(site.attention, "headprune_attention_mask", None))
 
 
-def _streaming_mask_hook(site: AttentionSite, masked: dict, state: dict, window, backend: str):
-    """The forward pre-hook that gives one attention module its per-head mask: the window for the heads
+def _attention_mask_hook(site: AttentionSite, masked: dict, state: dict, keys_seen, backend: str):
+    """The forward pre-hook that gives one attention module its per-head mask: the keys seen for the heads
     ``masked`` (device -> (heads,) or (variants, heads) bool), the module's own mask for the others."""
     signature = _signature(site.attention)
 
@@ -328,20 +336,25 @@ def _streaming_mask_hook(site: AttentionSite, masked: dict, state: dict, window,
         original = arguments.get("attention_mask")
         rows, queries = hidden.shape[:2]
         device = hidden.device
-        query_offset, keys, key_offset = _cache_geometry(arguments.get("past_key_values"), module.layer_idx, queries)
+        query_offset, keys, key_offset = _call_geometry(module, arguments, queries)
         padding = state.get("padding")
-        _check_streaming_call(site, original, keys, padding, rows)
-        key = (queries, keys, int(query_offset), int(key_offset))
-        if state.get("window", (None,))[0] != key:  # the same in every layer of one forward
-            state["window"] = (key, streaming_window(window, padding, queries, query_offset, keys, key_offset, device))
-        allowed = state["window"][1]
+        _check_mask_call(site, original, keys, padding, rows)
+        key = (queries, keys, int(query_offset), int(key_offset), device)
+        if state.get("seen", (None,))[0] != key:  # the same in every layer of one forward
+            query_positions, key_positions, real = positions(padding, queries, query_offset, keys, key_offset, device)
+            allowed = keys_seen(query_positions, key_positions)
+            if real is not None:  # a padding query keeps every key (its output means nothing; the mask still applies)
+                allowed = allowed | ~real[:, None, :, None]
+            state["seen"] = (key, allowed)
+        allowed = state["seen"][1]
         head_masked = masked.get(device)
         if head_masked is None:
             head_masked = masked[device] = masked["source"].to(device)
         if head_masked.dim() == 2:  # (variants, heads): one row per example, variant-major
             head_masked = _gate_per_row(head_masked, hidden, False)[:, 0]
         allowed = allowed | ~head_masked[..., None, None]  # (rows or 1, heads, queries, keys)
-        mask = _with_module_mask(allowed, original, queries, query_offset, keys, key_offset, hidden, backend)
+        causal = getattr(module, "is_causal", True)
+        mask = _with_module_mask(allowed, original, causal, queries, query_offset, keys, key_offset, hidden, backend)
         if site.through_attention_function:  # headprune_attention applies it, whatever the forward does
             module.headprune_attention_mask = mask
             return None
@@ -350,10 +363,10 @@ def _streaming_mask_hook(site: AttentionSite, masked: dict, state: dict, window,
     return hook
 
 
-def _check_streaming_call(site: AttentionSite, original, keys: int, padding, rows: int) -> None:
-    """Refuse an attention call whose masks the window cannot be combined with."""
+def _check_mask_call(site: AttentionSite, original, keys: int, padding, rows: int) -> None:
+    """Refuse an attention call whose masks a per-head one cannot be combined with."""
     if original is not None and (not isinstance(original, torch.Tensor) or original.dim() != 4):
-        raise ValueError(f"streaming masking needs a 4-D attention mask in {site.attn_type} layer "
+        raise ValueError(f"a per-head attention mask needs a 4-D attention mask in {site.attn_type} layer "
                          f"{site.layer}, got {type(original).__name__}")
     if original is not None and original.shape[-1] != keys:
         raise ValueError(f"{site.attn_type} layer {site.layer}'s attention mask has {original.shape[-1]} "
@@ -362,14 +375,16 @@ def _check_streaming_call(site: AttentionSite, original, keys: int, padding, row
         raise ValueError(f"a 2-D attention_mask of {padding.shape[0]} rows for a batch of {rows}")
 
 
-def _with_module_mask(allowed: torch.Tensor, original, queries: int, query_offset, keys: int, key_offset,
-                      hidden: torch.Tensor, backend: str) -> torch.Tensor:
+def _with_module_mask(allowed: torch.Tensor, original, causal: bool, queries: int, query_offset, keys: int,
+                      key_offset, hidden: torch.Tensor, backend: str) -> torch.Tensor:
     """``allowed`` (bool) combined with the mask the module was called with, in that mask's form (without one,
-    the causal mask, in ``hidden``'s dtype for eager)."""
-    if original is None:  # sdpa's is_causal (no padding): the causal mask it stands for
-        query_slots = torch.arange(queries, device=hidden.device) + query_offset
-        causal = torch.arange(keys, device=hidden.device)[None] + key_offset <= query_slots[:, None]
-        mask = allowed & causal
+    the causal mask sdpa's is_causal stands for, or none where the module is not causal; additive, in
+    ``hidden``'s dtype, for eager)."""
+    if original is None:
+        mask = allowed
+        if causal:  # sdpa's is_causal (no padding): the causal mask it stands for
+            query_slots = torch.arange(queries, device=hidden.device) + query_offset
+            mask = mask & (torch.arange(keys, device=hidden.device)[None] + key_offset <= query_slots[:, None])
         if backend == "eager":  # additive, as transformers makes it for eager
             mask = torch.where(mask, 0.0, torch.finfo(hidden.dtype).min).to(hidden.dtype)
         return mask

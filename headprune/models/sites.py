@@ -7,6 +7,7 @@ The bottom of the head machinery: ``headprune.models.masking`` (the masking mode
 from __future__ import annotations
 
 import contextlib
+import inspect
 from dataclasses import dataclass, field
 
 import torch
@@ -82,12 +83,16 @@ class HeadAdapter:
         """Non-pad tokens the importance sums are divided by."""
         raise NotImplementedError
 
-    def uniform_masking_problem(self, model, sites: list[AttentionSite]) -> str | None:
-        """Why a zero query would not give this model uniform attention (None: it does).
+    # --- The places where a head can be changed (``headprune.models.places``): None where the family has one, else
+    # one line why not, which a mode acting there is refused with.
 
-        Uniform masking zeroes a head's query, which is exact when the scores are query . key (scaled)
-        plus the additive mask and nothing else; the query projection must also be the query's alone.
-        """
+    def output_problem(self, model, sites: list[AttentionSite]) -> str | None:
+        """A head's slice of its output projection's input: every family's heads end there."""
+        return None
+
+    def query_problem(self, model, sites: list[AttentionSite]) -> str | None:
+        """A head's query as the scores' own: they are query . key (scaled) plus the additive mask and nothing else,
+        and the query projection is the query's alone (so that a zero query attends uniformly, say)."""
         for site in sites:
             where = f"{site.attn_type} layer {site.layer} ({type(site.attention).__name__})"
             if site.query is site.key or site.query is site.value:
@@ -108,15 +113,26 @@ class HeadAdapter:
         (rows = sentences x beams): the beams of a sentence attend to their shared source together."""
         return contextlib.nullcontext(False)
 
-    def streaming_masking_problem(self, model, sites: list[AttentionSite]) -> str | None:
-        """Why streaming masking cannot run on this model (None: it can).
+    def attention_problem(self, model, sites: list[AttentionSite], causal_lm: bool = False) -> str | None:
+        """Which keys a head attends to, as a per-head mask in place of each attention module's ``attention_mask``,
+        which needs attention modules that hand it to the backend as it is (the generic adapters'); ``causal_lm``:
+        a causal LM's self-attention, its positions over the past (the decoder-only LMs')."""
+        return (f"the {self.family} family's attention takes no per-head mask (the generic adapters' attention "
+                "modules do)")
 
-        Streaming masking replaces the ``attention_mask`` argument of each attention module by a per-head
-        mask, which needs a family whose attention modules take the model's causal mask that way and
-        hand it to the backend as it is; only the decoder-only LMs are known to (``CausalLMAdapter``).
-        """
-        return (f"the {self.family} family is not supported (streaming masking runs on the decoder-only LMs "
-                "of the generic decoder adapter)")
+
+def mask_argument_problem(site: AttentionSite) -> str | None:
+    """Why ``site``'s module would not hand a per-head ``attention_mask`` argument to transformers' attention
+    interface as it is (None: it would)."""
+    from headprune.models.remote.headprune_attention import uses_attention_interface  # transformers: when asked
+
+    where = f"{site.attn_type} layer {site.layer} ({type(site.attention).__name__})"
+    if not uses_attention_interface(site.attention):
+        return f"{where} does not call transformers' attention interface with its attention_mask argument"
+    missing = {"hidden_states", "attention_mask"} - set(inspect.signature(site.attention.forward).parameters)
+    if missing:
+        return f"{where} takes no {' or '.join(sorted(missing))} argument"
+    return None
 
 
 def _causal(mask_2d: torch.Tensor) -> torch.Tensor:

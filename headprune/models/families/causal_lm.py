@@ -73,11 +73,6 @@ class CausalLMAdapter(HeadAdapter):
             return torch.zeros_like(ids, dtype=torch.bool)
         return torch.isin(ids, torch.tensor(special, device=ids.device))
 
-    def streaming_masking_problem(self, model, sites):
-        """None: every attention module gets the model's causal mask as its ``attention_mask`` argument and hands
-        it to the backend as it is, so a per-head mask put in its place is what the heads see."""
-        return None
-
     def attention_weights(self, outputs, attn_type):
         _tokens_only(attn_type)
         # Layers with no heads left return no weights, and transformers leaves them out of the tuple.

@@ -11,8 +11,8 @@ its query/key/value projections (separate, fused or latent) and the output proje
 declares (``headprune_decoder``: names and lengths only where nothing is declared). Uniform
 masking changes a head's query inside the attention function (after rotary and any q/k norm), so it needs a family
 whose attention calls transformers' attention interface, and scores that are query . key plus the mask (no
-attention sinks). Streaming masking gives the module a per-head mask through its ``attention_mask`` argument
-(``CausalLMAdapter``).
+attention sinks). A per-head attention mask (streaming masking's window) reaches the backend through the same function,
+in place of the module's ``attention_mask`` (``attention_problem``).
 
 A multimodal wrapper's vision or audio tower is left out unless ``model.config.headprune_towers`` names it
 (``"vision"``, ``"audio"``; ``study_towers`` sets it, ``headprune.models.loading.load_causal_lm(..., towers=)``
@@ -24,8 +24,8 @@ stack (``TOWER_TYPES``: vision_self, audio_self), as heads of the encoder's bidi
 runs only on inputs with images or audio (``pixel_values``, ``input_features``): ``gated`` raises where a gated
 tower head never ran. Uniform masking zeroes a tower head's query at its query projection (a tower's attention
 is not switched to headprune's attention function), exact where the attention calls transformers' attention
-interface and nothing with parameters acts on the query in between; streaming masking, a causal-LM idea, is
-refused on a model whose towers are studied.
+interface and nothing with parameters acts on the query in between; a per-head attention mask (streaming masking, a
+causal-LM idea) is refused on a model whose towers are studied.
 """
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ class DecoderAdapter(CausalLMAdapter):
         sites = [_site(DEC_SELF, layout, attention_of.uses_attention_interface(layout.attention))
                  for layout in self.layouts(model)]
         for name in studied_towers(model):
-            # a tower's attention stays on its own backend: uniform masking hooks its query projection instead
+            # a tower's attention stays on its own backend: the query place hooks its query projection instead
             sites += [_site(TOWER_TYPES[name], layout, False) for layout in tower_layouts(model, name)]
         return sites
 
@@ -80,7 +80,7 @@ class DecoderAdapter(CausalLMAdapter):
                 return f"{stack}layer {site.layer}: {problem}"
         return None
 
-    def uniform_masking_problem(self, model, sites):
+    def query_problem(self, model, sites):
         for site in sites:
             if site.attn_type != DEC_SELF:
                 problem = _tower_uniform_problem(site)
@@ -98,11 +98,14 @@ class DecoderAdapter(CausalLMAdapter):
                         "feature (nothing declares which): it may be an attention sink")
         return None
 
-    def streaming_masking_problem(self, model, sites):
+    def attention_problem(self, model, sites, causal_lm=False):
         for site in sites:
             if site.attn_type != DEC_SELF:
-                return (f"{_where(site)} is a {site.attn_type.removesuffix('_self')} tower's bidirectional attention, "
-                        "and streaming heads are a causal-LM idea: study the language model without its towers")
+                tower = site.attn_type.removesuffix('_self')
+                return (f"{_where(site)} is a {tower} tower's bidirectional attention, and a window over the past is "
+                        "a causal-LM idea: study the language model without its towers" if causal_lm else
+                        f"{_where(site)} is a {tower} tower's attention, which keeps its own backend and mask: study "
+                        "the language model without its towers")
             if not site.through_attention_function:
                 return (f"layer {site.layer} ({type(site.attention).__name__}) does not call transformers' attention "
                         "interface with its attention_mask argument")

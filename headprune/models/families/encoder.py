@@ -7,11 +7,13 @@ Both travel with an exported model (``modeling_headprune_encoder.py``). This ada
 self-attention, ``ENC_SELF``), the classification batch and loss (``ClassifierAdapter``, BERT's), and what a family
 cannot do, each refused in one line that names why:
 
-- uniform masking zeroes a head's query at its query projection; it is exact where the scores are query . key plus
-  the mask: the attention calls transformers' attention interface (or is of ``OWN_SCORES``), nothing with parameters
-  sits beside the projections and the config adds no relative positions (``relative_positions``); refused elsewhere
-  (DeBERTa's relative positions, MPNet's bias, Longformer's windows);
-- streaming masking is a causal-LM idea, refused for every encoder;
+- a head's query (``query_problem``: uniform masking zeroes it at its query projection) is the scores' own where they
+  are query . key plus the mask: the attention calls transformers' attention interface (or is of ``OWN_SCORES``),
+  nothing with parameters sits beside the projections and the config adds no relative positions
+  (``relative_positions``); refused elsewhere (DeBERTa's relative positions, MPNet's bias, Longformer's windows);
+- a head's attention mask (``attention_problem``) is its own where the attention module hands its ``attention_mask``
+  argument to transformers' attention interface; a window over the past (streaming masking) is a causal-LM idea,
+  refused for every encoder;
 - pruning is refused where a layer's modules span all heads (``DecoderLayout.pruning_problem``) or its class cannot
   run with fewer heads (``headprune_encoder.NOT_PRUNABLE``).
 
@@ -26,7 +28,7 @@ from headprune.models.families.causal_lm import ValueView
 from headprune.models.families.classifier import ClassifierAdapter
 from headprune.models.remote import headprune_attention as attention_of
 from headprune.models.remote import headprune_encoder as layout_of
-from headprune.models.sites import AttentionSite
+from headprune.models.sites import AttentionSite, mask_argument_problem
 
 # Attention classes whose own forward (not transformers' attention interface) scores query . key, scaled, plus the
 # mask, and beyond that only the relative-position terms their config turns on (``relative_positions``): DeBERTa's
@@ -63,7 +65,7 @@ class EncoderAdapter(ClassifierAdapter):
                 return f"layer {site.layer}: {problem}"
         return None
 
-    def uniform_masking_problem(self, model, sites):
+    def query_problem(self, model, sites):
         problem = relative_positions(layout_of.text_config(model))
         if problem is not None:
             return problem
@@ -82,11 +84,17 @@ class EncoderAdapter(ClassifierAdapter):
                       if id(module) not in layout.projections() and any(True for _ in module.parameters())]
             if beside:
                 return f"{where} has {', '.join(beside)} beside its projections, which may turn a zero query into another"
-        return super().uniform_masking_problem(model, sites)
+        return super().query_problem(model, sites)
 
-    def streaming_masking_problem(self, model, sites):
-        return (f"{self.family} is an encoder: its self-attention is bidirectional, and streaming heads are a "
-                "causal-LM idea")
+    def attention_problem(self, model, sites, causal_lm=False):
+        if causal_lm:
+            return (f"{self.family} is an encoder: its self-attention is bidirectional, and a window over the past is "
+                    "a causal-LM idea")
+        for site in sites:
+            if site.layout.applications > 1:  # a hook on its module reaches every layer's run of it
+                return (f"layer {site.layer} ({type(site.attention).__name__}) is one module that every layer runs: a "
+                        "mask given to it would reach every layer's heads")
+        return next(filter(None, map(mask_argument_problem, sites)), None)
 
 
 def relative_positions(config) -> str | None:

@@ -10,8 +10,10 @@ and loss (``Seq2SeqBatch``, which FSMT's adapter shares: batch-major tensors, su
 causal masks). Its family is the model type. M2M100, BART, mBART and Marian had adapters of their own until issue
 #45; this one computes what they did (tests/data/hand_written_families_reference.pt).
 
-What a family cannot do is refused in one line: uniform masking where the scores add a relative position bias
-(T5's: a zero query does not attend uniformly), streaming masking (a causal-LM idea), pruning a layer that reads a
+What a family cannot do is refused in one line: a head's query where the scores add a relative position bias (T5's:
+a zero query does not attend uniformly, ``query_problem``), a head's attention mask where a module does not hand its
+``attention_mask`` to transformers' attention interface, a window over the past (streaming masking: a causal-LM idea;
+``attention_problem``), pruning a layer that reads a
 position bias of every head without calling transformers' attention interface, where its kept heads' bias is
 picked.
 """
@@ -23,7 +25,7 @@ from headprune.models.attention_types import ATTENTION_TYPES, DEC_SELF, ENC_DEC,
 from headprune.models.families.causal_lm import ValueView
 from headprune.models.remote import headprune_attention as attention_of
 from headprune.models.remote import modeling_headprune_seq2seq as stacks_of
-from headprune.models.sites import AttentionSite, HeadAdapter, _causal
+from headprune.models.sites import AttentionSite, HeadAdapter, _causal, mask_argument_problem
 
 
 # Attention classes whose own forward (not transformers' attention interface) shapes its tensors by the attributes
@@ -112,16 +114,18 @@ class Seq2SeqAdapter(Seq2SeqBatch):
                 return f"{site.attn_type} layer {site.layer}: {problem}"
         return None
 
-    def uniform_masking_problem(self, model, sites):
+    def query_problem(self, model, sites):
         for site in sites:
             if stacks_of.reads_position_bias(site.attention):
                 return (f"{site.attn_type} layer {site.layer} ({type(site.attention).__name__}) adds a relative "
                         "position bias to its scores: a zero query would not attend uniformly")
-        return super().uniform_masking_problem(model, sites)
+        return super().query_problem(model, sites)
 
-    def streaming_masking_problem(self, model, sites):
-        return (f"{self.family} is an encoder-decoder: streaming heads are a causal-LM idea (the decoder-only LMs of "
-                "the generic decoder adapter)")
+    def attention_problem(self, model, sites, causal_lm=False):
+        if causal_lm:
+            return (f"{self.family} is an encoder-decoder: a window over the past is a causal-LM idea (the decoder-only "
+                    "LMs of the generic decoder adapter)")
+        return next(filter(None, map(mask_argument_problem, sites)), None)
 
 
 def layout_problem(model) -> str | None:

@@ -14,8 +14,9 @@ query head, which kept kv head it reads), its ``num_key_value_groups`` becomes 1
 backend (eager, sdpa, flash, ...): it gathers keys and values per query head by that index, after the cache
 (which keeps only the kept kv heads), and hands everything else, sliding windows, soft-capping, scaling and sinks
 included, to the backend the model was loaded with. The same function lets headprune change a head's query on its
-way into the backend (``headprune_modify_query``: uniform masking, after rotary and any q/k norm), give each head
-its own attention mask (``headprune_attention_mask``: streaming masking) and count the calls that reached a layer
+way into the backend (``headprune_modify_query``: the query place of ``headprune.models.places``, after rotary and
+any q/k norm), give each head its own attention mask (``headprune_attention_mask``: the attention place) and count
+the calls that reached a layer
 (``headprune_reached``). A model is switched to it through the configs its attention modules read, with
 transformers' own setter, so that a wrapper's text config follows (``run_through_headprune``).
 
@@ -213,7 +214,7 @@ def headprune_attention(module, query, key, value, attention_mask, **kwargs):
     if modify is not None:
         query = modify(query)
     per_head = getattr(module, "headprune_attention_mask", None)
-    if per_head is not None:  # streaming masking: (rows, heads, queries, keys), made from this call's own mask
+    if per_head is not None:  # the attention place: (rows, heads, queries, keys), made from this call's own mask
         attention_mask = per_head
     backend = module.config._attn_implementation.removeprefix(PREFIX)
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
