@@ -41,7 +41,7 @@ from transformers import (BartConfig, BartForConditionalGeneration, BertForSeque
 from conftest import (EOS, PAD, _spread_weights, bert_batch, fsmt_batch, repeated, tiny_bert, tiny_fsmt, tiny_m2m100,
                       variants)
 from tolerances import assert_within_rounding, within_rounding
-from headprune.models.remote.headprune_attention import query_kv_index
+from headprune.models.portable.headprune_attention import query_kv_index
 from headprune.evaluation.evaluate import stack_gates
 from headprune.models.heads import adapter_for, full_gates, gated
 from headprune.scoring.importance import head_importance, head_scores

@@ -373,7 +373,7 @@ def test_outputs_on_a_full_disk_leave_the_old_files_whole(small_disk):
 # ----------------------------------------------------------------------------- no write bypasses the helper
 
 SOURCES = [REPO / "headprune", REPO / "scripts"]
-EXCLUDED = [REPO / "headprune" / "models" / "remote",  # static modeling files copied into exported models: they
+EXCLUDED = [REPO / "headprune" / "models" / "portable",  # static modeling files copied into exported models: they
             # import only torch and transformers, and write nothing
             REPO / "headprune" / "io" / "atomic.py"]  # the helper itself
 

@@ -34,8 +34,8 @@ from test_adapter_contract import (BOS, VOCAB, _causal_config, _random_biases, m
                                    tiny_marian, tiny_mbart, tiny_mistral, tiny_nllb, tiny_qwen2, tiny_roberta,
                                    tiny_xlm_roberta)
 from tolerances import within_rounding
-from headprune.models.export import REMOTE, REMOTE_FILES, save_pruned
-from headprune.models.remote.headprune_attention import query_kv_index
+from headprune.models.export import PORTABLE, REMOTE_FILES, save_pruned
+from headprune.models.portable.headprune_attention import query_kv_index
 from headprune.models.heads import full_gates, gated
 from headprune.models.prune import count_heads, load_pruned_weights, prune_heads, pruned_heads
 
@@ -354,7 +354,7 @@ def test_the_exported_config_and_modeling_files(exported):
     assert config["headprune_pruned_heads"] == {"dec_self": {str(k): v for k, v in LLAMA_6_REMOVAL.items()}}
     assert "AutoConfig" not in config["auto_map"]
     for name in ("modeling_headprune_decoder.py", "headprune_decoder.py", "headprune_attention.py", "headprune_common.py"):
-        assert (folder / name).read_text() == (REMOTE / name).read_text()
+        assert (folder / name).read_text() == (PORTABLE / name).read_text()
     assert (folder / "model.safetensors").exists()
 
     fsmt = json.loads((exported["fsmt"][3] / "config.json").read_text())
@@ -370,7 +370,7 @@ def test_the_exported_config_and_modeling_files(exported):
 
 def imports_of(name: str) -> tuple[set[str], set[str]]:
     """(top-level packages, sibling modules) that a modeling file imports."""
-    tree = ast.parse((REMOTE / name).read_text())
+    tree = ast.parse((PORTABLE / name).read_text())
     packages = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
                 for alias in node.names}
     packages |= {node.module.split(".")[0] for node in ast.walk(tree)
@@ -405,7 +405,7 @@ def test_modeling_files_ship_as_package_data():
 
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     patterns = pyproject["tool"]["setuptools"]["package-data"]["headprune.models"]
-    assert "remote/*.py" in patterns
+    assert "portable/*.py" in patterns
 
 
 def test_a_family_not_exported_is_refused(tmp_path):

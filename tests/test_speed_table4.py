@@ -17,7 +17,7 @@ from headprune.analyses import speed, table4
 from headprune.evaluation import timing
 from headprune.evaluation.runs import EvalSet
 from headprune.models.prune import count_heads
-from headprune.models.remote.headprune_attention import needs_headprune_attention
+from headprune.models.portable.headprune_attention import needs_headprune_attention
 from test_speed import FakeClock, fake_importance, toy_runs
 
 HEADS, KV_HEADS, HEAD_DIM, LAYERS = 8, 2, 8, 2
@@ -233,9 +233,9 @@ def test_a_study_whose_stock_variant_is_skipped_says_why():
 def test_the_stage_passes_the_variants_setting():
     from headprune.stages import speed as stage
 
-    scoring = SimpleNamespace(speed_data=None, speed_settings=lambda study, s: {"decode_tokens": 8})
+    kind = SimpleNamespace(speed_data=None, speed_settings=lambda study, s: {"decode_tokens": 8})
     study = SimpleNamespace(config={"speed": {"variants": ["original", "pruned", "uniform"], "repeats": 5}},
-                            evalset_spec=lambda: {"name": "eval"}, scoring=scoring)
+                            evalset_spec=lambda: {"name": "eval"}, kind=kind)
     settings = stage.params(study)["settings"]
     assert settings["variants"] == ["original", "pruned", "uniform"] and settings["repeats"] == 5
     assert speed.SpeedSettings(**settings).variants == ["original", "pruned", "uniform"]

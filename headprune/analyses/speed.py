@@ -191,7 +191,7 @@ def stock_copy(model, tokenizer, device) -> tuple[object | None, str | None]:
     import transformers
 
     from headprune.models.export import auto_class
-    from headprune.models.remote.headprune_decoder import PREFIX as THROUGH
+    from headprune.models.portable.headprune_decoder import PREFIX as THROUGH
     from headprune.models.stock import save_stock
 
     folder = Path(tempfile.mkdtemp(prefix="headprune-stock-")) / "model"

@@ -2,7 +2,7 @@
 
 ``save_pruned(model, tokenizer, folder)`` writes what ``save_pretrained`` writes (config.json with
 ``headprune_pruned_heads``, model.safetensors, generation_config.json), the tokenizer's files, a model card
-(README.md) and beside them a modeling file of ours (``headprune/models/remote/modeling_headprune_<family>.py``)
+(README.md) and beside them a modeling file of ours (``headprune/models/portable/modeling_headprune_<family>.py``)
 with the helper module it imports (``headprune_common.py``), copied as they are: static text that imports only
 torch and transformers, named in config.json's ``auto_map``. Then, on a machine without headprune,
 
@@ -46,13 +46,13 @@ from pathlib import Path
 from headprune.io.atomic import atomic_dir
 from headprune.io.registry import Registry
 from headprune.models.attention_types import AUDIO_SELF, DEC_SELF, ENC_DEC, ENC_SELF, TOWER_TYPES, VISION_SELF
-from headprune.models.remote.headprune_common import AUTO_CLASSES
+from headprune.models.portable.headprune_common import AUTO_CLASSES
 
-REMOTE = Path(__file__).resolve().parent / "remote"  # the modeling files (package data)
+PORTABLE = Path(__file__).resolve().parent / "portable"  # the modeling files (package data)
 
 # config.model_type -> the modeling file that serves it, for the families with an adapter of their own
 REMOTE_FILES: Registry[Path] = Registry("exported model type", base=Path)
-REMOTE_FILES.add("fsmt", REMOTE / "modeling_headprune_fsmt.py")
+REMOTE_FILES.add("fsmt", PORTABLE / "modeling_headprune_fsmt.py")
 
 # What the hub calls each Auto class's task (the card's pipeline_tag); AUTO_CLASSES: the Auto classes, in order
 PIPELINE_TAGS = {"AutoModelForCausalLM": "text-generation", "AutoModelForMultimodalLM": "image-text-to-text",
@@ -95,7 +95,7 @@ def remote_file(model) -> Path:
         raise ValueError(f"a pruned {type(model).__name__} (model type {model_type!r}) cannot be exported for plain "
                          "transformers; exported: the model types the generic decoder, encoder and encoder-decoder "
                          f"adapters serve (docs/models.md) and {', '.join(sorted(REMOTE_FILES))}")
-    return REMOTE / _modeling_name(model)
+    return PORTABLE / _modeling_name(model)
 
 
 def sibling_imports(source: str) -> list[str]:
@@ -191,7 +191,7 @@ def save_pruned(model, tokenizer, folder, *, base_model: str | None = None, crit
         if tokenizer is not None:
             tokenizer.save_pretrained(staging)
         for name in code_files:
-            shutil.copyfile(REMOTE / name, staging / name)
+            shutil.copyfile(PORTABLE / name, staging / name)
         config_path = staging / "config.json"
         config = json.loads(config_path.read_text())
         config["auto_map"] = entries

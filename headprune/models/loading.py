@@ -156,7 +156,7 @@ def attention_backend(model, name: str):
     that needs none runs faster in sdpa: on a CPU a Llama-layout LM decodes 2-6 times as fast (eager
     attention copies every key/value head once per query head at every step). A model whose class has no
     sdpa (``_supports_sdpa`` false) stays as it is."""
-    from headprune.models.remote.headprune_attention import backend_of, set_backend
+    from headprune.models.portable.headprune_attention import backend_of, set_backend
 
     before = backend_of(model)  # a pruned decoder stays under headprune_attention in either backend
     supported = name == "eager" or getattr(model, f"_supports_{name}", False)

@@ -21,7 +21,7 @@ pre-hook on each attention module that has a masked head replaces the ``attentio
 queries, keys) by a per-head one (batch, heads, queries, keys): the original mask (or, where sdpa got none and would
 use ``is_causal``, the causal mask it stands for) and, for the heads with gate 0, the keys the mode keeps. A
 decoder-only LM's attention takes it inside ``headprune_attention`` (the one attention function,
-``remote/headprune_attention.py``), which hands it to the backend in place of the module's own mask; elsewhere the
+``portable/headprune_attention.py``), which hands it to the backend in place of the module's own mask; elsewhere the
 module's ``attention_mask`` argument is replaced. The eager and sdpa backends take such a mask as it is
 (grouped-query repetition and sdpa's decoding path included); others (flash, flex) are refused.
 ``HeadAdapter.attention_problem`` says which families hand their attention mask on this way.
@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from headprune.models.attention_types import DEC_SELF
-from headprune.models.remote.headprune_attention import backend_of
+from headprune.models.portable.headprune_attention import backend_of
 from headprune.models.sites import AttentionSite, HeadCapture, _batch_major, _gate_per_row, _site_gate
 
 # Attention backends that take a per-head (batch, heads, queries, keys) mask as it is.
@@ -205,7 +205,7 @@ class _Backends:
         self.switched = switched
 
     def remove(self):
-        from headprune.models.remote.headprune_attention import restore_backends
+        from headprune.models.portable.headprune_attention import restore_backends
 
         restore_backends(self.switched)
 
@@ -213,7 +213,7 @@ class _Backends:
 def _run_through_headprune_attention(handles: list, model):
     """The model's decoder attention runs ``headprune_attention`` over its backend while ``gated`` is open (once per
     context): every config its attention modules read is switched, a wrapper's text config included."""
-    from headprune.models.remote.headprune_attention import run_through_headprune
+    from headprune.models.portable.headprune_attention import run_through_headprune
 
     if not any(isinstance(handle, _Backends) for handle in handles):
         handles.append(_Backends(run_through_headprune(model)))

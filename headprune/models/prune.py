@@ -19,7 +19,7 @@ output projection columns applied to it, W_o[:, h] c_h, are added to the project
 go, so the pruned model computes what the full model computes with those heads' gates 0 under
 ``Constant(constants)`` masking (``headprune.models.masking``). A projection without a bias (Llama, Mistral,
 Qwen2's ``o_proj``) gets one, recorded in ``config.headprune_added_output_bias`` ({attn_type: [layers]}) so
-that ``load_pruned_weights`` and the exported modeling files (``headprune.models.remote``) build it before the
+that ``load_pruned_weights`` and the exported modeling files (``headprune.models.portable``) build it before the
 weights load; ``config.headprune_bias_compensation`` says which heads were compensated, with constants of
 which kind (the model card reports it).
 """

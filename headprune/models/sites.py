@@ -124,7 +124,7 @@ class HeadAdapter:
 def mask_argument_problem(site: AttentionSite) -> str | None:
     """Why ``site``'s module would not hand a per-head ``attention_mask`` argument to transformers' attention
     interface as it is (None: it would)."""
-    from headprune.models.remote.headprune_attention import uses_attention_interface  # transformers: when asked
+    from headprune.models.portable.headprune_attention import uses_attention_interface  # transformers: when asked
 
     where = f"{site.attn_type} layer {site.layer} ({type(site.attention).__name__})"
     if not uses_attention_interface(site.attention):

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 # One copy, in the file an exported model carries (it imports only torch and transformers)
-from headprune.models.remote.headprune_common import cache_without_heads  # noqa: F401
+from headprune.models.portable.headprune_common import cache_without_heads  # noqa: F401
 from headprune.models.sites import AttentionSite
 
 

@@ -352,7 +352,7 @@ def attention_statistics(weights_per_layer, query_mask, key_mask, eos_keys):
 
 def _use_eager_attention(model):
     """Attention weights exist only in the eager backend (sdpa returns None)."""
-    from headprune.models.remote.headprune_attention import backend_of, set_backend
+    from headprune.models.portable.headprune_attention import backend_of, set_backend
 
     if backend_of(model) != "eager" and hasattr(model, "set_attn_implementation"):
         set_backend(model, "eager")

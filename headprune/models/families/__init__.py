@@ -92,7 +92,7 @@ def adapter_for_model(model):
 
 def _generic_family(model) -> str:
     """The generic family module for what transformers declares ``model`` to be."""
-    from headprune.models.remote.headprune_encoder import is_encoder
+    from headprune.models.portable.headprune_encoder import is_encoder
 
     if getattr(model.config, "is_encoder_decoder", False):
         return "seq2seq"

@@ -1,6 +1,6 @@
 """Every decoder-only family of transformers through one adapter: ``DecoderAdapter``.
 
-Where the heads are (``headprune/models/remote/headprune_decoder.py``), how a layer loses some and the attention
+Where the heads are (``headprune/models/portable/headprune_decoder.py``), how a layer loses some and the attention
 function that runs uneven key/value groups (``headprune_attention.py`` beside it) travel with an exported model.
 This adapter adds what headprune needs on top: the attention sites, the causal-LM batch and loss
 (``CausalLMAdapter``), and the checks of what a family cannot do (``docs/models.md`` lists every model type of transformers' registry and how it fares).
@@ -34,8 +34,8 @@ from torch import nn
 from headprune.models.attention_types import DEC_SELF, TOWER_TYPES
 from headprune.models.sites import AttentionSite
 from headprune.models.families.causal_lm import CausalLMAdapter, ValueView
-from headprune.models.remote import headprune_attention as attention_of
-from headprune.models.remote import headprune_decoder as layout_of
+from headprune.models.portable import headprune_attention as attention_of
+from headprune.models.portable import headprune_decoder as layout_of
 
 TOWERS_KEY = "headprune_towers"
 # The modality transformers' get_encoder(modality=...) finds each tower by

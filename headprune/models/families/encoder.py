@@ -1,6 +1,6 @@
 """Every encoder of transformers for classification through one adapter: ``EncoderAdapter`` (issue #45).
 
-Where the heads are is ``headprune/models/remote/headprune_encoder.py``'s (the same ``DecoderLayout`` as the
+Where the heads are is ``headprune/models/portable/headprune_encoder.py``'s (the same ``DecoderLayout`` as the
 decoders', found by the names encoders use, the output projection inside the q/k/v module or beside it as BERT's
 ``attention.output.dense``); how a layer loses heads is ``headprune_attention.keep_heads``, as for the decoders.
 Both travel with an exported model (``modeling_headprune_encoder.py``). This adapter adds the sites (encoder
@@ -26,8 +26,8 @@ from __future__ import annotations
 from headprune.models.attention_types import ENC_SELF
 from headprune.models.families.causal_lm import ValueView
 from headprune.models.families.classifier import ClassifierAdapter
-from headprune.models.remote import headprune_attention as attention_of
-from headprune.models.remote import headprune_encoder as layout_of
+from headprune.models.portable import headprune_attention as attention_of
+from headprune.models.portable import headprune_encoder as layout_of
 from headprune.models.sites import AttentionSite, mask_argument_problem
 
 # Attention classes whose own forward (not transformers' attention interface) scores query . key, scaled, plus the

@@ -12,7 +12,7 @@ from transformers.models.fsmt.modeling_fsmt import Attention as FSMTAttention
 from headprune.models.attention_types import DEC_SELF, ENC_DEC, ENC_SELF
 from headprune.models.families.seq2seq import Seq2SeqBatch
 from headprune.models.sites import AttentionSite
-from headprune.models.remote.modeling_headprune_fsmt import PrunedAttention
+from headprune.models.portable.modeling_headprune_fsmt import PrunedAttention
 from headprune.models.slicing import slice_projections
 
 MODEL_TYPES = ("fsmt",)
@@ -67,7 +67,7 @@ class FSMTAdapter(Seq2SeqBatch):
 
 class PrunableFSMTAttention(PrunedAttention, FSMTAttention):
     """FSMT attention whose shapes come from the heads it has, not from the embedding size: the forward of
-    ``remote/modeling_headprune_fsmt.py`` (one copy, the one exports carry). With no heads left its output is the
+    ``portable/modeling_headprune_fsmt.py`` (one copy, the one exports carry). With no heads left its output is the
     output projection's bias, and its cache entry keeps the decoded length."""
 
 

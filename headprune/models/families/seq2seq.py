@@ -2,7 +2,7 @@
 ``PreNormTransformer``, BART, mBART, Marian, T5, mT5, umT5, Pegasus, ...; FSMT has an adapter of its own, ``fsmt.py``).
 
 Where the heads are, how a layer loses some and what a layer left without heads runs travel with an exported model
-(``headprune/models/remote/modeling_headprune_seq2seq.py``: the encoder and decoder transformers' get_encoder() and
+(``headprune/models/portable/modeling_headprune_seq2seq.py``: the encoder and decoder transformers' get_encoder() and
 get_decoder() give, each one's layers, per layer its self-attention and the decoder's cross-attention, each a
 ``headprune_decoder.DecoderLayout``); the attention function a pruned T5 runs is ``headprune_attention.py``'s.
 This adapter adds what headprune needs on top: the sites of the three attention types and the translation batch
@@ -23,8 +23,8 @@ from torch import nn
 
 from headprune.models.attention_types import ATTENTION_TYPES, DEC_SELF, ENC_DEC, ENC_SELF
 from headprune.models.families.causal_lm import ValueView
-from headprune.models.remote import headprune_attention as attention_of
-from headprune.models.remote import modeling_headprune_seq2seq as stacks_of
+from headprune.models.portable import headprune_attention as attention_of
+from headprune.models.portable import modeling_headprune_seq2seq as stacks_of
 from headprune.models.sites import AttentionSite, HeadAdapter, _causal, mask_argument_problem
 
 
