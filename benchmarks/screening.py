@@ -154,7 +154,7 @@ def demo_study(args) -> int:
     exact = sc.exact_screen(model, tokenizer, screen_set, settings)
     t_exact = time.perf_counter() - started
     screens = gradient.merge(exact[sc.KEY + ["exact"]], on=sc.KEY)
-    times = {"exhaustive": t_exhaustive, "screen": {"exact": t_exact, **{n: t_gradient for n in sc.GRADIENT_SCREENS}},
+    times = {"exhaustive": t_exhaustive, "screen": {"exact": t_exact, **{n: t_gradient for n in sc.gradient_screen_names()}},
              "described": f"demo study {args.study}"}
     print(f"gradient screens (one pass): {t_gradient:.1f} s; exact screen: {t_exact:.1f} s", flush=True)
     if args.out:
@@ -263,7 +263,7 @@ def main(argv=None) -> int:
     exact = sc.exact_screen(model, tokenizer, screen_set, settings)
     t_exact = time.perf_counter() - started
     screens = gradient.merge(exact[sc.KEY + ["exact"]], on=sc.KEY)
-    screen_time = {"exact": t_exact, **{name: t_gradient for name in sc.GRADIENT_SCREENS}}
+    screen_time = {"exact": t_exact, **{name: t_gradient for name in sc.gradient_screen_names()}}
     print(f"gradient screens (one pass): {t_gradient:.1f} s; exact screen: {t_exact:.1f} s", flush=True)
 
     times = {"exhaustive": t_exhaustive, "screen": screen_time, "described": described}

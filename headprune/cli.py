@@ -22,7 +22,7 @@ import logging
 import sys
 from pathlib import Path
 
-from headprune.analyses.layouts import FREE, LAYOUTS, UNIFORM  # no torch: the CLI starts fast
+from headprune.analyses.layouts import LAYOUTS, paper_layout  # no torch: the CLI starts fast
 from headprune.evaluation.kinds import KINDS, kind_of
 from headprune.io import atomic
 from headprune.io.machine_failures import machine_failure, out_of_memory
@@ -137,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     prune.add_argument("--step", type=percent, default=10.0, help="the curve's step in %% of the heads (default: 10)")
     prune.add_argument("--curve", metavar="CSV", help="where the pruning curve goes (default: FOLDER/pruning.csv)")
     prune.add_argument("--seed", type=int, default=0, help="the random order's seed (default: 0)")
-    prune.add_argument("--layout", choices=LAYOUTS, default=FREE,
+    prune.add_argument("--layout", choices=list(LAYOUTS), default=paper_layout(),
                        help="free (default): the least important heads wherever they are, saved with remote code "
                             "(trust_remote_code=True); uniform: every layer loses as many heads (whole key/value "
                             "groups), each layer's least important first, the curve one group per layer a step "
@@ -233,9 +233,10 @@ def fit_to_memory(args, model, device):
 
 
 def _criteria():
-    from headprune.analyses.criteria import CRITERIA, READS
+    from headprune.analyses.criteria import CRITERIA
 
-    return [name for name in CRITERIA if READS.get(name) != "roles"]  # a study's head roles: none from the shell
+    # a study's head roles: none from the shell
+    return [name for name, criterion in CRITERIA.items() if criterion.reads != "roles"]
 
 
 def _count(model) -> int:
@@ -329,8 +330,7 @@ def cut_point(args, model, tokenizer, evalset, testset, curve, removed, total_he
 
 
 def run_prune(args):
-    from headprune.analyses.criteria import criterion_order, importance_on_pruned, iterative_order
-    from headprune.analyses.layouts import uniform_removal
+    from headprune.analyses.criteria import CRITERIA, criterion_order, importance_on_pruned, iterative_order
     from headprune.evaluation.runs import all_heads
     from headprune.analyses.sweeps import evalset_batches, pruning_tables, remove_heads, single_head_sweep
 
@@ -341,24 +341,22 @@ def run_prune(args):
     if args.heads is not None:
         removed = named_heads(args.heads, model)
     else:
-        if args.criterion == "iterative":
+        criterion, layout = CRITERIA[args.criterion], LAYOUTS[args.layout]
+        if not criterion.static:
             estimate = importance_on_pruned(model, evalset_batches(tokenizer, evalset, args.batch_size))
             order = iterative_order(estimate, heads, args.step)
         else:
-            importance = scores(args, model, tokenizer, evalset) if args.criterion != "random" else None
+            importance = scores(args, model, tokenizer, evalset) if criterion.scored else None
             ablation = (single_head_sweep(model, tokenizer, evalset, settings(args), resamples=1)
-                        if args.criterion == "oracle" else None)
+                        if criterion.reads == "ablation" else None)
             order = criterion_order(args.criterion, importance, heads, ablation=ablation, seed=args.seed)
         curve, _ = pruning_tables(model, tokenizer, evalset, {args.criterion: order}, step_percent=args.step,
                                   settings=settings(args), study=study_name(args), total_heads=len(heads),
                                   layouts=(args.layout,))
-        if args.layout == UNIFORM:
-
-            removed = uniform_removal(order, model, args.percent)
-            log.info("--layout uniform: %d of %d heads (%.1f%%), as many in every layer, for --percent %g",
+        removed = layout.removal(order, model, args.percent)
+        if layout.stock:
+            log.info("--layout %s: %d of %d heads (%.1f%%), as many in every layer, for --percent %g", args.layout,
                      len(removed), len(heads), 100.0 * len(removed) / len(heads), args.percent)
-        else:
-            removed = order[:int(round(args.percent * len(heads) / 100.0))]
         point = cut_point(args, model, tokenizer, evalset, testset, curve, removed, len(heads))
     from headprune.models.export import same_size_line, save_pruned
     from headprune.models.stock import NoSmallerStock, save_stock
@@ -368,17 +366,17 @@ def run_prune(args):
     chosen = {} if args.heads is not None else {"criterion": args.criterion, "masking": settings(args).masking,
                                                   "curve_point": point}
     same_size = same_size_line(len(removed), len(heads))
-    if args.layout == UNIFORM:  # transformers' own class and config: loads anywhere, no remote code
+    if LAYOUTS[args.layout].stock:  # transformers' own class and config: loads anywhere, no remote code
         try:
             try:
                 out = save_stock(model, tokenizer, args.out, base_model=args.model, **chosen)
             except NoSmallerStock as error:  # the family's class cannot hold fewer heads: all in place, zeroed
-                out = save_stock(model, tokenizer, args.out, zeroed=True, base_model=args.model, layout=UNIFORM,
+                out = save_stock(model, tokenizer, args.out, zeroed=True, base_model=args.model, layout=args.layout,
                                  **chosen)
-                log.info("--layout uniform: no smaller stock checkpoint (%s); saved a same-size one instead, %s",
-                         error.why, same_size)
+                log.info("--layout %s: no smaller stock checkpoint (%s); saved a same-size one instead, %s",
+                         args.layout, error.why, same_size)
         except ValueError as error:  # the heads a stock class cannot hold
-            raise UsageError(f"--layout uniform: {error}") from None
+            raise UsageError(f"--layout {args.layout}: {error}") from None
     elif args.stock:
         try:
             out = save_stock(model, tokenizer, args.out, zeroed=True, base_model=args.model, layout=args.layout,

@@ -6,10 +6,11 @@ part of the config's schema (its sections under ``properties``, its experiment u
 ``properties.experiments.properties``) merged into the file's, which describes none of it twice.
 
 A masking mode (``headprune.models.masking``, one class each) declares its config word and its settings' schema
-(``config_key``, ``config_schema``), and the criteria's words are ``headprune.analyses.criteria.CRITERIA``; the
-schema file says none of them, so adding a mode is its class alone and a criterion its function. A kind of score
-(``headprune.evaluation.kinds``) declares its name and the keys of a ``models`` entry only its studies read
-(``config_properties``, ``config_required``; ``add_kinds``). ``schema()``
+(``config_key``, ``config_schema``); the words of the criteria (``headprune.analyses.criteria.CRITERIA``, the
+paper's orders among them), the screens, the layouts and the GLUE tasks' metrics are their registries'
+(``vocabularies``); the schema file says none of them, so adding a mode, a criterion, a screen, a layout or a metric
+is its class alone. A kind of score (``headprune.evaluation.kinds``) declares its name and the keys of a ``models``
+entry only its studies read (``config_properties``, ``config_required``; ``add_kinds``). ``schema()``
 merges them in; ``validate(config)`` checks a config against it and fills in the defaults, as Snakemake's
 ``validate`` does (rules/common.smk and ``Pipeline.from_file`` call it).
 """
@@ -20,7 +21,10 @@ import functools
 from pathlib import Path
 
 from headprune import stages
-from headprune.analyses.criteria import CRITERIA
+from headprune.analyses.criteria import CRITERIA, paper_orders
+from headprune.analyses.layouts import LAYOUTS
+from headprune.analyses.screening import SCREENS
+from headprune.evaluation.metrics import METRICS
 from headprune.models.masking import MODES
 from headprune.evaluation.kinds import KINDS
 
@@ -41,8 +45,8 @@ def _schema(path: str) -> dict:
         part = Path(path).with_name(f"{stage}.schema.yaml")
         if part.is_file():
             merge(schema, load(part), str(part), path)
-    schema["definitions"]["masking"]["enum"] = list(MODES)
-    schema["definitions"]["criterion"]["enum"] = list(CRITERIA)
+    for definition, words in vocabularies().items():
+        schema["definitions"][definition]["enum"] = words
     for word, mode in MODES.items():
         if not mode.config_key:
             continue
@@ -73,6 +77,13 @@ def add_kinds(schema: dict, path: str) -> None:
             properties[key] = copy.deepcopy(described)
         entry.setdefault("allOf", []).append({"if": {"properties": {"kind": {"const": name}}},
                                               "then": {"required": ["kind", *kind.config_required]}})
+
+
+def vocabularies() -> dict[str, list[str]]:
+    """The words of each vocabulary the schema's definitions name, from their registries: the schema file lists none."""
+    return {"masking": list(MODES), "criterion": list(CRITERIA), "paper_order": paper_orders(),
+            "screen": list(SCREENS), "layout": list(LAYOUTS),
+            "classification_metric": [word for word, metric in METRICS.items() if metric.classification]}
 
 
 def merge(schema: dict, part: dict, part_path: str, path: str, where: str = "") -> None:

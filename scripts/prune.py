@@ -15,7 +15,7 @@ import time
 
 import pandas as pd
 
-from headprune.analyses.criteria import criterion_order, importance_on_pruned, iterative_order
+from headprune.analyses.criteria import CRITERIA, criterion_order, importance_on_pruned, iterative_order
 from headprune.evaluation.runs import EvalSettings, all_heads
 from headprune.analyses.sweeps import pruning_tables
 from headprune.io import atomic
@@ -47,7 +47,7 @@ with logged(snakemake) as log:
     heads = [h for h in all_heads(model) if attn_type in (None, h[0])]
     orders_of = {}
     for name in orders:
-        if name == "iterative":  # I_h re-estimated on the pruned model before every step (bertology)
+        if not CRITERIA[name].static:  # I_h re-estimated on the pruned model before every step (bertology)
             started = time.perf_counter()
             estimate = importance_on_pruned(model, importance_batches(tokenizer, params["importance_data"], model),
                                             estimator=params["importance"]["estimator"],
@@ -68,7 +68,7 @@ with logged(snakemake) as log:
     log.info("eval time %.2f s: %d orders, %d steps in all, scored", time.perf_counter() - started, len(orders_of),
              len(table))
     if ablation is not None and table_basis(ablation) != "exhaustive":  # the oracle order stands on a screened Table 1
-        table["table1"] = ["screened" if order == "oracle" else "" for order in table["order"]]
+        table["table1"] = ["screened" if CRITERIA[order].reads == "ablation" else "" for order in table["order"]]
     atomic.write_csv(table, snakemake.output.scores, index=False)
     if "outputs" in snakemake.output.keys():
         write_json(snakemake.output.outputs, {"study": study["name"], "scope": scope, "testset": params["eval"].get("name"),

@@ -17,7 +17,7 @@ with logged(snakemake) as log:
     study, params = snakemake.params.study, snakemake.params.screen
     model, tokenizer = load_study_model(study, pick_device(study["device"]))
     started = time.perf_counter()
-    screen_set = load_evalset(params["screen_set"]) if params["method"] == "exact" else None
+    screen_set = load_evalset(params["screen_set"]) if "screen_set" in params else None  # a screen that ablates heads
     table = screening.screen_study(model, tokenizer, params, screen_set=screen_set,
                                    batches=lambda: importance_batches(tokenizer, params["data"], model))
     log.info("screen time %.2f s: %s screen of %d heads; %d verified, %d sampled (seed %d)",

@@ -182,8 +182,8 @@ def test_figure3_draws_one_line_per_order_with_the_csv_scores():
     for study in ("wmt", "mnli"):
         drawn = lines[lines["panel"] == study]
         assert drawn["label"].nunique() == 3
-        for order, linestyle in figures.ORDER_LINESTYLES.items():
-            line = drawn[drawn["label"] == figures.ORDER_LABELS[order]]
+        for order, linestyle in figures.order_linestyles().items():
+            line = drawn[drawn["label"] == figures.order_labels()[order]]
             expected = pruning[(pruning["study"] == study) & (pruning["scope"] == "all")
                                & (pruning["order"] == order)].sort_values("step")
             assert set(line["linestyle"]) == {linestyle}
@@ -195,7 +195,7 @@ def test_figure3_draws_only_the_orders_present():
     pruning = synthetic_pruning()
     pruning = pruning[pruning["order"] != "oracle"]
     lines = figures.plotted_lines(figures.build_figure3(pruning))
-    assert set(lines["label"]) == {figures.ORDER_LABELS["importance"], figures.ORDER_LABELS["random"]}
+    assert set(lines["label"]) == {figures.order_labels()["importance"], figures.order_labels()["random"]}
 
 
 def test_figure4_draws_one_line_per_attention_type():

@@ -38,8 +38,8 @@ SORTED_PENALTIES = ["0.1", "0.05", "0.01", "0.001"]
 def test_concrete_figure_plots_every_row_sorted_by_heads_kept(metric, scale):
     figure = figures.build_concrete_figure(concrete_table(metric), STYLE)
     lines = figures.plotted_lines(figure)
-    labels = {"Hard Concrete gates": "score_concrete", figures.ORDER_LABELS["importance"]: "score_importance",
-              figures.ORDER_LABELS["random"]: "score_random"}
+    labels = {"Hard Concrete gates": "score_concrete", figures.order_labels()["importance"]: "score_importance",
+              figures.order_labels()["random"]: "score_random"}
     assert sorted(lines["label"].unique()) == sorted(labels)
     assert len(lines) == 3 * 4
     for label, column in labels.items():
@@ -48,8 +48,8 @@ def test_concrete_figure_plots_every_row_sorted_by_heads_kept(metric, scale):
         np.testing.assert_allclose(line["y"].to_numpy(), np.array(SORTED[column]) * scale, rtol=1e-12)
         assert set(line["panel"]) == {"toy: learned gates vs pruning"}
     assert lines.loc[lines["label"] == "Hard Concrete gates", "linestyle"].iloc[0] == "-"
-    assert lines.loc[lines["label"] == figures.ORDER_LABELS["importance"], "linestyle"].iloc[0] == "-"
-    assert lines.loc[lines["label"] == figures.ORDER_LABELS["random"], "linestyle"].iloc[0] == ":"
+    assert lines.loc[lines["label"] == figures.order_labels()["importance"], "linestyle"].iloc[0] == "-"
+    assert lines.loc[lines["label"] == figures.order_labels()["random"], "linestyle"].iloc[0] == ":"
 
     (ax,) = figure.axes
     # the full model: a dotted horizontal line at score_full, kept out of the legend
@@ -69,7 +69,7 @@ def test_concrete_figure_plots_every_row_sorted_by_heads_kept(metric, scale):
 def test_concrete_figure_without_random_scores_draws_two_lines_and_writes_files(tmp_path):
     table = concrete_table(with_random=False)
     lines = figures.plotted_lines(figures.build_concrete_figure(table, STYLE))
-    assert sorted(lines["label"].unique()) == sorted(["Hard Concrete gates", figures.ORDER_LABELS["importance"]])
+    assert sorted(lines["label"].unique()) == sorted(["Hard Concrete gates", figures.order_labels()["importance"]])
     assert lines[lines["label"] == "Hard Concrete gates"]["y"].tolist() == SORTED["score_concrete"]
 
     paths = figures.concrete_figure(table, tmp_path / "c.png", tmp_path / "c.pdf", STYLE)

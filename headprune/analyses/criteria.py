@@ -22,9 +22,9 @@ its order is built by ``iterative_order`` with the model at hand.
 """
 from __future__ import annotations
 
-import functools
 import logging
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -36,18 +36,47 @@ from headprune.scoring.importance import ESTIMATORS
 
 log = logging.getLogger(__name__)
 
-# Every criterion, by its name, in the order the config's enum and the prune rule's wildcard list them: a static
-# criterion's entry is its order, order(asked: ``_Asked``) -> heads, first pruned first (``criterion_order``);
-# ``iterative``'s is ``iterative_order`` itself, which needs the model at hand.
-CRITERIA = Registry("criterion", check=callable)
-# The paper's three orders (Figure 3); the others are criteria compared in criteria.csv.
-PAPER_ORDERS = ("importance", "oracle", "random")
-# What a criterion's prune job reads besides the model, its test set and importance.csv (rules/pruning.smk,
-# headprune.stages.pruning.inputs): the head roles (retrieval), the single-head ablation (oracle), the
-# importance data that I_h is re-estimated on after each step (iterative).
-READS = {"retrieval": "roles", "oracle": "ablation", "iterative": "importance_data"}
-# Criteria that wait for the whole single-head ablation: each gets a prune job of its own.
-WAITS_FOR_ABLATION = ("oracle",)
+
+
+class Criterion:
+    """A head criterion: the order it prunes a scope's heads in (``order``, first pruned first), and what the
+    pipeline, the command line and the figures know of it. One class per criterion (or one instance per member
+    of a family, as I_h per estimator), registered in ``CRITERIA`` by its word: the config's enum and the prune
+    rule's wildcard list the words in the registry's order, and no code outside the class compares one."""
+
+    # What its prune job reads besides the model, its test set and importance.csv (rules/pruning.smk,
+    # headprune.stages.pruning.inputs): "roles" (the head roles), "ablation" (the single-head ablation),
+    # "importance_data" (the data I_h is re-estimated on after each step), or None
+    reads: ClassVar[str | None] = None
+    # Whether it waits for the whole single-head ablation: then it has a prune job of its own
+    waits_for_ablation: ClassVar[bool] = False
+    # Whether its order is made from importance.csv's scores (the command line computes them only then)
+    scored: ClassVar[bool] = True
+    # Whether its order is made from the tables alone (``criterion_order``); else ``iterative_order`` makes it,
+    # the model at hand
+    static: ClassVar[bool] = True
+    # One of the paper's orders (Figure 3, in the registry's order); the others are compared in criteria.csv
+    in_paper: ClassVar[bool] = False
+    # The order the others are tested against, which Figures 4 and 6 and the scorecard read (I_h)
+    reference: ClassVar[bool] = False
+    # Figure 3's legend and line style, and the criteria figure's legend (None: its word, matplotlib's style)
+    label: ClassVar[str | None] = None
+    short_label: ClassVar[str | None] = None
+    linestyle: ClassVar[str | None] = None
+
+    def order(self, asked: _Asked) -> list[HeadId]:
+        raise NotImplementedError(f"{type(self).__name__} makes no order from the tables (iterative_order does)")
+
+
+CRITERIA: Registry[Criterion] = Registry("criterion", base=Criterion)
+
+
+def criterion(name: str):
+    """A class decorator registering one instance of the class as the criterion ``name``."""
+    def register(cls):
+        CRITERIA.add(name, cls())
+        return cls
+    return register
 
 
 def _heads(table: pd.DataFrame) -> list[HeadId]:
@@ -101,12 +130,11 @@ def criterion_order(name: str, importance: pd.DataFrame, heads: list[HeadId], *,
     >>> len(order), order[0][0]
     (8, 'dec_self')
     """
-    order = CRITERIA.get(name, None)
-    if order is None or order is iterative_order:
+    found = CRITERIA.get(name, None)
+    if found is None or not found.static:
         raise ValueError(f"unknown static criterion {name!r}; expected one of "
-                         f"{[c for c, entry in CRITERIA.items() if entry is not iterative_order]} "
-                         "(iterative: iterative_order)")
-    return order(_Asked(importance, heads, attn_type, ablation, seed, estimator, normalize, entropy_weight,
+                         f"{[c for c, entry in CRITERIA.items() if entry.static]} (the others: iterative_order)")
+    return found.order(_Asked(importance, heads, attn_type, ablation, seed, estimator, normalize, entropy_weight,
                         keep_entropy, roles))
 
 
@@ -131,72 +159,116 @@ class _Asked:
         return _in_scope(self.importance, self.attn_type).reset_index(drop=True)
 
 
-@CRITERIA.register("importance")
-def _importance(asked: _Asked) -> list[HeadId]:
-    return importance_order(asked.importance, asked.attn_type)
+@criterion("importance")
+class Importance(Criterion):
+    """I_h with the configured estimator (the paper's order, Figure 3's solid line)."""
+    in_paper, reference, label, short_label, linestyle = True, True, "importance $I_h$", "$I_h$", "-"
+
+    def order(self, asked):
+        return importance_order(asked.importance, asked.attn_type)
 
 
-def _importance_estimated(estimator: str, asked: _Asked) -> list[HeadId]:
-    table = asked.table
-    return _ascending(table, importance_column(table, estimator, asked.normalize))
+class ImportanceEstimated(Criterion):
+    """I_h with one placement of the absolute value (``importance_<estimator>``), one instance per estimator."""
+
+    def __init__(self, estimator: str):
+        self.estimator = estimator
+
+    def order(self, asked):
+        table = asked.table
+        return _ascending(table, importance_column(table, self.estimator, asked.normalize))
 
 
 for _estimator in ESTIMATORS:
-    CRITERIA.add(f"importance_{_estimator}", functools.partial(_importance_estimated, _estimator))
+    CRITERIA.add(f"importance_{_estimator}", ImportanceEstimated(_estimator))
 
 
-def _column(column: str, asked: _Asked) -> list[HeadId]:
-    """A column of importance.csv, ascending."""
-    table = asked.table
-    return _ascending(table, table[column])
+class Column(Criterion):
+    """A column of importance.csv, ascending (one instance per column)."""
+
+    def __init__(self, column: str):
+        self.column = column
+
+    def order(self, asked):
+        table = asked.table
+        return _ascending(table, table[self.column])
 
 
 for _column_name in ("fisher", "attention_gradient", "confidence"):
-    CRITERIA.add(_column_name, functools.partial(_column, _column_name))
+    CRITERIA.add(_column_name, Column(_column_name))
 
 
-@CRITERIA.register("entropy_low")
-def _entropy_low(asked: _Asked) -> list[HeadId]:
-    table = asked.table
-    return _ascending(table, table["entropy_normalized"].to_numpy(dtype=float))
+@criterion("entropy_low")
+class EntropyLow(Criterion):
+    def order(self, asked):
+        table = asked.table
+        return _ascending(table, table["entropy_normalized"].to_numpy(dtype=float))
 
 
-@CRITERIA.register("entropy_high")
-def _entropy_high(asked: _Asked) -> list[HeadId]:
-    table = asked.table
-    return _ascending(table, -table["entropy_normalized"].to_numpy(dtype=float))
+@criterion("entropy_high")
+class EntropyHigh(Criterion):
+    def order(self, asked):
+        table = asked.table
+        return _ascending(table, -table["entropy_normalized"].to_numpy(dtype=float))
 
 
-@CRITERIA.register("combined")
-def _combined(asked: _Asked) -> list[HeadId]:
-    table = asked.table
-    entropy = table["entropy_normalized"].to_numpy(dtype=float)
-    return _ascending(table, combined_scores(table["importance"], entropy, asked.entropy_weight, asked.keep_entropy))
+@criterion("combined")
+class Combined(Criterion):
+    def order(self, asked):
+        table = asked.table
+        entropy = table["entropy_normalized"].to_numpy(dtype=float)
+        return _ascending(table, combined_scores(table["importance"], entropy, asked.entropy_weight,
+                                                 asked.keep_entropy))
 
 
-CRITERIA.add("iterative", f"{__name__}:iterative_order")  # defined below; lazy, to keep its place in the order
+@criterion("iterative")
+class Iterative(Criterion):
+    """I_h re-estimated on the pruned model before every step: ``iterative_order``, with the model at hand."""
+    reads, static = "importance_data", False
 
 
-@CRITERIA.register("oracle")
-def _oracle(asked: _Asked) -> list[HeadId]:
-    if asked.ablation is None:
-        raise ValueError("the oracle order needs the single-head ablation table")
-    return oracle_order(asked.ablation, asked.attn_type)
+@criterion("oracle")
+class Oracle(Criterion):
+    """The heads whose removal alone hurts least first: it waits for the whole single-head ablation."""
+    reads, waits_for_ablation, in_paper = "ablation", True, True
+    label, linestyle = "oracle (single-head ablation)", "--"
+
+    def order(self, asked):
+        if asked.ablation is None:
+            raise ValueError("the oracle order needs the single-head ablation table")
+        return oracle_order(asked.ablation, asked.attn_type)
 
 
-@CRITERIA.register("random")
-def _random(asked: _Asked) -> list[HeadId]:
-    return random_order(asked.heads, asked.seed)
+@criterion("random")
+class Random(Criterion):
+    scored, in_paper, label, linestyle = False, True, "random", ":"
+
+    def order(self, asked):
+        return random_order(asked.heads, asked.seed)
 
 
-@CRITERIA.register("retrieval")
-def _retrieval(asked: _Asked) -> list[HeadId]:
-    roles = asked.roles
-    if roles is None or "retrieval" not in roles:
-        raise ValueError("the retrieval criterion needs a language model's head roles (head_roles.csv of a "
-                         "retrieval study)")
-    table = _in_scope(roles, asked.attn_type).reset_index(drop=True)
-    return _ascending(table, table["retrieval"].astype(float).fillna(-np.inf))
+@criterion("retrieval")
+class Retrieval(Criterion):
+    """Wu et al.'s retrieval score of a language model's head roles, lowest first."""
+    reads = "roles"
+
+    def order(self, asked):
+        roles = asked.roles
+        if roles is None or "retrieval" not in roles:
+            raise ValueError("the retrieval criterion needs a language model's head roles (head_roles.csv of a "
+                             "retrieval study)")
+        table = _in_scope(roles, asked.attn_type).reset_index(drop=True)
+        return _ascending(table, table["retrieval"].astype(float).fillna(-np.inf))
+
+
+def paper_orders() -> list[str]:
+    """The paper's orders (Figure 3), in the registry's order."""
+    return [name for name, entry in CRITERIA.items() if entry.in_paper]
+
+
+def reference_order() -> str:
+    """The criterion the others are tested against and Figures 4 and 6 prune in (I_h)."""
+    return next(name for name, entry in CRITERIA.items() if entry.reference)
 
 
 def importance_on_pruned(model, batches, *, estimator: str = "token", normalize: bool = True):
@@ -268,19 +340,21 @@ def nearest_step(curve: pd.DataFrame, percent: float) -> int:
 def tolerance_points(metric: str, points: float, full_score: float | None = None) -> float:
     """``points`` in the metric's units: BLEU points, percentage points of a [0, 1] score, or for
     perplexity (any metric where lower is better) ``points`` percent of the full model's."""
-    from headprune.evaluation.metrics import better_sign
+    from headprune.evaluation.metrics import metric_of
 
-    if better_sign(metric) < 0:
+    found = metric_of(metric)
+    if found.better < 0:
         return full_score * points / 100.0
-    return points if metric == "bleu" else points / 100.0
+    return points / (1.0 / found.point)  # points / 100 for a share (1 / 0.01 is 100.0 exactly), as before
 
 
 def summarize(curves: pd.DataFrame, step_outputs: dict, evalset, *, within: float = 1.0,
-              test_at=(30, 50, 70), reference: str = "importance", resamples: int = 1000, seed: int = 0,
+              test_at=(30, 50, 70), reference: str | None = None, resamples: int = 1000, seed: int = 0,
               alpha: float = 0.01) -> pd.DataFrame:
     """One row per criterion: the largest % pruned within ``within`` points of the full model (for perplexity:
     within ``within`` percent of it), the area under the curve (lower is better for perplexity), and at each % of ``test_at`` the score and a paired bootstrap test against the
-    ``reference`` criterion (I_h) at the same step (p_<percent>; NaN for the reference itself).
+    ``reference`` criterion (None: ``reference_order()``, I_h) at the same step (p_<percent>; NaN for the reference
+    itself).
 
     ``curves``: criteria.csv rows (criterion, step, percent_pruned, score, metric); ``step_outputs``:
     criterion -> per-step lists of per-item outputs (the prune jobs' outputs.json).
@@ -288,6 +362,7 @@ def summarize(curves: pd.DataFrame, step_outputs: dict, evalset, *, within: floa
     from headprune.evaluation.metrics import better_sign
     from headprune.evaluation.runs import significance
 
+    reference = reference or reference_order()
     rows = []
     metric = curves["metric"].iloc[0]
     full = curves.loc[curves["step"] == 0, "score"]

@@ -11,14 +11,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
+
+from headprune.io.registry import Registry
 
 if TYPE_CHECKING:  # torch is imported where heads are counted, not where a table is read (the scorecard, figures)
     import pandas as pd
 
 HeadId = tuple[str, int, int]
-LAYOUTS = ("free", "uniform")
-FREE, UNIFORM = LAYOUTS
 
 Units = dict[tuple[str, int], list[tuple[HeadId, ...]]]
 
@@ -69,19 +69,81 @@ def uniform_steps(order: Sequence[HeadId], units: Units) -> list[tuple[float, li
     return steps
 
 
+class Layout:
+    """A pruning layout: the heads an order removes at each step of a curve (``steps``) and for a --percent cut
+    (``removal``). One class each, registered in ``LAYOUTS`` by its word (``pruning.layouts``, --layout): the
+    schema's enum and the command line's choices are its words, and no code outside the class compares one."""
+
+    # The paper's layout: the criteria are compared on its curves, Figures 4 and 5 draw it, and a pruning table
+    # written before layouts existed is in it
+    paper: ClassVar[bool] = False
+    # Every layer keeps as many heads and whole key/value groups, which transformers' own config class describes:
+    # the command line saves it as a stock checkpoint
+    stock: ClassVar[bool] = False
+    # Whether its steps need the model's removal units (``removal_units``)
+    needs_units: ClassVar[bool] = False
+
+    def steps(self, order: Sequence[HeadId], *, step_percent: float, units: Units | None):
+        """(percent pruned, heads removed) of each step of a curve, first the full model."""
+        raise NotImplementedError
+
+    def removal(self, order: Sequence[HeadId], model, percent: float) -> list[HeadId]:
+        """The heads removed for about ``percent`` % of the heads (``order``: every head of the model)."""
+        raise NotImplementedError
+
+
+LAYOUTS: Registry[Layout] = Registry("pruning layout", base=Layout)
+FREE, UNIFORM = "free", "uniform"  # their words, where a claim names one (the scorecard's U1)
+
+
+def layout(name: str):
+    """A class decorator registering one instance of the class as the layout ``name``."""
+    def register(cls):
+        LAYOUTS.add(name, cls())
+        return cls
+    return register
+
+
+@layout(FREE)
+class Free(Layout):
+    """The paper's: the first round(p N / 100) heads of the order, wherever they are (remote code loads it)."""
+    paper = True
+
+    def steps(self, order, *, step_percent, units=None):
+        from headprune.evaluation.runs import pruning_steps
+
+        return pruning_steps(list(order), step_percent)
+
+    def removal(self, order, model, percent):
+        return list(order[:int(round(percent * len(order) / 100.0))])
+
+
+@layout(UNIFORM)
+class Uniform(Layout):
+    """Minitron-style width pruning: one removal unit of every layer a step (``uniform_steps``)."""
+    stock, needs_units = True, True
+
+    def steps(self, order, *, step_percent, units=None):
+        if units is None:
+            raise ValueError("the uniform layout needs the model's removal units (removal_units(model))")
+        return uniform_steps(order, units)
+
+    def removal(self, order, model, percent):
+        return uniform_removal(order, model, percent)
+
+
+def paper_layout() -> str:
+    """The paper's layout's word (free)."""
+    return next(name for name, entry in LAYOUTS.items() if entry.paper)
+
+
 def layout_steps(order: Sequence[HeadId], layout: str, *, step_percent: float = 10.0,
                  units: Units | None = None) -> list[tuple[float, list[HeadId]]]:
     """A pruning curve's steps in ``layout``: the paper's steps of ``step_percent`` % (free), or one removal
     unit per layer a step (uniform; ``units`` from ``removal_units``)."""
-    if layout == FREE:
-        from headprune.evaluation.runs import pruning_steps
-
-        return pruning_steps(list(order), step_percent)
-    if layout == UNIFORM:
-        if units is None:
-            raise ValueError("the uniform layout needs the model's removal units (removal_units(model))")
-        return uniform_steps(order, units)
-    raise ValueError(f"unknown pruning layout {layout!r}; known: {', '.join(LAYOUTS)}")
+    if layout not in LAYOUTS:
+        raise ValueError(LAYOUTS.unknown(layout))
+    return LAYOUTS[layout].steps(order, step_percent=step_percent, units=units)
 
 
 def uniform_removal(order: Sequence[HeadId], model, percent: float) -> list[HeadId]:
@@ -96,4 +158,4 @@ def uniform_removal(order: Sequence[HeadId], model, percent: float) -> list[Head
 
 def free_layout(table: pd.DataFrame) -> pd.DataFrame:
     """The rows of a pruning table in the free layout (a table written before layouts existed is all free)."""
-    return table if "layout" not in table else table[table["layout"] == FREE]
+    return table if "layout" not in table else table[table["layout"] == paper_layout()]

@@ -35,25 +35,22 @@ from __future__ import annotations
 
 import math
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, ClassVar
 
 import numpy as np
 
 from headprune.evaluation.runs import EvalSet, EvalSettings, HeadId, all_heads, gates_without, scored_variants
+from headprune.io.registry import Registry
 from headprune.models.masking import MODES
 
 if TYPE_CHECKING:
     import pandas as pd
 
 STRATEGIES = ("exhaustive", "screened")
-SCREENS = ("first_order", "fisher", "importance", "exact")
-GRADIENT_SCREENS = ("first_order", "fisher", "importance")  # one forward + backward pass per batch, all three
 # masking modes whose switched-off head is g o_h + (1 - g) c_h: the gradient screens are their first-order terms
 GRADIENT_MASKINGS = tuple(word for word, mode in MODES.items() if mode.constant_output)
 VERIFIED, SAMPLED, SCREENED, EXHAUSTIVE = "verified", "sampled", "screened", "exhaustive"
 KEY = ["attn_type", "layer", "head"]
-# ablation.screen's defaults (rules/schemas/config.schema.yaml says the same)
-DEFAULT_SCREEN = {"method": "importance", "items": 16, "top_k": "20%", "sample": "5%", "confidence": 0.95, "seed": 0}
 BOUND_COLUMNS = ("study", "testset", "table1", "screen", "heads", "verified", "sampled", "screened_only",
                  "confidence", "significant_verified", "significant_sampled", "bound_significant_unverified",
                  "effect_threshold", "larger_sampled", "bound_larger_unverified")
@@ -80,6 +77,78 @@ def head_count(value, heads: int, key: str = "ablation.screen.top_k") -> int:
 
 
 # --- 1. screens -------------------------------------------------------------------------------------------------
+
+
+class Screen:
+    """A screen (``ablation.screen.method``): every head's screen scores, one column of which, named as the
+    screen, ranks the heads (its magnitude: the larger, the more the head is expected to change the score). One
+    class each, registered in ``SCREENS`` by its word: the schema's enum is their words (its default is the
+    schema's), and no code outside the class compares one."""
+
+    # From the one forward and backward pass over the importance data (``gradient_screens``, all of them at once):
+    # the first-order terms of a masking that puts a constant in a head's place (GRADIENT_MASKINGS)
+    gradient: ClassVar[bool] = False
+    word: ClassVar[str]  # its word, as ``screen`` registers it
+    # Whether it ablates heads on a screen set drawn from the importance data (``ablation.screen.items`` of it)
+    needs_screen_set: ClassVar[bool] = False
+
+    def scores(self, model, tokenizer, settings: EvalSettings, batches: Callable | None,
+               screen_set: EvalSet | None) -> pd.DataFrame:
+        """attn_type, layer, head and the screen's columns, one row per head (``batches``: a function giving the
+        importance batches; ``screen_set``: the screen set, where ``needs_screen_set``)."""
+        raise NotImplementedError
+
+
+SCREENS: Registry[Screen] = Registry("screen", base=Screen)
+
+
+def screen(name: str):
+    """A class decorator registering one instance of the class as the screen ``name`` (its ``word``)."""
+    def register(cls):
+        cls.word = name
+        SCREENS.add(name, cls())
+        return cls
+    return register
+
+
+class GradientScreen(Screen):
+    """A column of ``gradient_screens``, under a masking that puts a constant (zero, a mean) in a head's place."""
+    gradient = True
+
+    def scores(self, model, tokenizer, settings, batches, screen_set):
+        if not settings.masking.constant_output:
+            raise ValueError(f"ablation.screen.method {self.word} needs a masking that puts a constant in "
+                             f"a head's place ({', '.join(GRADIENT_MASKINGS)}), not {settings.masking.word}")
+        return gradient_screens(model, batches(), constants=getattr(settings.masking, "head_constants", None))
+
+
+@screen("first_order")
+class FirstOrder(GradientScreen):
+    """Attribution patching: the signed first-order change of the mean token loss."""
+
+
+@screen("fisher")
+class Fisher(GradientScreen):
+    """The gate's empirical Fisher information."""
+
+
+@screen("importance")
+class Importance(GradientScreen):
+    """The paper's I_h."""
+
+
+@screen("exact")
+class Exact(Screen):
+    """Every head ablated exactly on the screen set (any masking)."""
+    needs_screen_set = True
+
+    def scores(self, model, tokenizer, settings, batches, screen_set):
+        return exact_screen(model, tokenizer, screen_set, settings)
+
+
+def gradient_screen_names() -> list[str]:
+    """The screens made by the one gradient pass."""
+    return [name for name, entry in SCREENS.items() if entry.gradient]
 
 
 def gradient_screens(model, batches, *, constants=None, progress: bool = False) -> pd.DataFrame:
@@ -120,7 +189,7 @@ def screen_scores(screens: pd.DataFrame, method: str) -> pd.DataFrame:
     ['attn_type', 'layer', 'head', 'screen']
     """
     if method not in SCREENS:
-        raise ValueError(f"ablation.screen.method must be one of {SCREENS}, got {method!r}")
+        raise ValueError(f"ablation.screen.method must be one of {tuple(SCREENS)}, got {method!r}")
     if method not in screens:
         raise ValueError(f"the screen table has no column {method!r} (columns: {list(screens.columns)})")
     table = screens[KEY].copy()
@@ -134,14 +203,7 @@ def screen_study(model, tokenizer, params: dict, batches=None, screen_set: EvalS
     screen's set): every head's screen scores, ``screen`` (the method's magnitude), ``screen_rank``, ``verification``, ``screen_method``."""
     settings = EvalSettings(**params["settings"])
     method = params["method"]
-    if method == "exact":
-        scores = exact_screen(model, tokenizer, screen_set, settings)
-    else:
-        if not settings.masking.constant_output:
-            raise ValueError(f"ablation.screen.method {method} needs a masking that puts a constant in a head's "
-                             f"place ({', '.join(GRADIENT_MASKINGS)}), not {settings.masking.word}")
-        constants = getattr(settings.masking, "head_constants", None)
-        scores = gradient_screens(model, batches(), constants=constants)
+    scores = SCREENS[method].scores(model, tokenizer, settings, batches, screen_set)
     n = len(scores)
     top_k = head_count(params["top_k"], n)
     selection = select_heads(screen_scores(scores, method), top_k,

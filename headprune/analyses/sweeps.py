@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from headprune.evaluation.kinds import kind_of
-from headprune.analyses.layouts import FREE, UNIFORM, layout_steps, removal_units
+from headprune.analyses.layouts import LAYOUTS, layout_steps, paper_layout, removal_units
 from headprune.evaluation.runs import (EvalSet, EvalSettings, HeadId, all_heads, compare_to_full, gates_without,
                                         pruning_steps, scored_variants)
 from headprune.io.progress import counted
@@ -146,11 +146,11 @@ def one_head_per_layer(model, tokenizer, selection: EvalSet, test: EvalSet, sett
 def pruning_tables(model, tokenizer, evalset: EvalSet, orders: dict[str, list[HeadId]], *,
                    step_percent: float = 10.0, settings: EvalSettings | None = None, study: str = "",
                    scope: str = "all", total_heads: int | None = None,
-                   layouts: Sequence[str] = (FREE,)) -> tuple[pd.DataFrame, dict]:
+                   layouts: Sequence[str] | None = None) -> tuple[pd.DataFrame, dict]:
     """Prune in each order (name -> heads, first pruned first) in each of ``layouts`` (free: steps of
     ``step_percent`` % of its heads; uniform: one head or key/value group of every layer a step,
-    ``headprune.analyses.layouts``) and score every step: (the pruning.csv rows, per order the free layout's
-    per-step removed heads and per-item outputs).
+    ``headprune.analyses.layouts``; None: the paper's, free) and score every step: (the pruning.csv rows, per order
+    the free layout's per-step removed heads and per-item outputs).
 
     Every step of every order is one gate setting and all share one pass over the set (identical settings
     are evaluated once). ``total_heads`` (default: the model's) is what heads_left counts down from.
@@ -160,7 +160,9 @@ def pruning_tables(model, tokenizer, evalset: EvalSet, orders: dict[str, list[He
     log = logging.getLogger(__name__)
     settings = settings or EvalSettings()
     total_heads = len(all_heads(model)) if total_heads is None else total_heads
-    units = removal_units(model, None if scope == "all" else scope) if UNIFORM in layouts else None
+    layouts = layouts or (paper_layout(),)
+    needs_units = any(LAYOUTS[layout].needs_units for layout in layouts)
+    units = removal_units(model, None if scope == "all" else scope) if needs_units else None
     steps = {(name, layout): layout_steps(order, layout, step_percent=step_percent, units=units)
              for layout in layouts for name, order in orders.items()}
     settings_of = {}  # one gate setting per distinct set of removed heads: every order starts from the full model
@@ -179,7 +181,7 @@ def pruning_tables(model, tokenizer, evalset: EvalSet, orders: dict[str, list[He
             rows.append({"study": study, "order": name, "scope": scope, "layout": layout, "step": step,
                          "percent_pruned": percent, "heads_pruned": len(removed),
                          "heads_left": total_heads - len(removed), "score": scores[index], "metric": evalset.metric})
-            if layout == FREE:  # what the criteria are compared on
+            if LAYOUTS[layout].paper:  # what the criteria are compared on
                 step_outputs.setdefault(name, []).append({
                     "percent_pruned": percent, "removed": ["-".join(map(str, h)) for h in removed],
                     "outputs": outputs[index]})

@@ -1,23 +1,97 @@
-"""Task metrics: GLUE classification scores and the two BLEU variants the paper reports; which way is better.
+"""Task metrics: GLUE classification scores and the two BLEU variants the paper reports; each metric's class
+(``METRICS``): which way is better, how the figures show it and what one point of it is.
 
 sacrebleu and sacremoses are imported where BLEU is computed (sacremoses takes most of a second): every
 job that scores or plots imports this module, most never compute BLEU."""
 
 from functools import lru_cache
+from typing import ClassVar
 
 import numpy as np
 
-CLASSIFICATION_METRICS = ("accuracy", "mcc", "f1")
-# lm-evaluation-harness's lower-is-better metrics beside perplexity (its higher_is_better says so; the
-# lm_eval kind checks a task's metric against this set)
-LOWER_IS_BETTER = frozenset({"perplexity", "word_perplexity", "byte_perplexity", "bits_per_byte"})
+from headprune.io.registry import Registry
+
+
+class Metric:
+    """A score's metric, as the CSVs' ``metric`` column names it: one class each, registered in ``METRICS`` by
+    that word. The figures, the tables and the scorecard read these and never compare a metric's word."""
+
+    label: ClassVar[str]  # as figures write it on an axis: "BLEU", "accuracy"
+    scale: ClassVar[float] = 1.0  # a displayed value is the raw score times this
+    unit: ClassVar[str] = ""  # the suffix of a displayed value or an axis label; "" for none
+    # One point in the units of the CSVs' score and delta columns (the scorecard's thresholds), and how the
+    # scorecard writes a value in points; a lower-is-better metric has no absolute scale: C3 reads its point as 1% of
+    # the unpruned score (scorecard.points_worse)
+    point: ClassVar[float] = 0.01
+    point_unit: ClassVar[str]
+    better: ClassVar[int] = 1  # +1 where a higher score is better, -1 where lower is (a perplexity)
+    classification: ClassVar[bool] = False  # a GLUE task's score from predicted and gold labels
+
+
+METRICS: Registry[type[Metric]] = Registry("metric", base=Metric)
+
+
+@METRICS.register("bleu")
+class Bleu(Metric):
+    label, point, point_unit = "BLEU", 1.0, " BLEU"
+
+
+@METRICS.register("accuracy")
+class Accuracy(Metric):
+    label, scale, unit, point_unit, classification = "accuracy", 100.0, "%", "% accuracy", True
+
+
+@METRICS.register("mcc")
+class Mcc(Metric):
+    """Matthews' correlation (CoLA), in [-1, 1]: shown x100, not as a percentage."""
+    label, scale, unit, point_unit, classification = "MCC", 100.0, "x100", " MCC x100", True
+
+
+@METRICS.register("f1")
+class F1(Metric):
+    label, scale, unit, point_unit, classification = "F1", 100.0, "%", "% F1", True
+
+
+@METRICS.register("perplexity")
+class Perplexity(Metric):
+    """Lower is better: a positive change is a loss."""
+    label, point, point_unit, better = "perplexity", 1.0, " PPL", -1
+
+
+@METRICS.register("retrieval")
+class Retrieval(Metric):
+    """A needle-in-a-haystack task's share of the needles retrieved (headprune.evaluation.kinds.retrieval)."""
+    label, point_unit = "retrieval", "% retrieved"
+
+
+def _lm_eval_lower(word: str) -> type[Metric]:
+    """lm-evaluation-harness's lower-is-better metrics beside perplexity (its higher_is_better says so; the lm_eval
+    kind checks a task's metric against these), shown under their own names."""
+    return type(word, (Metric,), {"label": word, "point": 1.0, "point_unit": f" {word}", "better": -1,
+                                  "__module__": __name__, "__doc__": _lm_eval_lower.__doc__})
+
+
+for _word in ("word_perplexity", "byte_perplexity", "bits_per_byte"):
+    METRICS.add(_word, _lm_eval_lower(_word))
+
+
+def metric_of(word: str) -> type[Metric]:
+    """The metric called ``word``; another (a metric of an lm-evaluation-harness task: acc, acc_norm, exact_match,
+    ...) is higher-is-better, shown as is under its own name, one point of it 1% (a share)."""
+    if word in METRICS:
+        return METRICS[word]
+    return type(str(word), (Metric,), {"label": word, "point_unit": f"% {word}", "__module__": __name__})
+
+
+CLASSIFICATION_METRICS = tuple(word for word, metric in METRICS.items() if metric.classification)
+LOWER_IS_BETTER = frozenset(word for word, metric in METRICS.items() if metric.better < 0)
 
 
 def better_sign(metric: str) -> int:
     """+1 where a higher score is better (BLEU, accuracy, MCC, F1, retrieval accuracy), -1 where lower is
     (perplexity): ``sign * score`` ranks any metric best-last, and ``sign * delta`` is positive for an
     improvement."""
-    return -1 if metric in LOWER_IS_BETTER else 1
+    return metric_of(metric).better
 
 
 def _binary_counts(predictions, labels):
@@ -58,12 +132,12 @@ def classification_score(metric: str, predictions, labels) -> float:
 
 def count_rows(metric: str, predictions, labels) -> np.ndarray:
     """Per-item 0/1 rows whose sums over a set of items are what ``score_from_counts`` takes for ``metric``:
-    one row (correct) for accuracy, four (tp, tn, fp, fn) for mcc and f1. A resampled set's counts are then
-    a weighted sum (the bootstrap's count matrix times these rows)."""
+    two rows (correct, and 1 for the item) for accuracy, four (tp, tn, fp, fn) for mcc and f1. A resampled set's
+    counts are then a weighted sum (the bootstrap's count matrix times these rows)."""
     pred = np.asarray(predictions)
     gold = np.asarray(labels)
     if metric == "accuracy":
-        return (pred == gold)[None].astype(np.int64)
+        return np.stack([pred == gold, np.ones(pred.shape, dtype=bool)]).astype(np.int64)
     _binary_counts(pred, gold)  # the 0/1 checks
     pred, gold = pred.astype(bool), gold.astype(bool)
     return np.stack([pred & gold, ~pred & ~gold, pred & ~gold, ~pred & gold]).astype(np.int64)

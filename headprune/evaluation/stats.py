@@ -93,7 +93,6 @@ def paired_bootstrap_metric(preds_a, preds_b, labels, metric, n_resamples=1000, 
     score_a = metrics.classification_score(metric, preds_a, labels)  # its checks, and the full-set scores
     score_b = metrics.classification_score(metric, preds_b, labels)
     rows_a, rows_b = metrics.count_rows(metric, preds_a, labels), metrics.count_rows(metric, preds_b, labels)
-    extra = (n,) if metric == "accuracy" else ()
     rng = np.random.default_rng(seed)
     chunk = max(1, _CHUNK_ENTRIES // n)
     wins_a = wins_b = 0
@@ -103,8 +102,8 @@ def paired_bootstrap_metric(preds_a, preds_b, labels, metric, n_resamples=1000, 
         ids = np.stack([rng.integers(0, n, size=n) for _ in range(rows)])
         counts = np.bincount((ids + n * np.arange(rows)[:, None]).ravel(), minlength=rows * n).reshape(rows, n)
         for sums_a, sums_b in zip((counts @ rows_a.T).tolist(), (counts @ rows_b.T).tolist()):
-            a = metrics.score_from_counts(metric, *sums_a, *extra)
-            b = metrics.score_from_counts(metric, *sums_b, *extra)
+            a = metrics.score_from_counts(metric, *sums_a)
+            b = metrics.score_from_counts(metric, *sums_b)
             wins_a += a > b
             wins_b += b > a
     return BootstrapResult(score_a=score_a, score_b=score_b, delta=score_b - score_a, wins_a=int(wins_a),

@@ -19,9 +19,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from headprune.analyses.criteria import reference_order
 from headprune.analyses.engines import ENGINE_UNITS
 from headprune.analyses.layouts import FREE, UNIFORM, free_layout
-from headprune.evaluation.metrics import better_sign
+from headprune.evaluation.metrics import better_sign, metric_of
 from headprune.models.attention_types import TYPE_LABELS
 
 REPRODUCED, NOT_REPRODUCED, NOT_RUN = "reproduced", "not reproduced", "not run"
@@ -38,12 +39,6 @@ TYPE_PRUNED = 80.0  # C4: % of an attention type's heads pruned where the paper 
 DYNAMICS_PRUNED = 40.0  # C5: % of the heads pruned where the paper reads its training dynamics
 DYNAMICS_KEPT = 85.0  # C5: % of the unpruned BLEU the paper's late checkpoints keep there (85-90%)
 
-# One point in the units of the CSVs' ``score``/``delta`` column, and how a point is written.
-# Perplexity is lower-is-better and has no absolute scale: C3 reads its "point" as 1% of the unpruned
-# perplexity (``points_worse``), and every delta is signed by headprune.evaluation.metrics.better_sign.
-POINT = {"bleu": 1.0, "accuracy": 0.01, "f1": 0.01, "mcc": 0.01, "perplexity": 1.0, "retrieval": 0.01}
-UNIT = {"bleu": " BLEU", "accuracy": "% accuracy", "f1": "% F1", "mcc": " MCC x100", "perplexity": " PPL",
-        "retrieval": "% retrieved"}
 FEW_RETRIEVAL_HEADS = 5.0  # W1: "fewer than 5% of the heads" are retrieval heads
 RETRIEVAL_HEAD = 0.1  # W1: a retrieval head scores above this (Wu et al.; headprune.scoring.lm_roles)
 FAR_MORE = 20.0  # W2: points of retrieval accuracy the top-K heads cost beyond K random heads
@@ -180,16 +175,15 @@ def flags(column: pd.Series) -> pd.Series:
 
 
 def point(metric: str) -> float:
-    """What one point of ``metric`` is. A metric of an lm-evaluation-harness task (acc, acc_norm, exact_match,
-    word_perplexity, ...) not named in POINT: a share (one point is 1%) where higher is better, one unit where
-    lower is (a perplexity)."""
-    if metric in POINT:
-        return POINT[metric]
-    return 0.01 if better_sign(metric) > 0 else 1.0
+    """What one point of ``metric`` is, in the units of the CSVs' ``score``/``delta`` columns (its class says:
+    headprune.evaluation.metrics). A perplexity has no absolute scale: C3 reads its "point" as 1% of the unpruned
+    perplexity (``points_worse``), and every delta is signed by ``better_sign``."""
+    return metric_of(metric).point
 
 
 def unit(metric: str) -> str:
-    return UNIT.get(metric, f"% {metric}" if better_sign(metric) > 0 else f" {metric}")
+    """How a value in points of ``metric`` is written."""
+    return metric_of(metric).point_unit
 
 
 def in_points(value: float, metric: str) -> float:
@@ -211,7 +205,7 @@ def importance_curves(pruning: pd.DataFrame, scopes) -> pd.DataFrame:
     if pruning.empty:
         return pruning
     pruning = free_layout(pruning)
-    return pruning[(pruning["order"] == "importance") & pruning["scope"].isin(scopes)]
+    return pruning[(pruning["order"] == reference_order()) & pruning["scope"].isin(scopes)]
 
 
 def points_worse(unpruned: float, score: float, metric: str) -> float:
@@ -461,7 +455,7 @@ def u1_uniform_layout(pruning: pd.DataFrame) -> list[dict]:
     free one's at the % pruned nearest UNIFORM_AT. No row where no study was pruned uniformly."""
     if pruning.empty or "layout" not in pruning or not (pruning["layout"] == UNIFORM).any():
         return []
-    curves = pruning[(pruning["order"] == "importance") & (pruning["scope"] == "all")]
+    curves = pruning[(pruning["order"] == reference_order()) & (pruning["scope"] == "all")]
     rows = []
     for study, curve in by_study(curves[curves["study"].isin(curves.loc[curves["layout"] == UNIFORM, "study"])]):
         free = curve[curve["layout"] == FREE].sort_values("percent_pruned")

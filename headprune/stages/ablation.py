@@ -79,12 +79,13 @@ def masking_data(study) -> list[str]:
 
 def screen_params(study):
     """What the screen job needs: the method and its counts, the data it screens on (never the test set), the
-    ablation's evaluation settings (masking and the file it reads)."""
-    from headprune.analyses.screening import DEFAULT_SCREEN
+    ablation's evaluation settings (masking and the file it reads). The config's ablation.screen, its defaults
+    filled in by the schema."""
+    from headprune.analyses.screening import SCREENS
 
-    screen = {**DEFAULT_SCREEN, **study.config["ablation"].get("screen", {})}
+    screen = study.config["ablation"]["screen"]
     params = {**screen, "settings": settings(study), "data": study.importance_spec}
-    if screen["method"] == "exact":
+    if SCREENS[screen["method"]].needs_screen_set:
         params["screen_set"] = study.kind.screen_evalset_spec(study, screen["items"])
     return params
 
@@ -164,7 +165,7 @@ def check(pipeline):
 def check_screen(pipeline):
     """A screened Table 1 (ablation.strategy or ablation.per_study: screened): its study names, its counts, and a
     screen each study whose Table 1 is made can run."""
-    from headprune.analyses.screening import DEFAULT_SCREEN, GRADIENT_MASKINGS, head_count
+    from headprune.analyses.screening import GRADIENT_MASKINGS, SCREENS, head_count
 
     config = pipeline.config
     ablation = config.get("ablation", {})
@@ -172,7 +173,7 @@ def check_screen(pipeline):
         if name not in pipeline.study_names:
             raise ConfigError(f"config: ablation.per_study names '{name}', which is not a study "
                               f"({pipeline.study_names})")
-    screen = {**DEFAULT_SCREEN, **ablation.get("screen", {})}
+    screen = ablation.get("screen", {})  # its defaults filled in by the schema
     experiments = config["experiments"]
     with_table1 = dict.fromkeys(name for key in ("ablation", "cross_domain", "pruning", "criteria", "attention_types")
                                 for name in experiments.get(key, []))
@@ -187,7 +188,7 @@ def check_screen(pipeline):
         except ValueError as error:
             raise ConfigError(f"config: {error}") from None
         masking = constants.masking(study, "ablation")
-        if screen["method"] != "exact" and masking not in GRADIENT_MASKINGS:
+        if SCREENS[screen["method"]].gradient and masking not in GRADIENT_MASKINGS:
             key = constants.masking_key(study, "ablation")
             raise ConfigError(f"config: ablation.screen.method is {screen['method']}, a gradient screen, which needs "
                               f"{', '.join(GRADIENT_MASKINGS[:-1])} or {GRADIENT_MASKINGS[-1]} masking; {key} is {masking} (use the exact screen)")

@@ -2,7 +2,7 @@
 10% a step, in prune jobs of pruning.orders_per_job orders each, and the criteria side by side."""
 from __future__ import annotations
 
-from headprune.analyses.criteria import READS, WAITS_FOR_ABLATION
+from headprune.analyses.criteria import CRITERIA, reference_order
 from headprune.io.config_error import ConfigError
 from headprune.stages import constants
 from headprune.stages.ablation import full_model_roles
@@ -22,8 +22,8 @@ def orders(study):
     """Figure 3 prunes in every order of pruning.orders; Figure 6 (the paper's Appendix B) in the
     importance order only, so a glue_pruning task needs no single-head ablation."""
     found = list(study.config["pruning"]["orders"]) if study.takes_part_in("pruning") else []
-    if study.takes_part_in("glue_pruning") and "importance" not in found:
-        found.insert(0, "importance")
+    if study.takes_part_in("glue_pruning") and reference_order() not in found:
+        found.insert(0, reference_order())
     return found
 
 
@@ -34,7 +34,7 @@ def scopes(study):
     everything += [criterion for criterion in criteria(study) if criterion not in everything]
     found = {"all": everything} if everything else {}
     if study.takes_part_in("attention_types"):
-        found.update({t: ["importance"] for t in study.attention_types})
+        found.update({t: [reference_order()] for t in study.attention_types})
     return found
 
 
@@ -44,8 +44,8 @@ def jobs(study):
     size = study.config["pruning"].get("orders_per_job", 1)
     found = []
     for scope, scope_orders in scopes(study).items():
-        waiting = [order for order in scope_orders if order in WAITS_FOR_ABLATION]
-        ready = [order for order in scope_orders if order not in WAITS_FOR_ABLATION]
+        waiting = [order for order in scope_orders if CRITERIA[order].waits_for_ablation]
+        ready = [order for order in scope_orders if not CRITERIA[order].waits_for_ablation]
         found += [(scope, "+".join(ready[i:i + size])) for i in range(0, len(ready), size)]
         found += [(scope, order) for order in waiting]
     return found
@@ -80,15 +80,20 @@ def eval_data(study):
 
 def inputs(study, joined_orders):
     """What a prune job reads beyond the model and test set: importance.csv, and what its criteria read
-    (headprune.analyses.criteria.READS): the head roles, the single-head ablation, the importance data."""
+    (each criterion's ``reads``, headprune.analyses.criteria): the head roles, the single-head ablation, the
+    importance data."""
     results = f"{study.pipeline.results_dir}/{study.name}"
     where = {"roles": f"{results}/head_roles.csv", "ablation": f"{results}/eval/ablation.csv",
              "importance_data": study.importance_data}
     found = {"importance": study.importance_table}
-    for order in joined_orders.split("+"):
-        if order in READS:
-            found[READS[order]] = where[READS[order]]
+    for reads in _reads(joined_orders):
+        found[reads] = where[reads]
     return found
+
+
+def _reads(joined_orders) -> list[str]:
+    """What a prune job's criteria read besides its model, test set and importance.csv."""
+    return [CRITERIA[order].reads for order in joined_orders.split("+") if CRITERIA[order].reads]
 
 
 def params(study, joined_orders):
@@ -97,7 +102,7 @@ def params(study, joined_orders):
     return {"eval": study.evalset_spec(), "settings": settings(study),
             "step_percent": pruning["step_percent"], "layouts": pruning["layouts"], "random_seed": pruning["random_seed"],
             "importance": config["importance"], "criteria": config["criteria"]["combined"],
-            **({"importance_data": study.importance_spec} if "iterative" in joined_orders.split("+") else {})}
+            **({"importance_data": study.importance_spec} if "importance_data" in _reads(joined_orders) else {})}
 
 
 def criteria_inputs(study):
@@ -123,7 +128,7 @@ def criteria_params(study):
 def importance_tables(study, scopes) -> list[str]:
     """The prune jobs' tables of a study that hold the importance order within ``scopes``."""
     return [table(study, scope, joined) for scope, joined in jobs(study)
-            if scope in scopes and "importance" in joined.split("+")]
+            if scope in scopes and reference_order() in joined.split("+")]
 
 
 def report_inputs(pipeline) -> dict[str, list[str]]:

@@ -375,13 +375,14 @@ def curve_points(curve, steps: dict, percents) -> list[dict]:
     percent, the first step being 0%): the heads removed
     ([(attn_type, layer, head)]), its score and the unpruned one. ``curve``: the prune job's table; ``steps``: its
     outputs.json."""
-    from headprune.analyses.layouts import FREE
+    from headprune.analyses.criteria import reference_order
+    from headprune.analyses.layouts import paper_layout
 
-    free = curve[(curve["order"] == "importance") & (curve["layout"] == FREE)]
+    free = curve[(curve["order"] == reference_order()) & (curve["layout"] == paper_layout())]
     unpruned = float(free.loc[free["percent_pruned"] == 0, "score"].iloc[0])
     points = []
     for percent in percents:  # the curve's step at or below it (pruning.step_percent may not divide it)
-        step = max((s for s in steps["orders"]["importance"] if s["percent_pruned"] <= percent + 1e-6),
+        step = max((s for s in steps["orders"][reference_order()] if s["percent_pruned"] <= percent + 1e-6),
                    key=lambda s: s["percent_pruned"])
         if abs(step["percent_pruned"] - percent) > 1e-6:
             log.info("recovery at %g%%: the pruning curve's step at or below it, %g%%", percent, step["percent_pruned"])

@@ -161,5 +161,6 @@ def _checked_metric(task, spec) -> str:
     if task.higher_is_better(metric) != (better_sign(metric) > 0):
         raise TaskError(f"task {spec['task']}: its metric {metric} is "
                         f"{'higher' if task.higher_is_better(metric) else 'lower'} is better, which "
-                        "headprune.evaluation.metrics.LOWER_IS_BETTER does not say: add it there")
+                        "headprune.evaluation.metrics.METRICS does not say: register a Metric class for it "
+                        f"(better = {1 if task.higher_is_better(metric) else -1})")
     return metric

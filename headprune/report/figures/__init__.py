@@ -26,11 +26,11 @@ from headprune.report.figures.ablation import (BINS_COLUMNS, DEFAULT_HISTOGRAM_B
                                                     build_figure1, figure1, figure2, figure2_table)
 from headprune.report.figures.checks import ABLATION_COLUMNS
 from headprune.report.figures.concrete import build_concrete_figure, concrete_figure
-from headprune.report.figures.display import (CAUSAL_LABEL, METRIC_DISPLAY, MetricDisplay, change_label,
+from headprune.report.figures.display import (CAUSAL_LABEL, change_label,
                                                    format_score, metric_display, study_title, type_labels, unit_name)
 from headprune.report.figures.lines import build_generic_lines, figure_generic_lines
-from headprune.report.figures.pruning import (CRITERIA_LINESTYLES, FIGURE5_COLUMNS, FIGURE5_PANELS, ORDER_LABELS,
-                                                   ORDER_LINESTYLES, PRUNING_COLUMNS, PRUNING_ORDERS,
+from headprune.report.figures.pruning import (FIGURE5_COLUMNS, FIGURE5_PANELS, PRUNING_COLUMNS, order_labels,
+                                                   order_linestyles,
                                                    build_figure3, build_figure4, build_figure5, build_pruning_figure,
                                                    criteria_figure, criteria_table, figure3, figure3_rows, figure4,
                                                    figure4_rows, figure5, figure5_rows, figure5_table)
@@ -49,7 +49,7 @@ from headprune.models.attention_types import ATTENTION_TYPES, KNOWN_TYPES, LABEL
 
 __all__ = [
     # display
-    "CAUSAL_LABEL", "MetricDisplay", "METRIC_DISPLAY", "metric_display", "change_label", "unit_name", "format_score",
+    "CAUSAL_LABEL", "metric_display", "change_label", "unit_name", "format_score",
     "type_labels", "study_title", "ATTENTION_TYPES", "TYPE_LABELS", "KNOWN_TYPES", "LABELS",
     # style, checks, lines
     "DEFAULT_STYLE", "save_figure", "plotted_lines", "ABLATION_COLUMNS", "build_generic_lines", "figure_generic_lines",
@@ -60,9 +60,9 @@ __all__ = [
     "DEFAULT_HISTOGRAM_BINS", "NOT_SIGNIFICANT_COLOR", "SIGNIFICANT_COLOR", "BINS_COLUMNS", "ablation_histogram",
     "build_figure1", "figure1", "FIGURE2_COLUMNS", "figure2_table", "figure2",
     # pruning
-    "PRUNING_ORDERS", "ORDER_LINESTYLES", "ORDER_LABELS", "PRUNING_COLUMNS", "build_pruning_figure", "figure3_rows",
+    "order_labels", "order_linestyles", "PRUNING_COLUMNS", "build_pruning_figure", "figure3_rows",
     "build_figure3", "figure3", "figure4_rows", "build_figure4", "figure4", "FIGURE5_COLUMNS", "FIGURE5_PANELS",
-    "figure5_table", "figure5_rows", "build_figure5", "figure5", "CRITERIA_LINESTYLES", "criteria_figure",
+    "figure5_table", "figure5_rows", "build_figure5", "figure5", "criteria_figure",
     "criteria_table",
     # concrete, roles, retrieval
     "build_concrete_figure", "concrete_figure", "ROLE_COLORS", "ROLES", "LM_ROLES", "roles_by_step",

@@ -8,7 +8,7 @@ from matplotlib.ticker import MaxNLocator
 
 from headprune.report.figures.checks import _require_columns, _single_value
 from headprune.report.figures.display import metric_display
-from headprune.report.figures.pruning import ORDER_LABELS, ORDER_LINESTYLES
+from headprune.report.figures.pruning import order_labels, order_linestyles
 from headprune.report.figures.style import _new_figure, _rc, _style, save_figure
 
 
@@ -27,7 +27,8 @@ def build_concrete_figure(concrete: pd.DataFrame, style: dict | None = None) -> 
         ax.axhline(table["score_full"].iloc[0] * display.scale, color="black", linestyle=":", linewidth=1,
                    label="_full model")
         lines = [("score_concrete", "Hard Concrete gates", "-", "o")]
-        lines += [(f"score_{name}", ORDER_LABELS.get(name, name), ORDER_LINESTYLES.get(name, "--"), marker)
+        labels, linestyles = order_labels(), order_linestyles()
+        lines += [(f"score_{name}", labels.get(name, name), linestyles.get(name, "--"), marker)
                   for name, marker in (("importance", "s"), ("random", "^")) if f"score_{name}" in table]
         for column, label, linestyle, marker in lines:
             ax.plot(x, table[column].to_numpy() * display.scale, linestyle=linestyle, marker=marker, label=label)

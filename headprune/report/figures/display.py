@@ -1,9 +1,9 @@
-"""How the figures and tables name and show things: a metric in display units (BLEU in points, accuracy x100),
-its axis labels and scores, an attention type's label and a study's title."""
+"""How the figures and tables name and show things: a metric in display units (BLEU in points, accuracy x100: its
+class in headprune.evaluation.metrics says), its axis labels and scores, an attention type's label and a study's
+title."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from headprune.evaluation.metrics import Metric, metric_of
 from headprune.models.attention_types import DEC_SELF, ENC_DEC, ENC_SELF, LABELS
 
 # A decoder-only LM has one attention type, stored as dec_self; "Dec-Dec" would say it has an encoder.
@@ -26,25 +26,10 @@ def study_title(study: str, family: str | None = None) -> str:
     return f"{study} ({family})" if family else study
 
 
-@dataclass(frozen=True)
-class MetricDisplay:
-    label: str  # as written on axes: "BLEU", "accuracy"
-    scale: float  # display value = raw value * scale
-    unit: str  # suffix shown after a value or in an axis label; "" for none
-
-
-METRIC_DISPLAY = {
-    "bleu": MetricDisplay("BLEU", 1.0, ""),
-    "accuracy": MetricDisplay("accuracy", 100.0, "%"),
-    "f1": MetricDisplay("F1", 100.0, "%"),
-    "mcc": MetricDisplay("MCC", 100.0, "x100"),  # MCC is in [-1, 1], not a percentage
-    "perplexity": MetricDisplay("perplexity", 1.0, ""),  # lower is better: a positive change is a loss
-}
-
-
-def metric_display(metric: str) -> MetricDisplay:
-    """How a metric is shown; an unknown metric is shown as is, under its own name."""
-    return METRIC_DISPLAY.get(metric, MetricDisplay(metric, 1.0, ""))
+def metric_display(metric: str) -> type[Metric]:
+    """How a metric is shown (its ``label``, ``scale`` and ``unit``: headprune.evaluation.metrics); an unknown metric
+    is shown as is, under its own name."""
+    return metric_of(metric)
 
 
 def change_label(metric: str) -> str:

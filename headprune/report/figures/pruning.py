@@ -13,15 +13,24 @@ from headprune.report.figures.checks import _require_columns, _single_value
 from headprune.report.figures.display import format_score, metric_display, study_title
 from headprune.report.figures.lines import _draw_lines
 from headprune.report.figures.style import _new_figure, _rc, _style, save_figure
-from headprune.analyses.layouts import FREE, UNIFORM, free_layout
+from headprune.analyses.criteria import CRITERIA, paper_orders, reference_order
+from headprune.analyses.layouts import LAYOUTS, free_layout, paper_layout
 from headprune.io import atomic
 from headprune.models.attention_types import KNOWN_TYPES, LABELS
 
-PRUNING_ORDERS = ("importance", "oracle", "random")
-# The paper's Figure 3: importance-score order solid, oracle (Section 3.2 ablation) dashed.
-ORDER_LINESTYLES = {"importance": "-", "oracle": "--", "random": ":"}
-ORDER_LABELS = {"importance": "importance $I_h$", "oracle": "oracle (single-head ablation)",
-                "random": "random"}
+
+
+def order_labels(short: bool = False) -> dict[str, str]:
+    """Figure 3's legend of each criterion that has one (``short``: the criteria figure's), as its class says
+    (headprune.analyses.criteria); the others are written as their words."""
+    return {name: (entry.short_label if short and entry.short_label else entry.label)
+            for name, entry in CRITERIA.items() if entry.label}
+
+
+def order_linestyles() -> dict[str, str]:
+    """The line style of each criterion that has one (the paper's Figure 3: I_h solid, the oracle dashed)."""
+    return {name: entry.linestyle for name, entry in CRITERIA.items() if entry.linestyle}
+
 
 PRUNING_COLUMNS = ("study", "order", "scope", "step", "percent_pruned", "score", "metric")
 
@@ -67,20 +76,23 @@ def figure3_rows(pruning: pd.DataFrame) -> pd.DataFrame:
     are drawn by ``criteria_figure``), in every layout pruned (``line``: the order, and ', uniform' in the
     uniform layout)."""
     _check_pruning(pruning)
-    rows = pruning[(pruning["scope"] == "all") & pruning["order"].isin(PRUNING_ORDERS)]
+    rows = pruning[(pruning["scope"] == "all") & pruning["order"].isin(paper_orders())]
     if rows.empty:
-        raise ValueError(f"no rows with scope 'all' and an order in {PRUNING_ORDERS} in the pruning table")
-    layouts = rows["layout"] if "layout" in rows else pd.Series(FREE, index=rows.index)
-    return rows.assign(line=[order if layout == FREE else f"{order}, {layout}"
+        raise ValueError(f"no rows with scope 'all' and an order in {paper_orders()} in the pruning table")
+    layouts = rows["layout"] if "layout" in rows else pd.Series(paper_layout(), index=rows.index)
+    return rows.assign(line=[order if LAYOUTS[layout].paper else f"{order}, {layout}"
                              for order, layout in zip(rows["order"], layouts)])
 
 
 def build_figure3(pruning: pd.DataFrame, style: dict | None = None, families: dict | None = None,
                   recovery: pd.DataFrame | None = None) -> Figure:
-    lines = [*PRUNING_ORDERS, *(f"{order}, {UNIFORM}" for order in PRUNING_ORDERS)]
-    labels = {**ORDER_LABELS, **{f"{order}, {UNIFORM}": f"{ORDER_LABELS[order]}, uniform layout"
-                                 for order in PRUNING_ORDERS}}
-    linestyles = {**ORDER_LINESTYLES, **{f"{order}, {UNIFORM}": style for order, style in ORDER_LINESTYLES.items()}}
+    orders, order_label, order_linestyle = paper_orders(), order_labels(), order_linestyles()
+    others = [layout for layout, entry in LAYOUTS.items() if not entry.paper]  # each a line of its own per order
+    lines = [*orders, *(f"{order}, {layout}" for layout in others for order in orders)]
+    labels = {**order_label, **{f"{order}, {layout}": f"{order_label.get(order, order)}, {layout} layout"
+                                for layout in others for order in orders}}
+    linestyles = {**order_linestyle, **{f"{order}, {layout}": style for layout in others
+                                        for order, style in order_linestyle.items()}}
     figure = build_pruning_figure(figure3_rows(pruning), ["all"], "line", lines, labels, linestyles, style,
                                   "% of heads pruned", families)
     if recovery is not None and not recovery.empty:
@@ -119,7 +131,7 @@ def figure4_rows(pruning: pd.DataFrame) -> pd.DataFrame:
     """The rows Figure 4 draws: importance-order pruning within one attention type."""
     _check_pruning(pruning)
     pruning = free_layout(pruning)
-    rows = pruning[pruning["scope"].isin(KNOWN_TYPES) & (pruning["order"] == "importance")]
+    rows = pruning[pruning["scope"].isin(KNOWN_TYPES) & (pruning["order"] == reference_order())]
     if rows.empty:
         raise ValueError(f"no importance-order rows with scope in {KNOWN_TYPES} in the pruning table")
     return rows
@@ -216,15 +228,12 @@ def figure5(dynamics: pd.DataFrame, out_png, out_pdf, style: dict | None = None)
 
 # ------------------------------------------------------------------ head criteria (beyond the paper)
 
-CRITERIA_LINESTYLES = {"importance": "-", "oracle": "--", "random": ":"}
-
-
 def criteria_figure(curves: pd.DataFrame, out_png, out_pdf, style: dict | None = None) -> list[str]:
     """Every criterion's pruning curve on one panel (criteria.csv): score vs % of heads pruned."""
     _require_columns(curves, ["study", "criterion", "percent_pruned", "score", "metric"], "criteria table")
     criteria = list(dict.fromkeys(curves["criterion"]))
     figure = build_pruning_figure(curves.assign(scope="all"), ["all"], "criterion", criteria,
-                                  {**ORDER_LABELS, "importance": "$I_h$"}, CRITERIA_LINESTYLES, style,
+                                  order_labels(short=True), order_linestyles(), style,
                                   "% of heads pruned")
     return save_figure(figure, out_png, out_pdf, style)
 
