@@ -390,3 +390,33 @@ def test_each_method_trains_an_encoder_decoder(method):
     done = recovery.train(recovery.method_of(method), pruned, full if method == "distill" else None, batches,
                           settings, torch.device("cpu"), progress=False)
     assert done["last_loss"] < done["first_loss"]
+
+
+def test_a_toy_recovery_method_is_its_class(world, monkeypatch):
+    """docs/layout.md's recipe: a method is a ``Method`` class registered in ``METHODS``, reached by ``recover`` (and so
+    by the stage and the command, which call it with the word). The toy trains the output projections alone."""
+    full, tokenizer, train, test = world
+
+    class OutputsOnly(recovery.Method):
+        word = "outputs_only"
+
+        def prepare(self, model, settings):
+            for name, parameter in model.named_parameters():
+                parameter.requires_grad_(name.endswith("o_proj.weight"))
+            return model
+
+        def finish(self, trained, model):
+            for parameter in model.parameters():
+                parameter.requires_grad_(True)
+            return model
+
+    monkeypatch.setitem(recovery.METHODS, "outputs_only", OutputsOnly)
+    pruned = remove_heads(copy.deepcopy(full), [("dec_self", 0, 0), ("dec_self", 1, 2)])
+    before = {name: p.detach().clone() for name, p in pruned.named_parameters()}
+    loss_before = held_out_loss(pruned, tokenizer, test)
+    recovered = recover(pruned, tokenizer, train, "outputs_only", steps=10, lr=3e-3, batch_size=8, seed=0,
+                        progress=False)
+    changed = {name for name, p in recovered.named_parameters() if not torch.equal(p, before[name])}
+    assert changed and all(name.endswith("o_proj.weight") for name in changed)
+    assert held_out_loss(recovered, tokenizer, test) < loss_before
+    assert recovered.config.headprune_recovery["method"] == "outputs_only"
