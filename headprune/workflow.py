@@ -76,7 +76,7 @@ def logged(snakemake):
     """Send stdout, stderr (tqdm, warnings) and logging of the script to the rule's log file."""
     keep_freed_memory()  # every job: the rule runs in this process from here on
     # its evaluations size their batches within the memory its rule asked for (SLURM's --mem)
-    limit_job_to(getattr(snakemake.resources, "mem_mb", None))
+    limit_job_to(getattr(getattr(snakemake, "resources", None), "mem_mb", None))
     # Progress goes to the log as plain lines (headprune.io.progress); the carriage-return bars of
     # transformers and huggingface_hub ("Loading weights", "Writing model shards") would only add noise.
     quiet_library_progress_bars()

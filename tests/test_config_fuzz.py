@@ -287,6 +287,9 @@ USABLE = [
            "Pipeline.rule_threads)"),
     usable("resources.*.gpu models.*.resources.*.gpu", "zero", "no GPU: the job runs on the CPU (device auto)"),
     usable("translation.train_sets", "delete", "Pipeline.translation_train_sets: the importance_sets"),
+    usable("ablation.variant_batch_size ablation.variant_batch_size.* ablation", "delete empty",
+           "a kind the config names no rows for takes as many as fit in the job's memory, at most 256 "
+           "(evaluation.runs.rows_that_fit)"),
     usable("translation.ood_set translation.selection_set translation.test_set glue.*.ood_split", "delete",
            "no experiment of the study asks for that test set", when=lambda config, m: not _role_asked_for(config, m)),
     usable("translation.max_sentences dynamics.max_sentences", "delete null", "the whole test set (documented null)"),

@@ -130,7 +130,7 @@ def test_nothing_below_run_variants_names_a_masking():
     argument and pass none on, and no kind's run_variants reads one, so that path cannot grow back."""
     found = []
     for name in BACKENDS:
-        path = ROOT / "headprune" / "experiments" / f"{name}.py"
+        path = ROOT / "headprune" / "evaluation" / f"{name}.py"
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 args = node.args
@@ -138,7 +138,7 @@ def test_nothing_below_run_variants_names_a_masking():
                           args.posonlyargs + args.args + args.kwonlyargs if arg.arg == "masking"]
             if isinstance(node, ast.Call):
                 found += [f"{name}.py:{node.lineno} masking=" for kw in node.keywords if kw.arg == "masking"]
-    for path in sorted((ROOT / "headprune" / "experiments" / "kinds").glob("*.py")):
+    for path in sorted((ROOT / "headprune" / "evaluation" / "kinds").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.FunctionDef) and node.name == "run_variants":
                 found += [f"kinds/{path.name}:{inner.lineno}" for inner in ast.walk(node)
