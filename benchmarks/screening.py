@@ -138,7 +138,7 @@ def demo_study(args) -> int:
     model, tokenizer = load_study_model(study.params, "cpu")
     test = load_evalset(study.evalset_spec("eval"))
     items = args.screen_windows if args.screen_windows else pipeline.config["ablation"]["screen"]["items"]
-    screen_set = load_evalset(study.kind.screen_evalset_spec(study, items))
+    screen_set = load_evalset(study.plan.screen_evalset_spec(study, items))
     print(f"demo study {args.study} ({study.kind.name}, {settings.masking.word} masking) in {args.demo}: {len(test)} test items, "
           f"exact screen on {len(screen_set)} importance items; K={args.top_k}, R={args.sample}", flush=True)
     started = time.perf_counter()

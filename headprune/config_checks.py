@@ -101,8 +101,9 @@ def check_models(pipeline):
     # a study scoring another study's model is checked once that study is
     for borrowing in (False, True):
         for study, entry in models.items():
-            if kind_of(entry["kind"]).scores_another_study == borrowing:
-                kind_of(entry["kind"]).check(pipeline, study, entry)
+            plan = kind_of(entry["kind"]).plan
+            if plan.scores_another_study == borrowing:
+                plan.check(pipeline, study, entry)
     for study, entry in models.items():
         word = entry.get("masking")
         if word is not None and MODES[word].language_models_only and not kind_of(entry["kind"]).language_model:

@@ -10,7 +10,7 @@ A masking mode (``headprune.models.masking``, one class each) declares its confi
 paper's orders among them), the screens, the layouts and the GLUE tasks' metrics are their registries'
 (``vocabularies``); the schema file says none of them, so adding a mode, a criterion, a screen, a layout or a metric
 is its class alone. A kind of score (``headprune.evaluation.kinds``) declares its name and the keys of a ``models``
-entry only its studies read (``config_properties``, ``config_required``; ``add_kinds``). ``schema()``
+entry only its studies read (its ``Plan``'s ``config_properties``, ``config_required``; ``add_kinds``). ``schema()``
 merges them in; ``validate(config)`` checks a config against it and fills in the defaults, as Snakemake's
 ``validate`` does (rules/common.smk and ``Pipeline.from_file`` call it).
 """
@@ -69,14 +69,14 @@ def add_kinds(schema: dict, path: str) -> None:
     entry["properties"]["kind"]["enum"] = list(KINDS)
     owners, properties = {}, entry["properties"]
     for name, kind in KINDS.items():
-        for key, described in kind.config_properties.items():
+        for key, described in kind.study_side.config_properties.items():
             if key in properties and properties[key] != described:
                 raise ValueError(f"{'kind ' + owners[key] if key in owners else path} and kind {name} describe "
                                  f"models.<study>.{key} otherwise (headprune.evaluation.kinds.{name})")
             owners.setdefault(key, name)
             properties[key] = copy.deepcopy(described)
         entry.setdefault("allOf", []).append({"if": {"properties": {"kind": {"const": name}}},
-                                              "then": {"required": ["kind", *kind.config_required]}})
+                                              "then": {"required": ["kind", *kind.study_side.config_required]}})
 
 
 def vocabularies() -> dict[str, list[str]]:

@@ -3,9 +3,9 @@
 A study is one model scored one way: the translation model (BLEU), a glue task's fine-tuned BERT
 (accuracy, F1 or MCC), or a ``models`` entry (any family, by config; a language model is scored by
 perplexity, and a ``retrieval`` entry scores a language-modelling study's model on finding a needle in a
-haystack). What differs between the ways is the study's kind (``headprune.evaluation.kinds``: one class
-each, its test sets by role, its evaluation settings, its checks); a study asks its kind and never
-branches on it. ``Pipeline(config)`` checks what the JSON schema cannot (``headprune.config_checks``:
+haystack). What differs between the ways is the study's kind (``headprune.evaluation.kinds``: one file
+each, its test sets by role, its evaluation settings, its checks, in the kind's ``Plan``, which is
+``study.plan``); a study asks its plan and never branches on its kind. ``Pipeline(config)`` checks what the JSON schema cannot (``headprune.config_checks``:
 cross-references between sections; the message names the key) and answers what every stage asks of a study:
 its kind and heads, its model folder, its test sets by role, its evaluation settings and resources. What each
 stage's jobs read, are asked and write, and the tables and figures it makes by default, are the stage's own
@@ -56,9 +56,10 @@ class Study:
             kind, self.arch, self.section = "classification", config["bert"], "bert"
         else:
             kind, self.arch, self.section = self.entry["kind"], self.entry, f"models.{name}"
-        self.kind = kind_of(kind)  # how it is scored (its name: kind.name): the kind's class answers what differs
+        self.kind = kind_of(kind)  # how its model is scored (its name: kind.name), what a job of it runs
+        self.plan = self.kind.plan  # what it reads and its jobs are told: its kind's workflow side
         # a retrieval study scores the model of a language-modelling study: its architecture, its corpus
-        self.lm = pipeline.study(self.entry["model"]) if self.kind.scores_another_study else self
+        self.lm = pipeline.study(self.entry["model"]) if self.plan.scores_another_study else self
         if self.lm is not self:
             self.arch, self.section = self.lm.arch, self.lm.section
 
@@ -118,7 +119,7 @@ class Study:
     def finetuned_by_pipeline(self):
         """Every glue task (fine-tuned from bert.pretrained), and a classification models entry with
         finetune: true (from its source)."""
-        return self.name in self.pipeline.glue or self.kind.finetuned(self)
+        return self.name in self.pipeline.glue or self.plan.finetuned(self)
 
     @property
     def model_path(self):
@@ -204,7 +205,7 @@ class Study:
 
     def evalset_name(self, role):
         """The test set (translation), split (GLUE) or corpus split (language modelling) that plays ``role``."""
-        return self.kind.evalset_name(self, role)
+        return self.plan.evalset_name(self, role)
 
     def named_set(self, role, section, key, name):
         """``name``, the set config ``section.key`` gives the ``role`` evaluation, which it must give."""
@@ -214,11 +215,11 @@ class Study:
 
     def evalset_spec(self, role="eval"):
         """What a script needs to build the test set of ``role`` (headprune.workflow.load_evalset)."""
-        return self.kind.evalset_spec(self, role, self.evalset_name(role))
+        return self.plan.evalset_spec(self, role, self.evalset_name(role))
 
     def eval_data(self, roles):
         """The files a job reads to evaluate on ``roles``."""
-        return self.kind.eval_data(self, roles)
+        return self.plan.eval_data(self, roles)
 
     @property
     def variant_rows(self) -> int:
@@ -229,28 +230,28 @@ class Study:
     def importance_table(self):
         """importance.csv: a retrieval study prunes by its language model's (I_h estimated on perplexity), a task
         by its own (on its gold answers) unless its I_h is the language model's (importance_split: corpus)."""
-        return f"{self.pipeline.results_dir}/{self.kind.importance_study(self).name}/importance.csv"
+        return f"{self.pipeline.results_dir}/{self.plan.importance_study(self).name}/importance.csv"
 
     @property
     def importance_data(self):
         """The files I_h is estimated on."""
-        return self.kind.importance_data(self)
+        return self.plan.importance_data(self)
 
     @property
     def importance_spec(self):
         """The data I_h is estimated on: newstest2009-12 for translation, the training split for BERT, the
         first importance_windows windows of a language model's importance split."""
-        return self.kind.importance_spec(self)
+        return self.plan.importance_spec(self)
 
     @property
     def train_data(self):
         """The training data files (gates, roles): translation.train_sets, the GLUE task's folder, or the
         windows of a language model's importance split."""
-        return self.kind.train_data(self)
+        return self.plan.train_data(self)
 
     def train_spec(self, batch_size):
         """The training data as headprune.workflow.importance_batches reads it (config.concrete's items)."""
-        return self.kind.train_spec(self, batch_size)
+        return self.plan.train_spec(self, batch_size)
 
 
 class Pipeline:

@@ -47,7 +47,7 @@ def language_model_roles(model, tokenizer, p, device, log):
 def encoder_roles(model, tokenizer, p, device, log):
     sentences = read_conllu(snakemake.input.parses)
     train = p["train"]
-    lines = kind_of(train["kind"]).training_texts(train)
+    lines = kind_of(train["kind"]).plan.training_texts(train)
     frequencies = text_frequencies(lines)
     log.info("%d parsed sentences; word counts from %d training texts (%d word types)", len(sentences), len(lines),
              len(frequencies))

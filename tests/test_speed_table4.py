@@ -233,9 +233,9 @@ def test_a_study_whose_stock_variant_is_skipped_says_why():
 def test_the_stage_passes_the_variants_setting():
     from headprune.stages import speed as stage
 
-    kind = SimpleNamespace(speed_data=None, speed_settings=lambda study, s: {"decode_tokens": 8})
+    plan = SimpleNamespace(speed_data=None, speed_settings=lambda study, s: {"decode_tokens": 8})
     study = SimpleNamespace(config={"speed": {"variants": ["original", "pruned", "uniform"], "repeats": 5}},
-                            evalset_spec=lambda: {"name": "eval"}, kind=kind)
+                            evalset_spec=lambda: {"name": "eval"}, plan=plan)
     settings = stage.params(study)["settings"]
     assert settings["variants"] == ["original", "pruned", "uniform"] and settings["repeats"] == 5
     assert speed.SpeedSettings(**settings).variants == ["original", "pruned", "uniform"]

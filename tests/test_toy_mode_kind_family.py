@@ -49,10 +49,14 @@ TOY_KIND = '''"""A toy kind of score: classification under a name of its own (te
 from headprune.evaluation.kinds import classification
 
 
+class Plan(classification.Plan):
+    config_properties = {**classification.Plan.config_properties,
+                         "toy_label": {"type": "string", "description": "a label its studies carry"}}
+
+
 class Kind(classification.Kind):
     name = "toy_classification"
-    config_properties = {**classification.Kind.config_properties,
-                         "toy_label": {"type": "string", "description": "a label its studies carry"}}
+    study_side = Plan
 '''
 
 
@@ -254,7 +258,8 @@ def test_a_toy_kind_is_validated_and_planned(workflow, tmp_path, toy_kind):
 
 
 def test_a_kind_that_describes_a_key_otherwise_is_refused(toy_kind):
-    toy_kind.config_properties = {**toy_kind.config_properties, "window": {"type": "string"}}
+    plan = toy_kind.study_side  # the toy's own plan class, which no other test reads
+    plan.config_properties = {**plan.config_properties, "window": {"type": "string"}}
     with pytest.raises(ValueError, match=r"kind language_modeling and kind toy_classification describe "
                                          r"models.<study>.window otherwise"):
         config_schema.schema()

@@ -86,7 +86,7 @@ def screen_params(study):
     screen = study.config["ablation"]["screen"]
     params = {**screen, "settings": settings(study), "data": study.importance_spec}
     if SCREENS[screen["method"]].needs_screen_set:
-        params["screen_set"] = study.kind.screen_evalset_spec(study, screen["items"])
+        params["screen_set"] = study.plan.screen_evalset_spec(study, screen["items"])
     return params
 
 

@@ -18,7 +18,7 @@ def masking_data(study, word) -> list[str]:
     head_constants job of the study whose importance data this study's I_h is estimated on; [] for others."""
     if MODES[word].data is None:
         return []
-    owner = study.kind.importance_study(study)
+    owner = study.plan.importance_study(study)
     return [f"{study.pipeline.results_dir}/{owner.name}/head_constants/{word}.safetensors"]
 
 
@@ -45,7 +45,7 @@ def eval_settings(study, bleu: str, experiment: str | None = None, *, word: str 
                 **({mode.data: masking_data(study, word)[0]} if mode.data else {})}
     # the word alone where the mode has nothing more (the paper's zero: its jobs' params as they were)
     masking_param = {"word": word, **settings} if settings else word
-    fields = list(study.kind.eval_settings(study, bleu, study.variant_rows).items())
+    fields = list(study.plan.eval_settings(study, bleu, study.variant_rows).items())
     # just before variant_batch_size, where the kinds always had it: a job's params (Snakemake compares their
     # repr) stay as they were, and no finished job reruns
     at = [key for key, _ in fields].index("variant_batch_size")

@@ -32,14 +32,14 @@ def eval_data(study):
 
 def train_data(study):
     """The files the training items are drawn from: an LM's windows, a GLUE task's folder, the training bitext."""
-    return study.kind.train_data(study)
+    return study.plan.train_data(study)
 
 
 def train_spec(study) -> dict:
     """The training items (headprune.workflow.load_evalset reads them): recovery.train_items windows of an LM's
     training split, a seeded subset of a GLUE task's train set, or the first sentence pairs of translation.train_sets;
     never the test set."""
-    spec = study.kind.recovery_evalset_spec(study, study.config["recovery"]["train_items"])
+    spec = study.plan.recovery_evalset_spec(study, study.config["recovery"]["train_items"])
     return {**spec, "name": spec["name"].replace("screen", "recovery").replace("(screen)", "(recovery)")}
 
 

@@ -7,7 +7,7 @@ EXPERIMENTS = ("head_roles",)
 
 def parse_text(study):
     """The eval set's source text, which the roles' parser reads."""
-    return study.kind.parse_text(study)
+    return study.plan.parse_text(study)
 
 
 def parse_inputs(study):
@@ -25,13 +25,13 @@ def parse_params(study):
 
 
 def params(study):
-    return study.kind.roles_params(study, study.config["roles"])
+    return study.plan.roles_params(study, study.config["roles"])
 
 
 def inputs(study):
     """What the head_roles job reads: an encoder's parsed source sentences and training data (Voita's roles),
     a language model's text windows and, for a retrieval study, its needle-in-a-haystack items."""
-    return study.kind.head_roles_inputs(study, {"model": study.model_path, "importance": study.importance_table})
+    return study.plan.head_roles_inputs(study, {"model": study.model_path, "importance": study.importance_table})
 
 
 def targets(pipeline) -> list[str]:

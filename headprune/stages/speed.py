@@ -8,7 +8,7 @@ from headprune.io.config_error import ConfigError
 
 def eval_data(study):
     """Only the eval set: newstest2013 (translation), the GLUE task's folder (its eval split), the LM's windows."""
-    return study.kind.speed_data(study)
+    return study.plan.speed_data(study)
 
 
 def params(study):
@@ -23,7 +23,7 @@ def params(study):
                 "variants": list(speed.get("variants", ["original", "pruned"]))}
     if len(speed.get("engines", ())) > 1:  # llama.cpp too (a causal LM's variants as GGUF files); PyTorch alone
         settings["engines"] = list(speed["engines"])  # is the default, left out so that its jobs do not rerun
-    settings.update(study.kind.speed_settings(study, speed))
+    settings.update(study.plan.speed_settings(study, speed))
     return {"eval": evalset, "settings": settings}
 
 
@@ -44,7 +44,7 @@ def check(pipeline):
     """speed.studies names studies that load a model of their own."""
     models = pipeline.models
     for study in pipeline.config.get("speed", {}).get("studies", []):
-        if study in models and kind_of(models[study]["kind"]).scores_another_study:
+        if study in models and kind_of(models[study]["kind"]).plan.scores_another_study:
             raise ConfigError(f"config: speed.studies names '{study}', a {models[study]['kind']} study: "
                               "time its language model")
         if study not in pipeline.study_names:

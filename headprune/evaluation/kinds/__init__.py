@@ -1,12 +1,14 @@
-"""A kind of score: how a study's model is evaluated and scored, one class in one file each.
+"""A kind of score: how a study's model is evaluated and scored, and what its jobs are told, one file each.
 
-A study is one model scored one way. What differs between the ways (what an evaluation set holds,
-how gate variants are run over it, the score and the scores beside it, the paired test and what it
-resamples, which test sets play which role and what the study's jobs are told) lives in that way's
-class; the experiments (``headprune.evaluation.runs``, ``sweeps``) and the study resolution
-(``headprune.studies``) call its methods and never branch on its name. A new kind of score is one new
-file here (its config keys included: ``config_properties``, ``config_required``, which ``headprune.config_schema``
-merges into a ``models`` entry's schema) and a line in ``KINDS``.
+A study is one model scored one way. What differs between the ways lives in that way's file, in two classes
+(``base``): its ``Kind``, the evaluation side (what an evaluation set holds, how gate variants are run over it, the
+score and the scores beside it, the paired test and what it resamples), which the jobs' code calls
+(``headprune.evaluation.runs``, ``analyses``, the command line); and its ``Plan``, the workflow side (which test
+sets play which role, what the study's jobs read and are told, its config checks), which the study resolution
+calls as ``study.plan`` (``headprune.studies``, ``headprune.stages``). Neither branches on a kind's name. A new
+kind of score is one new file here (its ``Kind`` naming its ``Plan`` in ``study_side``; its config keys are the
+plan's ``config_properties``, ``config_required``, which ``headprune.config_schema`` merges into a ``models``
+entry's schema) and a line in ``KINDS``.
 
 ``load_model`` loads a model as a study of any kind loads it (``headprune.load_model``), and each kind reads the
 command line's ``--data`` (``evalset_from_file``), so that the API and the command line reach every kind.

@@ -1,11 +1,12 @@
-"""What every kind of score answers (``headprune.evaluation.kinds``): the evaluation side, which a job
-calls with a model, and the resolution side, which ``headprune.studies.Study`` calls with itself to
-learn what the study's jobs are told.
+"""What every kind of score answers (``headprune.evaluation.kinds``), in two classes: ``Kind``, the evaluation side,
+which a job calls with a model and a set (runs, analyses, the command line), and ``Plan``, the workflow side, which
+``headprune.studies.Study`` and ``headprune.stages`` call with a study (``study.plan``) to learn what its jobs read
+and are told. A kind's file holds both; its ``Kind`` names its ``Plan`` (``study_side``).
 
-``Kind`` is abstract: what a kind must give is an abstract method (or one of ``REQUIRED_ATTRIBUTES``), so that a
+Both are abstract: what a kind must give is an abstract method (or one of ``REQUIRED_ATTRIBUTES``), so that a
 new kind states each answer instead of inheriting a language model's or an encoder's. The defaults left
-here hold for every kind alike; what a group of kinds shares is a mixin it opts into (``VoitaRoles``) or the class
-it extends (``language_modeling.Kind``)."""
+here hold for every kind alike; what a group of kinds shares is a mixin it opts into (``VoitaRoles``) or the classes
+it extends (``language_modeling.Kind``, ``language_modeling.Plan``)."""
 from __future__ import annotations
 
 import abc
@@ -14,19 +15,19 @@ from headprune.io.config_error import ConfigError
 
 
 class Kind(abc.ABC):
+    """The evaluation side of a kind: how a job loads, runs and scores a model on a set of this kind."""
+
     name: str
+    study_side: type[Plan]  # its workflow side: what a study of this kind reads and is told (``self.plan``)
     attention_types: list[str]  # the heads a study of this kind has, by what its model is scored on
     # Table 4's words for the model timed ({family}: its model type) and for what the pruned model's check compares
     timed_as: str
     timed_outputs: str
     # The kind of model its studies load: a headprune.models.loading.LOADERS name (``kinds.load_model``)
     model_kind: str
-    REQUIRED_ATTRIBUTES = ("name", "attention_types", "timed_as", "timed_outputs", "model_kind")
+    REQUIRED_ATTRIBUTES = ("name", "study_side", "attention_types", "timed_as", "timed_outputs", "model_kind")
     language_model = False  # a decoder-only LM: its heads' roles are its own (headprune.scoring.lm_roles)
     decisive_p = "p_bootstrap"  # the p-value that decides significance (compare_to_full)
-    # A study of this kind scores the model of another study (its ``model:``, a language_modeling entry):
-    # that study's architecture, corpus, importance and resources are its own.
-    scores_another_study = False
     # Drawn against its language model's perplexity, head by head and step by step (perplexity_and_retrieval)
     drawn_beside_perplexity = False
     # Its score's name in Wu et al.'s experiment (retrieval_heads.csv's columns); None: the experiment does not
@@ -38,11 +39,6 @@ class Kind(abc.ABC):
     # The towers ("vision", "audio") whose inputs its evaluation sets carry, so that a study of this kind may study
     # their heads (models.<study>.towers): none yet, as every kind scores text, on which a tower never runs
     towers: tuple[str, ...] = ()
-    # Its part of a ``models`` entry's schema (``headprune.config_schema`` merges every kind's in): the keys only
-    # studies of this kind read, with their JSON schema, and the keys an entry of this kind must give beside
-    # ``kind``. A key two kinds read alike is described alike by both; the schema file describes the keys of all.
-    config_properties: dict = {}
-    config_required: tuple[str, ...] = ("source", "layers", "heads")  # a model of its own: where, and its shape
     # What the command line's --data holds for this kind (headprune score/sweep/prune), and the file endings taken for
     # it where --kind does not say
     data_help: str = ""
@@ -53,6 +49,7 @@ class Kind(abc.ABC):
         if missing:
             raise TypeError(f"kind {type(self).__module__}.{type(self).__qualname__} does not say its "
                             f"{', '.join(missing)}")
+        self.plan = self.study_side(self)  # one per kind, as the kind (``kind_of``)
 
     # --- evaluation: a job's model work and scores ----------------------------------------------
 
@@ -94,7 +91,26 @@ class Kind(abc.ABC):
     def load_model(self, path, device, study: dict, options: dict):
         """(model, tokenizer) of a study of this kind (``headprune.workflow.load_study_model``)."""
 
-    # --- resolution: what a study's jobs are told (``study`` is a ``headprune.studies.Study``) ------
+
+class Plan(abc.ABC):
+    """The workflow side of a kind: what a study of it is checked for, reads and is told (``study`` is a
+    ``headprune.studies.Study``; ``Study.plan`` is its kind's)."""
+
+    # A study of this kind scores the model of another study (its ``model:``, a language_modeling entry):
+    # that study's architecture, corpus, importance and resources are its own.
+    scores_another_study = False
+    # Its part of a ``models`` entry's schema (``headprune.config_schema`` merges every kind's in): the keys only
+    # studies of this kind read, with their JSON schema, and the keys an entry of this kind must give beside
+    # ``kind``. A key two kinds read alike is described alike by both; the schema file describes the keys of all.
+    config_properties: dict = {}
+    config_required: tuple[str, ...] = ("source", "layers", "heads")  # a model of its own: where, and its shape
+
+    def __init__(self, kind: Kind):
+        self.kind = kind  # its evaluation side (whose name it answers to)
+
+    @property
+    def name(self) -> str:
+        return self.kind.name
 
     def check(self, pipeline, study: str, entry: dict):
         """Raise ConfigError, naming the key, where a ``models`` entry of this kind cannot run."""
@@ -173,8 +189,9 @@ class Kind(abc.ABC):
 
 
 class VoitaRoles(abc.ABC):
-    """The head roles of an encoder's heads (Voita et al.: positional, syntactic, rare words), for the kinds whose
-    eval set has source sentences to parse: the head_roles job reads their parses and the training data."""
+    """The head roles of an encoder's heads (Voita et al.: positional, syntactic, rare words), for the plans whose
+    eval set has source sentences to parse: the head_roles job reads their parses and the training data (a mixin of
+    a ``Plan``; the job reads the texts through ``kind_of(train["kind"]).plan.training_texts``)."""
 
     @abc.abstractmethod
     def training_texts(self, train: dict) -> list[str]:

@@ -9,16 +9,9 @@ from headprune.evaluation.kinds import base
 from headprune.io.config_error import ConfigError
 
 
-class Kind(base.VoitaRoles, base.Kind):
-    name = "classification"
-    attention_types = ["enc_self"]
-    timed_as = "encoder classifier ({family})"
-    timed_outputs = "predictions"
-    decisive_p = "p_ttest"
-    model_kind = "classification"
-    data_help = ("a GLUE-format TSV (.tsv: header text_a<TAB>text_b<TAB>label, integer labels), scored by --metric: "
-                 f"{', '.join(metrics.CLASSIFICATION_METRICS)} (default: accuracy)")
-    data_suffixes = (".tsv",)
+class Plan(base.VoitaRoles, base.Plan):
+    """A GLUE task's splits by role, its training split the importance, screen and training data."""
+
     config_properties = {
         "finetune": {"type": ["boolean", "object"], "default": True,
                      "description": "fine-tune source on task with bert.finetune (an object: with these of its settings "
@@ -30,69 +23,6 @@ class Kind(base.VoitaRoles, base.Kind):
                                     "max_length": {"type": "integer", "minimum": 8},
                                     "seed": {"$ref": "#/definitions/seed"},
                                     "warmup_fraction": {"type": "number", "minimum": 0, "maximum": 1}}}}
-
-    def load_evalset(self, spec):
-        from headprune.data.datasets import subset
-        from headprune.data.glue import read_glue_split
-        from headprune.evaluation.evalset import EvalSet
-
-        pairs, labels = read_glue_split(spec["tsv"])
-        keep = subset(list(range(len(labels))), spec.get("max_items"), spec.get("seed", 0))
-        return EvalSet("classification", [labels[i] for i in keep], [pairs[i] for i in keep], spec["metric"])
-
-    def run_variants(self, model, tokenizer, evalset, gates_list, settings):
-        from headprune.data.batching import classification_batches
-        from headprune.evaluation.evaluate import predict_classes_variants
-
-        batches = classification_batches(tokenizer, evalset.sources, None, settings.batch_size, settings.max_length)
-        return predict_classes_variants(model, batches, gates_list, variant_batch_size=settings.variant_batch_size,
-                                        progress=settings.progress).tolist()
-
-    def score(self, evalset, outputs, bleu="detokenized"):
-        return metrics.classification_score(evalset.metric, outputs, evalset.references)
-
-    def significance(self, evalset, full_outputs, ablated_outputs, *, resamples, seed):
-        boot = stats.paired_bootstrap_metric(full_outputs, ablated_outputs, evalset.references, evalset.metric,
-                                             n_resamples=resamples, seed=seed)
-        gold = np.asarray(evalset.references)
-        ttest = stats.paired_t_test(np.asarray(full_outputs) == gold, np.asarray(ablated_outputs) == gold)
-        return {"p_bootstrap": boot.p_value, "p_ttest": ttest.p_value}
-
-    def scoring_batches(self, tokenizer, evalset, batch_size, max_length):
-        from headprune.data.batching import classification_batches
-
-        return classification_batches(tokenizer, evalset.sources, evalset.references, batch_size, max_length)
-
-    def importance_batches(self, tokenizer, data, model=None):
-        from headprune.data.batching import classification_batches
-        from headprune.data.datasets import subset
-        from headprune.data.glue import read_glue_split
-
-        pairs, labels = read_glue_split(data["tsv"])
-        keep = subset(list(range(len(pairs))), data["max_items"], data["seed"])
-        return classification_batches(tokenizer, [pairs[i] for i in keep], [labels[i] for i in keep],
-                                      data["batch_size"], data["max_length"])
-
-    def evalset_from_file(self, path, tokenizer, options):
-        from pathlib import Path
-
-        from headprune.data.glue import read_glue_split
-        from headprune.evaluation.evalset import EvalSet
-
-        metric = options["metric"] or "accuracy"
-        if metric not in metrics.CLASSIFICATION_METRICS:
-            raise ValueError(f"--metric {metric}: not a classification metric ({', '.join(metrics.CLASSIFICATION_METRICS)})")
-        pairs, labels = read_glue_split(path)  # as analyses.sweeps.evalset_from_tsv
-        limit = options["max_items"]
-        evalset = EvalSet("classification", labels[:limit], pairs[:limit], metric)
-        return evalset, Path(path).stem, f"a GLUE-format TSV, {len(evalset)} examples: classification, scored by {metric}"
-
-    def load_model(self, path, device, study, options):
-        from headprune.models.loading import load_classifier
-
-        return load_classifier(path, device)
-
-    # --- resolution ---------------------------------------------------------------------------
 
     def check(self, pipeline, study, entry):
         if "task" not in entry:
@@ -159,6 +89,80 @@ class Kind(base.VoitaRoles, base.Kind):
 
     def parse_text(self, study):
         return [study.glue_dir]
+
+
+class Kind(base.Kind):
+    name = "classification"
+    study_side = Plan
+    attention_types = ["enc_self"]
+    timed_as = "encoder classifier ({family})"
+    timed_outputs = "predictions"
+    decisive_p = "p_ttest"
+    model_kind = "classification"
+    data_help = ("a GLUE-format TSV (.tsv: header text_a<TAB>text_b<TAB>label, integer labels), scored by --metric: "
+                 f"{', '.join(metrics.CLASSIFICATION_METRICS)} (default: accuracy)")
+    data_suffixes = (".tsv",)
+
+    def load_evalset(self, spec):
+        from headprune.data.datasets import subset
+        from headprune.data.glue import read_glue_split
+        from headprune.evaluation.evalset import EvalSet
+
+        pairs, labels = read_glue_split(spec["tsv"])
+        keep = subset(list(range(len(labels))), spec.get("max_items"), spec.get("seed", 0))
+        return EvalSet("classification", [labels[i] for i in keep], [pairs[i] for i in keep], spec["metric"])
+
+    def run_variants(self, model, tokenizer, evalset, gates_list, settings):
+        from headprune.data.batching import classification_batches
+        from headprune.evaluation.evaluate import predict_classes_variants
+
+        batches = classification_batches(tokenizer, evalset.sources, None, settings.batch_size, settings.max_length)
+        return predict_classes_variants(model, batches, gates_list, variant_batch_size=settings.variant_batch_size,
+                                        progress=settings.progress).tolist()
+
+    def score(self, evalset, outputs, bleu="detokenized"):
+        return metrics.classification_score(evalset.metric, outputs, evalset.references)
+
+    def significance(self, evalset, full_outputs, ablated_outputs, *, resamples, seed):
+        boot = stats.paired_bootstrap_metric(full_outputs, ablated_outputs, evalset.references, evalset.metric,
+                                             n_resamples=resamples, seed=seed)
+        gold = np.asarray(evalset.references)
+        ttest = stats.paired_t_test(np.asarray(full_outputs) == gold, np.asarray(ablated_outputs) == gold)
+        return {"p_bootstrap": boot.p_value, "p_ttest": ttest.p_value}
+
+    def scoring_batches(self, tokenizer, evalset, batch_size, max_length):
+        from headprune.data.batching import classification_batches
+
+        return classification_batches(tokenizer, evalset.sources, evalset.references, batch_size, max_length)
+
+    def importance_batches(self, tokenizer, data, model=None):
+        from headprune.data.batching import classification_batches
+        from headprune.data.datasets import subset
+        from headprune.data.glue import read_glue_split
+
+        pairs, labels = read_glue_split(data["tsv"])
+        keep = subset(list(range(len(pairs))), data["max_items"], data["seed"])
+        return classification_batches(tokenizer, [pairs[i] for i in keep], [labels[i] for i in keep],
+                                      data["batch_size"], data["max_length"])
+
+    def evalset_from_file(self, path, tokenizer, options):
+        from pathlib import Path
+
+        from headprune.data.glue import read_glue_split
+        from headprune.evaluation.evalset import EvalSet
+
+        metric = options["metric"] or "accuracy"
+        if metric not in metrics.CLASSIFICATION_METRICS:
+            raise ValueError(f"--metric {metric}: not a classification metric ({', '.join(metrics.CLASSIFICATION_METRICS)})")
+        pairs, labels = read_glue_split(path)  # as analyses.sweeps.evalset_from_tsv
+        limit = options["max_items"]
+        evalset = EvalSet("classification", labels[:limit], pairs[:limit], metric)
+        return evalset, Path(path).stem, f"a GLUE-format TSV, {len(evalset)} examples: classification, scored by {metric}"
+
+    def load_model(self, path, device, study, options):
+        from headprune.models.loading import load_classifier
+
+        return load_classifier(path, device)
 
 
 def _train_tsv(study) -> str:

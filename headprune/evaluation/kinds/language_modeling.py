@@ -15,15 +15,9 @@ def corpus_splits(corpus: dict) -> list[str]:
     return list(corpus["files"]) if "files" in corpus else corpus.get("splits", ["train", "validation", "test"])
 
 
-class Kind(base.Kind):
-    name = "language_modeling"
-    attention_types = ["dec_self"]
-    timed_as = "causal LM ({family})"
-    timed_outputs = "next-token predictions"
-    language_model = True
-    model_kind = "language_modeling"
-    data_help = "a text corpus (.txt), scored by perplexity over windows of --window tokens"
-    data_suffixes = (".txt",)
+class Plan(base.Plan):
+    """A language-modelling study's corpus splits by role, cut into windows of its tokens."""
+
     config_properties = {
         "corpus": {"type": "string", "description": "the corpora entry it is scored on"},
         "window": {"type": "integer", "minimum": 2, "default": 1024, "description": "tokens per perplexity window"},
@@ -35,55 +29,6 @@ class Kind(base.Kind):
         "importance_windows": {"type": ["integer", "null"], "minimum": 1, "default": 256,
                                "description": "windows of importance_split I_h (and gates) are estimated on (the "
                                               "first ones)"}}
-
-    def load_evalset(self, spec):
-        from headprune.evaluation.perplexity import load_windows
-        from headprune.evaluation.evalset import EvalSet
-
-        chunks = load_windows(spec["windows"], spec.get("max_items"))
-        return EvalSet("language_modeling", chunks, chunks, "perplexity")
-
-    def run_variants(self, model, tokenizer, evalset, gates_list, settings):
-        from headprune.evaluation.perplexity import window_batches, window_nll_variants
-
-        return window_nll_variants(model, window_batches(evalset.sources, settings.batch_size), gates_list,
-                                   variant_batch_size=settings.variant_batch_size, progress=settings.progress)
-
-    def score(self, evalset, outputs, bleu="detokenized"):
-        from headprune.evaluation.perplexity import perplexity
-
-        return perplexity(outputs)
-
-    def significance(self, evalset, full_outputs, ablated_outputs, *, resamples, seed):
-        from headprune.evaluation.perplexity import paired_bootstrap_perplexity
-
-        boot = paired_bootstrap_perplexity(full_outputs, ablated_outputs, n_resamples=resamples, seed=seed)
-        return base.bootstrap_only(boot.p_value)
-
-    def scoring_batches(self, tokenizer, evalset, batch_size, max_length):
-        from headprune.evaluation.perplexity import window_batches
-
-        return window_batches(evalset.sources, batch_size)
-
-    def importance_batches(self, tokenizer, data, model=None):
-        from headprune.evaluation.perplexity import load_windows, window_batches
-
-        return window_batches(load_windows(data["windows"], data["max_items"]), data["batch_size"])
-
-    def evalset_from_file(self, path, tokenizer, options):
-        from headprune.evaluation.evalset import EvalSet
-        from headprune.evaluation.perplexity import windows
-
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except UnicodeDecodeError as error:
-            raise ValueError(f"not UTF-8 text ({error})") from None
-        window = options["window"]
-        chunks = windows(tokenizer, text, window, options["max_items"])  # as analyses.sweeps.evalset_from_text
-        return (EvalSet("language_modeling", chunks, chunks, "perplexity"), f"{Path(path).stem} ({window}-token windows)",
-                f"a text corpus: language modelling, perplexity over {len(chunks)} windows of {window} tokens")
-
-    # --- resolution ---------------------------------------------------------------------------
 
     def check(self, pipeline, study, entry):
         if "corpus" not in entry:
@@ -133,11 +78,6 @@ class Kind(base.Kind):
         return {"kind": "language_modeling", "windows": lm.windows_file(lm.lm_split("importance_split")),
                 "batch_size": batch_size, "max_items": max_items}
 
-    def load_model(self, path, device, study, options):
-        from headprune.models.loading import load_causal_lm
-
-        return load_causal_lm(path, device, **options)
-
     def speed_settings(self, study, speed):
         return {"decode_tokens": speed.get("decode_tokens", 32)}
 
@@ -154,19 +94,82 @@ class Kind(base.Kind):
         return {**inputs, "windows": study.lm.windows_dir}
 
 
-class ScoresLanguageModel(Kind):
-    """A kind that scores the model of a language_modeling study (its ``model:``) another way: that study's
+class Kind(base.Kind):
+    name = "language_modeling"
+    study_side = Plan
+    attention_types = ["dec_self"]
+    timed_as = "causal LM ({family})"
+    timed_outputs = "next-token predictions"
+    language_model = True
+    model_kind = "language_modeling"
+    data_help = "a text corpus (.txt), scored by perplexity over windows of --window tokens"
+    data_suffixes = (".txt",)
+
+    def load_evalset(self, spec):
+        from headprune.evaluation.perplexity import load_windows
+        from headprune.evaluation.evalset import EvalSet
+
+        chunks = load_windows(spec["windows"], spec.get("max_items"))
+        return EvalSet("language_modeling", chunks, chunks, "perplexity")
+
+    def run_variants(self, model, tokenizer, evalset, gates_list, settings):
+        from headprune.evaluation.perplexity import window_batches, window_nll_variants
+
+        return window_nll_variants(model, window_batches(evalset.sources, settings.batch_size), gates_list,
+                                   variant_batch_size=settings.variant_batch_size, progress=settings.progress)
+
+    def score(self, evalset, outputs, bleu="detokenized"):
+        from headprune.evaluation.perplexity import perplexity
+
+        return perplexity(outputs)
+
+    def significance(self, evalset, full_outputs, ablated_outputs, *, resamples, seed):
+        from headprune.evaluation.perplexity import paired_bootstrap_perplexity
+
+        boot = paired_bootstrap_perplexity(full_outputs, ablated_outputs, n_resamples=resamples, seed=seed)
+        return base.bootstrap_only(boot.p_value)
+
+    def scoring_batches(self, tokenizer, evalset, batch_size, max_length):
+        from headprune.evaluation.perplexity import window_batches
+
+        return window_batches(evalset.sources, batch_size)
+
+    def importance_batches(self, tokenizer, data, model=None):
+        from headprune.evaluation.perplexity import load_windows, window_batches
+
+        return window_batches(load_windows(data["windows"], data["max_items"]), data["batch_size"])
+
+    def evalset_from_file(self, path, tokenizer, options):
+        from headprune.evaluation.evalset import EvalSet
+        from headprune.evaluation.perplexity import windows
+
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except UnicodeDecodeError as error:
+            raise ValueError(f"not UTF-8 text ({error})") from None
+        window = options["window"]
+        chunks = windows(tokenizer, text, window, options["max_items"])  # as analyses.sweeps.evalset_from_text
+        return (EvalSet("language_modeling", chunks, chunks, "perplexity"), f"{Path(path).stem} ({window}-token windows)",
+                f"a text corpus: language modelling, perplexity over {len(chunks)} windows of {window} tokens")
+
+    def load_model(self, path, device, study, options):
+        from headprune.models.loading import load_causal_lm
+
+        return load_causal_lm(path, device, **options)
+
+
+class ScoresLanguageModelPlan(Plan):
+    """A study that scores the model of a language_modeling study (its ``model:``) another way: that study's
     architecture, corpus, importance (I_h on its text) and resources are its own."""
 
     scores_another_study = True
-    data_suffixes = ()  # a text corpus is its language model's
     config_properties = {"model": {"type": "string", "description": "the language_modeling study whose model (and "
                                                                     "corpus) it scores"}}
     config_required = ("model",)
 
     def screen_evalset_spec(self, study, items):
         # its own score on data that is not its test set would need items of its own kind: none yet
-        return base.Kind.screen_evalset_spec(self, study, items)
+        return base.Plan.screen_evalset_spec(self, study, items)
 
     def check(self, pipeline, study, entry):
         lm = pipeline.models.get(entry["model"], {})
@@ -174,11 +177,19 @@ class ScoresLanguageModel(Kind):
             raise ConfigError(f"config: models.{study}.model names '{entry['model']}', which is not a "
                                    "language_modeling entry of models")
 
-    def scoring_batches(self, tokenizer, evalset, batch_size, max_length):
-        return base.Kind.scoring_batches(self, tokenizer, evalset, batch_size, max_length)
-
     def importance_data(self, study):
         return study.lm.importance_data
 
     def importance_spec(self, study):
         return study.lm.importance_spec
+
+
+class ScoresLanguageModel(Kind):
+    """A kind that scores the model of a language_modeling study (its ``model:``) another way
+    (``ScoresLanguageModelPlan``)."""
+
+    study_side = ScoresLanguageModelPlan
+    data_suffixes = ()  # a text corpus is its language model's
+
+    def scoring_batches(self, tokenizer, evalset, batch_size, max_length):
+        return base.Kind.scoring_batches(self, tokenizer, evalset, batch_size, max_length)

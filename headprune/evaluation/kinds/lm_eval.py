@@ -15,7 +15,7 @@ from pathlib import Path
 
 from headprune.evaluation.kinds import base
 from headprune.io.config_error import ConfigError
-from headprune.evaluation.kinds.language_modeling import ScoresLanguageModel
+from headprune.evaluation.kinds.language_modeling import ScoresLanguageModel, ScoresLanguageModelPlan
 
 FEWSHOT_SEED = 1234  # lm-evaluation-harness's own default
 
@@ -25,14 +25,12 @@ def task_file(task: str) -> Path | None:
     return Path(task) if task.endswith((".yaml", ".yml")) else None
 
 
-class Kind(ScoresLanguageModel):
-    name = "lm_eval"
-    wu_score = "task"  # Wu et al.'s experiment scored on the task: do the retrieval heads matter for it?
-    data_help = ("an lm-evaluation-harness task's YAML (.yaml), scored by --metric, one the task computes (default: "
-                 "acc), with --num-fewshot examples (default: 0)")
-    data_suffixes = (".yaml", ".yml")
+class Plan(ScoresLanguageModelPlan):
+    """Its test sets are lm-evaluation-harness tasks, by role; I_h is estimated on a split of the task it is not
+    scored on, or on its language model's text."""
+
     config_properties = {
-        **ScoresLanguageModel.config_properties,
+        **ScoresLanguageModelPlan.config_properties,
         "num_fewshot": {"type": "integer", "minimum": 0, "description": "few-shot examples per prompt (default 0; a "
                         "task whose YAML says 0 stays 0, as in lm-eval)"},
         "limit": {"type": ["integer", "null"], "minimum": 1, "description": "the task's first items scored (null: all)"},
@@ -51,6 +49,52 @@ class Kind(ScoresLanguageModel):
                                                                              "estimated on (default 500, the first "
                                                                              "ones)"}}
     config_required = ("model", "task", "metric")
+
+    def evalset_name(self, study, role):
+        if role == "ood":
+            raise ConfigError(f"config: {study.name} is scored on an lm-evaluation-harness task: it has no "
+                                   "out-of-domain set")
+        # Tables 2-3 choose a head on the selection set: the task's own items unless selection_task names others
+        return study.entry.get("selection_task", study.entry["task"]) if role == "selection" else study.entry["task"]
+
+    def evalset_spec(self, study, role, name):
+        entry = study.entry
+        shots = entry.get("num_fewshot", 0)
+        label = task_file(name).stem if task_file(name) else name
+        return {"kind": "lm_eval", "task": name, "num_fewshot": shots, "limit": entry.get("limit"),
+                "fewshot_seed": entry.get("fewshot_seed", FEWSHOT_SEED), "metric": entry["metric"],
+                "name": f"{label} ({shots}-shot)", "max_items": None}
+
+    def eval_data(self, study, roles):
+        return sorted({str(task_file(name)) for name in map(study.evalset_name, roles) if task_file(name)})
+
+    def importance_study(self, study):
+        return study.lm if study.entry.get("importance_split") == "corpus" else study
+
+    def importance_data(self, study):
+        if study.entry.get("importance_split") == "corpus":
+            return study.lm.importance_data
+        return study.eval_data(["eval"])
+
+    def importance_spec(self, study):
+        """The task's gold answers on ``importance_split`` (None: the task's training split, else its validation
+        split, whichever it is not scored on), at most ``importance_items`` documents; or the language model's
+        text (``importance_split: corpus``)."""
+        entry = study.entry
+        if entry.get("importance_split") == "corpus":
+            return study.lm.importance_spec
+        return {"kind": "lm_eval", "study": study.name, "task": entry["task"], "split": entry.get("importance_split"),
+                "num_fewshot": entry.get("num_fewshot", 0), "fewshot_seed": entry.get("fewshot_seed", FEWSHOT_SEED),
+                "max_items": entry.get("importance_items", 500), "batch_size": entry["batch_size"]}
+
+
+class Kind(ScoresLanguageModel):
+    name = "lm_eval"
+    study_side = Plan
+    wu_score = "task"  # Wu et al.'s experiment scored on the task: do the retrieval heads matter for it?
+    data_help = ("an lm-evaluation-harness task's YAML (.yaml), scored by --metric, one the task computes (default: "
+                 "acc), with --num-fewshot examples (default: 0)")
+    data_suffixes = (".yaml", ".yml")
 
     def load_evalset(self, spec):
         from headprune.evaluation.lm_tasks import load_task
@@ -110,45 +154,6 @@ class Kind(ScoresLanguageModel):
                             f"scored on: set models.{data['study']}.importance_split (a split of its data, or "
                             "'corpus': the language model's text)") from error
         return task_loss_batches(model, tokenizer, task, data["batch_size"])
-
-    # --- resolution: it scores the model of a language-modelling study (study.lm) ---------------
-
-    def evalset_name(self, study, role):
-        if role == "ood":
-            raise ConfigError(f"config: {study.name} is scored on an lm-evaluation-harness task: it has no "
-                                   "out-of-domain set")
-        # Tables 2-3 choose a head on the selection set: the task's own items unless selection_task names others
-        return study.entry.get("selection_task", study.entry["task"]) if role == "selection" else study.entry["task"]
-
-    def evalset_spec(self, study, role, name):
-        entry = study.entry
-        shots = entry.get("num_fewshot", 0)
-        label = task_file(name).stem if task_file(name) else name
-        return {"kind": "lm_eval", "task": name, "num_fewshot": shots, "limit": entry.get("limit"),
-                "fewshot_seed": entry.get("fewshot_seed", FEWSHOT_SEED), "metric": entry["metric"],
-                "name": f"{label} ({shots}-shot)", "max_items": None}
-
-    def eval_data(self, study, roles):
-        return sorted({str(task_file(name)) for name in map(study.evalset_name, roles) if task_file(name)})
-
-    def importance_study(self, study):
-        return study.lm if study.entry.get("importance_split") == "corpus" else study
-
-    def importance_data(self, study):
-        if study.entry.get("importance_split") == "corpus":
-            return study.lm.importance_data
-        return study.eval_data(["eval"])
-
-    def importance_spec(self, study):
-        """The task's gold answers on ``importance_split`` (None: the task's training split, else its validation
-        split, whichever it is not scored on), at most ``importance_items`` documents; or the language model's
-        text (``importance_split: corpus``)."""
-        entry = study.entry
-        if entry.get("importance_split") == "corpus":
-            return study.lm.importance_spec
-        return {"kind": "lm_eval", "study": study.name, "task": entry["task"], "split": entry.get("importance_split"),
-                "num_fewshot": entry.get("num_fewshot", 0), "fewshot_seed": entry.get("fewshot_seed", FEWSHOT_SEED),
-                "max_items": entry.get("importance_items", 500), "batch_size": entry["batch_size"]}
 
 
 def _checked_metric(task, spec) -> str:

@@ -7,19 +7,15 @@ import numpy as np
 
 from headprune.evaluation.kinds import base
 from headprune.io.config_error import ConfigError
-from headprune.evaluation.kinds.language_modeling import ScoresLanguageModel, corpus_splits
+from headprune.evaluation.kinds.language_modeling import (ScoresLanguageModel, ScoresLanguageModelPlan,
+                                                          corpus_splits)
 
 
-class Kind(ScoresLanguageModel):
-    name = "retrieval"
-    drawn_beside_perplexity = True
-    wu_score = "retrieval"
-    finds_retrieval_heads = True
-    data_help = ("needle-in-a-haystack items (.jsonl, as the pipeline's make_retrieval_items writes them with the "
-                 "model's tokenizer), scored by the share of answers that hold the needle's value")
-    data_suffixes = (".jsonl",)
+class Plan(ScoresLanguageModelPlan):
+    """Its test sets are needle-in-a-haystack items cut from its language model's corpus splits, by role."""
+
     config_properties = {
-        **ScoresLanguageModel.config_properties,
+        **ScoresLanguageModelPlan.config_properties,
         "context_lengths": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 8},
                             "description": "haystack lengths in tokens of the model (needle included)"},
         "depths": {"type": "array", "minItems": 1, "items": {"type": "number", "minimum": 0, "maximum": 100},
@@ -41,6 +37,50 @@ class Kind(ScoresLanguageModel):
                                                                            "question first)"},
         "seed": {"$ref": "#/definitions/seed", "description": "items are drawn once from this seed (default 0)"}}
     config_required = ("model", "context_lengths", "depths")
+
+    def check(self, pipeline, study, entry):
+        super().check(pipeline, study, entry)
+        lm = pipeline.models[entry["model"]]
+        if "haystack_split" in entry:
+            splits = corpus_splits(pipeline.corpora[lm["corpus"]])
+            if entry["haystack_split"] not in splits:
+                raise ConfigError(f"config: models.{study}.haystack_split is '{entry['haystack_split']}', "
+                                  f"not one of corpora.{lm['corpus']}.splits {splits}")
+
+    def evalset_name(self, study, role):
+        if role == "eval":
+            return study.entry.get("haystack_split", study.lm_split("eval_split"))
+        return super().evalset_name(study, role)
+
+    def evalset_spec(self, study, role, name):
+        lengths = "/".join(map(str, study.retrieval["context_lengths"]))
+        return {"kind": "retrieval", "items": f"{study.items_dir}/{name}.jsonl",
+                "name": f"needle in a haystack, {name} split ({lengths}-token contexts)", "max_items": None}
+
+    def eval_data(self, study, roles):
+        return [study.items_dir]
+
+    def eval_settings(self, study, bleu, rows):
+        return {"batch_size": study.entry["batch_size"], "variant_batch_size": rows,
+                "max_new_tokens": study.retrieval["max_new_tokens"]}
+
+    def roles_params(self, study, roles):
+        return {**super().roles_params(study, roles), "items": study.evalset_spec("eval"),
+                "max_new_tokens": study.retrieval["max_new_tokens"]}
+
+    def head_roles_inputs(self, study, inputs):
+        return {**super().head_roles_inputs(study, inputs), "needles": study.items_dir}
+
+
+class Kind(ScoresLanguageModel):
+    name = "retrieval"
+    study_side = Plan
+    drawn_beside_perplexity = True
+    wu_score = "retrieval"
+    finds_retrieval_heads = True
+    data_help = ("needle-in-a-haystack items (.jsonl, as the pipeline's make_retrieval_items writes them with the "
+                 "model's tokenizer), scored by the share of answers that hold the needle's value")
+    data_suffixes = (".jsonl",)
 
     def load_evalset(self, spec):
         from headprune.data.retrieval import read_items
@@ -81,38 +121,3 @@ class Kind(ScoresLanguageModel):
         boot = paired_bootstrap_retrieval(full_outputs, ablated_outputs, evalset.references, n_resamples=resamples,
                                           seed=seed)
         return base.bootstrap_only(boot.p_value)
-
-    # --- resolution: it scores the model of a language-modelling study (study.lm) ---------------
-
-    def check(self, pipeline, study, entry):
-        super().check(pipeline, study, entry)
-        lm = pipeline.models[entry["model"]]
-        if "haystack_split" in entry:
-            splits = corpus_splits(pipeline.corpora[lm["corpus"]])
-            if entry["haystack_split"] not in splits:
-                raise ConfigError(f"config: models.{study}.haystack_split is '{entry['haystack_split']}', "
-                                  f"not one of corpora.{lm['corpus']}.splits {splits}")
-
-    def evalset_name(self, study, role):
-        if role == "eval":
-            return study.entry.get("haystack_split", study.lm_split("eval_split"))
-        return super().evalset_name(study, role)
-
-    def evalset_spec(self, study, role, name):
-        lengths = "/".join(map(str, study.retrieval["context_lengths"]))
-        return {"kind": "retrieval", "items": f"{study.items_dir}/{name}.jsonl",
-                "name": f"needle in a haystack, {name} split ({lengths}-token contexts)", "max_items": None}
-
-    def eval_data(self, study, roles):
-        return [study.items_dir]
-
-    def eval_settings(self, study, bleu, rows):
-        return {"batch_size": study.entry["batch_size"], "variant_batch_size": rows,
-                "max_new_tokens": study.retrieval["max_new_tokens"]}
-
-    def roles_params(self, study, roles):
-        return {**super().roles_params(study, roles), "items": study.evalset_spec("eval"),
-                "max_new_tokens": study.retrieval["max_new_tokens"]}
-
-    def head_roles_inputs(self, study, inputs):
-        return {**super().head_roles_inputs(study, inputs), "needles": study.items_dir}

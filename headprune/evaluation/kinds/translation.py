@@ -6,86 +6,15 @@ from headprune.evaluation import metrics, stats
 from headprune.evaluation.kinds import base
 
 
-class Kind(base.VoitaRoles, base.Kind):
-    name = "translation"
-    attention_types = ["enc_self", "enc_dec", "dec_self"]
-    timed_as = "translation model, beam search"
-    timed_outputs = "translations"
-    model_kind = "translation"
-    data_help = "with --kind translation, a TSV of sentence pairs (source<TAB>reference, no header), scored by BLEU"
+class Plan(base.VoitaRoles, base.Plan):
+    """The configured test sets by role; the importance sets and training bitext named in the translation section."""
+
     config_properties = {
         "src_code": {"type": "string", "description": "the tokenizer's source language code (mBART, NLLB: eng_Latn)"},
         "tgt_code": {"type": "string", "description": "the target language code, forced as the first token"},
         "source_prefix": {"type": "string", "description": "text put before every source sentence (T5: 'translate "
                           "English to French: '); default: the one the checkpoint's config declares for the languages "
                           "(task_specific_params)"}}
-
-    def load_evalset(self, spec):
-        from headprune.data.datasets import read_lines
-        from headprune.evaluation.evalset import EvalSet
-
-        limit = spec.get("max_items")
-        sources, references = read_lines(spec["source"]), read_lines(spec["reference"])
-        if len(sources) != len(references):
-            raise ValueError(f"{spec['source']} has {len(sources)} lines but {spec['reference']} has {len(references)}")
-        return EvalSet("translation", references[:limit], sources[:limit], "bleu", spec["lang"])
-
-    def run_variants(self, model, tokenizer, evalset, gates_list, settings):
-        from headprune.evaluation.evaluate import translate_variants
-
-        return translate_variants(model, tokenizer, evalset.sources, gates_list, beam=settings.beam,
-                                  lenpen=settings.lenpen, batch_size=settings.batch_size,
-                                  variant_batch_size=settings.variant_batch_size, progress=settings.progress)
-
-    def score(self, evalset, outputs, bleu="detokenized"):
-        if bleu == "tokenized":
-            return metrics.bleu_tokenized(outputs, evalset.references, evalset.lang)
-        return metrics.bleu_detokenized(outputs, evalset.references)
-
-    def significance(self, evalset, full_outputs, ablated_outputs, *, resamples, seed):
-        boot = stats.paired_bootstrap_bleu(full_outputs, ablated_outputs, evalset.references,
-                                           n_resamples=resamples, seed=seed, lang=evalset.lang)
-        return base.bootstrap_only(boot.p_value)
-
-    def scoring_batches(self, tokenizer, evalset, batch_size, max_length):
-        from headprune.data.batching import translation_batches
-
-        return translation_batches(tokenizer, evalset.sources, evalset.references, batch_size)
-
-    def importance_batches(self, tokenizer, data, model=None):
-        from headprune.data.batching import translation_batches
-        from headprune.data.datasets import read_lines
-
-        sources, references = [], []
-        for testset in data["sets"]:
-            sources += read_lines(testset["source"])[:data["max_items"]]
-            references += read_lines(testset["reference"])[:data["max_items"]]
-        start = getattr(model.config, "decoder_start_token_id", None) if model is not None else None
-        return translation_batches(tokenizer, sources, references, data["batch_size"], decoder_start_token_id=start)
-
-    def evalset_from_file(self, path, tokenizer, options):
-        from pathlib import Path
-
-        from headprune.data.datasets import read_lines
-        from headprune.evaluation.evalset import EvalSet
-
-        pairs = [line.split("\t") for line in read_lines(path)][:options["max_items"]]
-        bad = next((number for number, pair in enumerate(pairs, 1) if len(pair) != 2), None)
-        if bad is not None:
-            raise ValueError(f"line {bad}: expected source<TAB>reference")
-        evalset = EvalSet("translation", [reference for _, reference in pairs], [source for source, _ in pairs], "bleu")
-        return evalset, Path(path).stem, f"{len(evalset)} sentence pairs: translation, scored by BLEU"
-
-    def load_model(self, path, device, study, options):
-        from headprune.models.loading import converted_from_fairseq, load_seq2seq, load_translation
-
-        if converted_from_fairseq(path):
-            return load_translation(path, study["src_lang"], study["tgt_lang"], device)
-        return load_seq2seq(path, device, src_code=study.get("src_code"), tgt_code=study.get("tgt_code"),
-                            source_prefix=study.get("source_prefix"),
-                            languages=(study.get("src_lang", "en"), study.get("tgt_lang", "fr")), **options)
-
-    # --- resolution ---------------------------------------------------------------------------
 
     def evalset_name(self, study, role):
         key = {"eval": "eval_set", "ood": "ood_set", "selection": "selection_set", "test": "test_set"}[role]
@@ -153,3 +82,78 @@ class Kind(base.VoitaRoles, base.Kind):
 
     def parse_text(self, study):
         return study.pipeline.testset_files(study.evalset_name("eval"))[:1]
+
+
+class Kind(base.Kind):
+    name = "translation"
+    study_side = Plan
+    attention_types = ["enc_self", "enc_dec", "dec_self"]
+    timed_as = "translation model, beam search"
+    timed_outputs = "translations"
+    model_kind = "translation"
+    data_help = "with --kind translation, a TSV of sentence pairs (source<TAB>reference, no header), scored by BLEU"
+
+    def load_evalset(self, spec):
+        from headprune.data.datasets import read_lines
+        from headprune.evaluation.evalset import EvalSet
+
+        limit = spec.get("max_items")
+        sources, references = read_lines(spec["source"]), read_lines(spec["reference"])
+        if len(sources) != len(references):
+            raise ValueError(f"{spec['source']} has {len(sources)} lines but {spec['reference']} has {len(references)}")
+        return EvalSet("translation", references[:limit], sources[:limit], "bleu", spec["lang"])
+
+    def run_variants(self, model, tokenizer, evalset, gates_list, settings):
+        from headprune.evaluation.evaluate import translate_variants
+
+        return translate_variants(model, tokenizer, evalset.sources, gates_list, beam=settings.beam,
+                                  lenpen=settings.lenpen, batch_size=settings.batch_size,
+                                  variant_batch_size=settings.variant_batch_size, progress=settings.progress)
+
+    def score(self, evalset, outputs, bleu="detokenized"):
+        if bleu == "tokenized":
+            return metrics.bleu_tokenized(outputs, evalset.references, evalset.lang)
+        return metrics.bleu_detokenized(outputs, evalset.references)
+
+    def significance(self, evalset, full_outputs, ablated_outputs, *, resamples, seed):
+        boot = stats.paired_bootstrap_bleu(full_outputs, ablated_outputs, evalset.references,
+                                           n_resamples=resamples, seed=seed, lang=evalset.lang)
+        return base.bootstrap_only(boot.p_value)
+
+    def scoring_batches(self, tokenizer, evalset, batch_size, max_length):
+        from headprune.data.batching import translation_batches
+
+        return translation_batches(tokenizer, evalset.sources, evalset.references, batch_size)
+
+    def importance_batches(self, tokenizer, data, model=None):
+        from headprune.data.batching import translation_batches
+        from headprune.data.datasets import read_lines
+
+        sources, references = [], []
+        for testset in data["sets"]:
+            sources += read_lines(testset["source"])[:data["max_items"]]
+            references += read_lines(testset["reference"])[:data["max_items"]]
+        start = getattr(model.config, "decoder_start_token_id", None) if model is not None else None
+        return translation_batches(tokenizer, sources, references, data["batch_size"], decoder_start_token_id=start)
+
+    def evalset_from_file(self, path, tokenizer, options):
+        from pathlib import Path
+
+        from headprune.data.datasets import read_lines
+        from headprune.evaluation.evalset import EvalSet
+
+        pairs = [line.split("\t") for line in read_lines(path)][:options["max_items"]]
+        bad = next((number for number, pair in enumerate(pairs, 1) if len(pair) != 2), None)
+        if bad is not None:
+            raise ValueError(f"line {bad}: expected source<TAB>reference")
+        evalset = EvalSet("translation", [reference for _, reference in pairs], [source for source, _ in pairs], "bleu")
+        return evalset, Path(path).stem, f"{len(evalset)} sentence pairs: translation, scored by BLEU"
+
+    def load_model(self, path, device, study, options):
+        from headprune.models.loading import converted_from_fairseq, load_seq2seq, load_translation
+
+        if converted_from_fairseq(path):
+            return load_translation(path, study["src_lang"], study["tgt_lang"], device)
+        return load_seq2seq(path, device, src_code=study.get("src_code"), tgt_code=study.get("tgt_code"),
+                            source_prefix=study.get("source_prefix"),
+                            languages=(study.get("src_lang", "en"), study.get("tgt_lang", "fr")), **options)
