@@ -252,7 +252,7 @@ def test_a_model_rule_asks_for_what_its_job_uses_and_the_config_wins(tmp_path, m
     from headprune.studies import Study
 
     monkeypatch.setattr(Study, "model_path", property(lambda study: str(tmp_path / study.name)))
-    pipeline = demo_pipeline(tmp_path)
+    pipeline = demo_pipeline(tmp_path, lambda config: config["resources"]["default"].update(mem_mb=1000))
     study = pipeline.study("tiny_llama")
     default = pipeline.config["resources"]["default"]["mem_mb"]
     assert study.resource("ablate", "mem_mb") == default  # a dry run: the model is not on disk yet
