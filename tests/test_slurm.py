@@ -32,6 +32,9 @@ SLURM_PART = ("importance", "evaluate_full", "ablate_head", "one_head_layer")
 # The job group of a study's ablation jobs (rules/ablation.smk), as the profile's group-components names it.
 GROUP = "ablation_{study}"
 GROUPED_RULES = ("ablate_head", "one_head_layer")
+# The rules of that part whose jobs load the study's model and whose resources name no mem_mb: they ask SLURM for
+# the memory their jobs will use (headprune.models.memory.job_mb), not resources.default's
+LOADS_THE_MODEL = ("importance", "evaluate_full")
 
 
 # --- 1. the profile (no cluster needed) -----------------------------------------------------
@@ -182,6 +185,12 @@ def test_ablation_study_runs_through_sbatch_and_equals_the_local_run(slurm_clust
     # another, and it asks for that: the sum of their runtimes, the memory and CPUs of one.
     jobs = submitted(text)
     assert len(jobs) == len(alone) + math.ceil(len(grouped) / size) < len(planned), (jobs, planned)
+    from headprune.models.memory import job_mb, parameters_on_disk
+    from headprune.studies import Pipeline
+
+    model = work / Pipeline.from_file(config).study(STUDY).model_path
+    estimate = f"{job_mb(parameters_on_disk(model))}M"
+    assert estimate != "1800M"
     print(f"{len(planned)} jobs in {len(jobs)} sbatch jobs")
     rules = []
     for slurm_id in jobs.values():
@@ -196,7 +205,9 @@ def test_ablation_study_runs_through_sbatch_and_equals_the_local_run(slurm_clust
             assert record["MinCPUsNode"] == "1", record  # the CPUs of one job, not their sum
         else:
             assert len(ran) == 1, ran
-            assert record["TimeLimit"] == "00:09:00" and record["MinMemoryNode"] == "1800M", record
+            # a job that loads the model, with no mem_mb of its rule's, asks for its estimate; the others the default
+            memory = estimate if ran[0] in LOADS_THE_MODEL else "1800M"
+            assert record["TimeLimit"] == "00:09:00" and record["MinMemoryNode"] == memory, record
     assert sorted(rules) == sorted(planned)
     assert len(list((work / ".snakemake" / "slurm_logs").rglob("*.log"))) == len(jobs)
 
