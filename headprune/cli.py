@@ -211,25 +211,29 @@ def load(args):
     log.info("MODEL %s: %s, %d heads, on %s (a %s study)", args.model, type(model).__name__, _count(model), device,
              kind.name)
     evalset, testset = evalset_of(args, args.data, "--data", kind, tokenizer)
-    fit_to_memory(args, model, device)
+    fit_to_memory(args, model, tokenizer, evalset, device)
     return model, tokenizer, evalset, testset
 
 
-def fit_to_memory(args, model, device):
+def fit_to_memory(args, model, tokenizer, evalset, device):
     """--batch-size and --variant-batch-size as set, or as many rows as fit in the memory there is (--max-memory,
-    else what is free; headprune.models.memory); a size set by hand that does not fit is refused here."""
+    else what is free; headprune.models.memory), rows as long as --data's longest (the kind's ``row_positions``);
+    a size set by hand that does not fit is refused here."""
+    from headprune.evaluation.kinds import kind_of
+    from headprune.evaluation.runs import EvalSettings
     from headprune.models.memory import free_bytes, gigabytes, sized
 
     budget = free_bytes(model, device, args.max_memory)
+    positions = kind_of(evalset.kind).row_positions(model, tokenizer, evalset, EvalSettings())
     try:
-        args.batch_size = sized(model, args.window, budget, args.batch_size, 32, "--batch-size", gradients=True)
-        args.variant_batch_size = sized(model, args.window, budget, args.variant_batch_size, 256,
+        args.batch_size = sized(model, positions, budget, args.batch_size, 32, "--batch-size", gradients=True)
+        args.variant_batch_size = sized(model, positions, budget, args.variant_batch_size, 256,
                                         "--variant-batch-size")
     except ValueError as error:
         raise UsageError(f"{error} (--max-memory {gigabytes(args.max_memory)})" if args.max_memory else
                          str(error)) from None
-    log.info("%s to use: batches of %d, %d variant rows a pass", gigabytes(budget), args.batch_size,
-             args.variant_batch_size)
+    log.info("%s to use: batches of %d, %d variant rows a pass of %d tokens", gigabytes(budget), args.batch_size,
+             args.variant_batch_size, positions)
 
 
 def _criteria():

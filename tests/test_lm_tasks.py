@@ -487,3 +487,47 @@ def test_a_head_replaced_by_a_constant_or_a_donor_equals_simple_evaluate(llama, 
     settings = [None, gates_off(model, [(1, 2), (1, 4)]), gates_off(model, [(0, 0), (0, 1), (0, 2)])]
     distinct = check_against_simple_evaluate(model, tokenizer, tasks[kind], settings, masking, num_fewshot=num_fewshot)
     assert len(distinct) == len(settings) or kind == "generation"
+
+
+def test_a_tasks_rows_are_sized_by_its_longest_request_as_hflm_reads_it(llama, tasks, monkeypatch):
+    """Memory (issue #57): an lm-eval task's batches are sized by its longest request, counted here with the
+    tokenizer itself (context + continuation, less the token never read; a prompt and its token budget), cut to
+    the model's positions as HFLM cuts them; few-shot contexts give longer rows and so fewer rows a pass."""
+    from headprune.evaluation.evalset import EvalSet
+    from headprune.evaluation.lm_tasks import longest_row
+    from headprune.evaluation.runs import EvalSettings, rows_that_fit
+    from headprune.models import memory
+
+    positioned, tokenizer = llama  # 36 positions
+    config = positioned.config.to_dict() | {"max_position_embeddings": 512}
+    long = LlamaForCausalLM(type(positioned.config).from_dict(config)).eval()
+
+    def counted(task, positions):
+        requests = [request for per_doc in task.requests for request in per_doc]
+        if task.output_type == "generate_until":
+            tokens = [len(tokenizer(context)["input_ids"]) + options["max_gen_toks"] for context, options in
+                      (request.args for request in requests)]
+        else:
+            tokens = [len(tokenizer("".join(request.args))["input_ids"]) - 1 for request in requests]
+        return min(max(tokens), positions)
+
+    for kind, shots in (("mc", 0), ("mc", 2), ("lambada", 0), ("generation", 0), ("generation", 2)):
+        task = load_task(str(tasks[kind]), num_fewshot=shots)
+        for model, positions in ((long, 512), (positioned, 36)):
+            assert longest_row(model, tokenizer, task) == counted(task, positions), (kind, shots, positions)
+    rolling = load_task(str(tasks["rolling"]))  # texts longer than 36 positions: windows of 36
+    assert longest_row(positioned, tokenizer, rolling) == 36 < longest_row(long, tokenizer, rolling)
+
+    zero, two = (load_task(str(tasks["mc"]), num_fewshot=shots) for shots in (0, 2))
+    assert longest_row(long, tokenizer, two) > 2 * longest_row(long, tokenizer, zero)
+    # a job with room for about 40 rows of the 2-shot task's length, beside the 1 GB it holds
+    monkeypatch.setattr(memory, "host_rss", lambda: 1 << 30)
+    row = memory.row_bytes(long, longest_row(long, tokenizer, two))
+    mem_mb = ((1 << 30) + memory.fixed_bytes() + 40 * row) >> 20
+    memory.limit_job_to(mem_mb)
+    try:
+        rows = [rows_that_fit(long, tokenizer, EvalSet("lm_eval", [0], [{}], "acc", task=task),
+                              EvalSettings()).variant_batch_size for task in (zero, two)]
+    finally:
+        memory.limit_job_to(None)
+    assert rows[1] == ((mem_mb << 20) - (1 << 30) - memory.fixed_bytes()) // row and rows[0] > 2 * rows[1]

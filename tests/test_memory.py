@@ -275,14 +275,14 @@ def test_unset_rows_are_what_fits_the_jobs_memory_and_the_scores_do_not_change(m
 
     model = small("llama")
     evalset = EvalSet("language_modeling", windows(6, 40), windows(6, 40), "perplexity")
-    assert rows_that_fit(model, evalset, EvalSettings()).variant_batch_size == 256  # plenty of memory: the most
-    assert rows_that_fit(model, evalset, EvalSettings(variant_batch_size=3)).variant_batch_size == 3  # as told
+    assert rows_that_fit(model, None, evalset, EvalSettings()).variant_batch_size == 256  # plenty of memory: the most
+    assert rows_that_fit(model, None, evalset, EvalSettings(variant_batch_size=3)).variant_batch_size == 3  # as told
     # a job whose rule asked for little: its resident memory plus room for a few rows of 40 tokens
     row = memory.row_bytes(model, 40)
     monkeypatch.setattr(memory, "host_rss", lambda: 1 << 30)
     memory.limit_job_to(((1 << 30) + memory.fixed_bytes() + 5 * row) >> 20)
     try:
-        rows = rows_that_fit(model, evalset, EvalSettings()).variant_batch_size
+        rows = rows_that_fit(model, None, evalset, EvalSettings()).variant_batch_size
         assert 1 <= rows <= 5
         gates = gates_without(model, [all_heads(model)[0]])
         assert score(evalset, run(model, None, evalset, gates, EvalSettings(progress=False))) == pytest.approx(
@@ -290,6 +290,6 @@ def test_unset_rows_are_what_fits_the_jobs_memory_and_the_scores_do_not_change(m
             rel=1e-12)
         memory.limit_job_to(1 << 10 >> 20 or 1)  # 1 MB: below what the job holds
         with pytest.raises(ValueError, match="not even one row of 40 tokens fits"):
-            rows_that_fit(model, evalset, EvalSettings())
+            rows_that_fit(model, None, evalset, EvalSettings())
     finally:
         memory.limit_job_to(None)

@@ -433,27 +433,14 @@ def _generate_variants(model, hflm, instances: list, gates_list: list, *, batch_
     """Per gate setting, per ``generate_until`` request: the generated text as HFLM's ``generate_until`` gives
     it (greedy; its context left-truncated to ``max_length - max_gen_toks`` tokens; decoded without special
     tokens and cut at the first stop string, the EOS token's text among them)."""
-    from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, postprocess_generated_text
+    from lm_eval.models.utils import postprocess_generated_text
 
     from headprune.evaluation.retrieval import _greedy_variants
     from headprune.evaluation.shared_layers import first_masked_layer, layer_stack, variant_progress
     from headprune.models.loading import attention_backend
 
     device = model.get_input_embeddings().weight.device
-    eos_text = hflm.tok_decode(hflm.eot_token_id, skip_special_tokens=False)
-    prompts = []  # per request: (token ids, stop strings, max_gen_toks)
-    with _quiet_lm_eval():
-        for instance in instances:
-            context, settings = instance.args
-            kwargs = normalize_gen_kwargs(settings, hflm.max_gen_toks)
-            until = handle_stop_sequences(kwargs.pop("until", None), eos=eos_text)
-            max_gen_toks = kwargs.pop("max_gen_toks")
-            if hflm.max_length <= max_gen_toks:
-                raise ValueError(f"max_gen_toks {max_gen_toks} leaves no room for a context in "
-                                 f"{hflm.max_length} tokens")
-            ids, _ = hflm.tok_batch_encode([context], left_truncate_len=hflm.max_length - max_gen_toks,
-                                           truncation=hflm.truncation)
-            prompts.append((ids[0].tolist(), until, max_gen_toks))
+    prompts = _prompts(hflm, instances)
     # the model's own end of text, as generate() reads it when HFLM calls it
     eos = model.generation_config.eos_token_id
     stops = [int(t) for t in (eos if isinstance(eos, (list, tuple)) else [eos]) if t is not None]
@@ -482,6 +469,41 @@ def _generate_variants(model, hflm, instances: list, gates_list: list, *, batch_
                 for i, stop, tokens in zip(batch, until, per_item):
                     out[v][i] = postprocess_generated_text(hflm.tok_decode(tokens), stop, None)
     return out
+
+
+def _prompts(hflm, instances: list) -> list[tuple[list[int], list[str], int]]:
+    """Per ``generate_until`` request, as HFLM's ``generate_until`` reads it: (its context's token ids, left-truncated
+    to ``max_length - max_gen_toks``, its stop strings, the EOS token's text among them, its ``max_gen_toks``)."""
+    from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
+
+    eos_text = hflm.tok_decode(hflm.eot_token_id, skip_special_tokens=False)
+    prompts = []
+    with _quiet_lm_eval():
+        for instance in instances:
+            context, settings = instance.args
+            kwargs = normalize_gen_kwargs(settings, hflm.max_gen_toks)
+            until = handle_stop_sequences(kwargs.pop("until", None), eos=eos_text)
+            max_gen_toks = kwargs.pop("max_gen_toks")
+            if hflm.max_length <= max_gen_toks:
+                raise ValueError(f"max_gen_toks {max_gen_toks} leaves no room for a context in "
+                                 f"{hflm.max_length} tokens")
+            ids, _ = hflm.tok_batch_encode([context], left_truncate_len=hflm.max_length - max_gen_toks,
+                                           truncation=hflm.truncation)
+            prompts.append((ids[0].tolist(), until, max_gen_toks))
+    return prompts
+
+
+def longest_row(model, tokenizer, task: LMTask, max_length: int | None = None) -> int:
+    """The tokens of the longest row ``evaluate_variants`` puts through the model for ``task``: a
+    (context + continuation) pair as HFLM cuts it to ``max_length`` + 1 tokens less the last (a rolling
+    log-likelihood's window is one such pair), or a generation's truncated prompt and its ``max_gen_toks``."""
+    hflm = _tokenizer_of(model, tokenizer, max_length)
+    instances = [instance for per_doc in task.requests for instance in per_doc]
+    if task.output_type == "generate_until":
+        return max((len(ids) + max_gen_toks for ids, _, max_gen_toks in _prompts(hflm, instances)), default=1)
+    pairs = [pair for per_request in _scored_pairs(hflm, instances) for pair in per_request]
+    return max((min(len(context) + len(continuation) - 1, hflm.max_length) for context, continuation in pairs),
+               default=1)
 
 
 class _StopStrings(StoppingCriteria):

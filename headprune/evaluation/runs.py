@@ -121,12 +121,12 @@ def run_variants(model, tokenizer, evalset: EvalSet, gates_list: list,
 
     The one place where a job's masking meets its model: the kind's evaluation gates the model inside
     ``masked_as(model, settings.masking)`` and names no masking of its own."""
-    settings = rows_that_fit(model, evalset, settings)
+    settings = rows_that_fit(model, tokenizer, evalset, settings)
     with masked_as(model, settings.masking):
         return kind_of(evalset.kind).run_variants(model, tokenizer, evalset, gates_list, settings)
 
 
-def rows_that_fit(model, evalset: EvalSet, settings: EvalSettings) -> EvalSettings:
+def rows_that_fit(model, tokenizer, evalset: EvalSet, settings: EvalSettings) -> EvalSettings:
     """``settings`` as told, or with as many (setting, item) rows a pass as fit in the memory there is, at most
     ``VARIANT_ROWS`` (``headprune.models.memory``: the job's ``mem_mb``, else a headroom that grows with the
     weights); not even one row is one line that says what is needed."""
@@ -135,22 +135,10 @@ def rows_that_fit(model, evalset: EvalSet, settings: EvalSettings) -> EvalSettin
     from headprune.models.memory import free_bytes, sized
 
     device = next(model.parameters()).device
-    rows = sized(model, row_positions(evalset, settings), free_bytes(model, device), None, VARIANT_ROWS,
+    positions = kind_of(evalset.kind).row_positions(model, tokenizer, evalset, settings)
+    rows = sized(model, positions, free_bytes(model, device), None, VARIANT_ROWS,
                  "variant_batch_size")
     return dataclasses.replace(settings, variant_batch_size=rows)
-
-
-def row_positions(evalset: EvalSet, settings: EvalSettings) -> int:
-    """The tokens of the longest row a pass over ``evalset`` holds: its longest token sequence (a language
-    model's window; a retrieval prompt and its answer), else ``settings.max_length`` (sentences and pairs are
-    cut there; an lm-eval request is counted so too)."""
-    longest, generates = 0, 0
-    for source in evalset.sources:
-        ids = source.get("prompt_ids") if isinstance(source, dict) else source
-        if isinstance(ids, (list, tuple)) and ids and isinstance(ids[0], int):
-            longest = max(longest, len(ids))
-            generates = settings.max_new_tokens if isinstance(source, dict) else 0
-    return longest + generates if longest else settings.max_length
 
 
 def draw_settings(settings: EvalSettings) -> list[EvalSettings]:

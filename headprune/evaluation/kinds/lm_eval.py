@@ -113,6 +113,12 @@ class Kind(ScoresLanguageModel):
         return evaluate_variants(model, tokenizer, evalset.task, gates_list, batch_size=settings.batch_size,
                                  variant_batch_size=settings.variant_batch_size, progress=settings.progress)
 
+    def row_positions(self, model, tokenizer, evalset, settings):
+        from headprune.evaluation.lm_tasks import longest_row
+
+        # its requests as HFLM tokenizes them: few-shot contexts make rows far longer than a sentence
+        return longest_row(model, tokenizer, evalset.task)
+
     def score(self, evalset, outputs, bleu="detokenized"):
         from headprune.evaluation.lm_tasks import aggregate, item_metrics
 
