@@ -33,10 +33,9 @@ with logged(snakemake) as log:
     tables = {name: stacked(list(snakemake.input.get(name, [])), snakemake.params.epochs if name == "dynamics" else None)
               for name in EXPERIMENTS}
     # C1, C2 and C3 under each masking mode of experiments.masking_modes: a study per mode, "<study> (<mode> masking)"
-    modes_ablation, modes_pruning, modes_one_head = as_scorecard_tables(tables.pop("masking_modes"))
-    card = scorecard.scorecard(**tables, paper_models=dict(snakemake.params.paper_models),
-                               modes_ablation=modes_ablation, modes_pruning=modes_pruning,
-                               modes_one_head=modes_one_head, confidence=snakemake.params.confidence)
+    modes = as_scorecard_tables(tables.pop("masking_modes"))
+    card = scorecard.scorecard(tables, dict(snakemake.params.paper_models), confidence=snakemake.params.confidence,
+                               masking_modes=modes)
     atomic.write_csv(card, snakemake.output.csv, index=False)
     atomic.write_text(snakemake.output.md, scorecard.markdown(card))
     for r in card.itertuples():

@@ -313,7 +313,7 @@ def test_table4_times_the_variants_in_llama_cpp_beside_pytorch():
     assert row["speedup_low"] < 100 * (np.exp(np.mean(np.log(ratios))) - 1) < row["speedup_high"]
     markdown = table4.table4_markdown(summary)
     assert "| 1 (llama.cpp prompt tokens) |" in markdown and "llama.cpp's deci architecture" in markdown
-    verdicts = scorecard.c6_speed(summary, {})
+    verdicts = scorecard.judged("C6", {}, speed=summary)
     assert any("llama.cpp" in v["study"] and "against 0" in v["this_run"] for v in verdicts)
 
 

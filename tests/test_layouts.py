@@ -135,16 +135,17 @@ def _curves(uniform_points):
 
 
 def test_the_scorecard_says_what_uniformity_costs_at_equal_heads_removed():
-    from headprune.report.scorecard import NOT_REPRODUCED, REPRODUCED, u1_uniform_layout
+    from headprune.report.claims import NOT_REPRODUCED, REPRODUCED
+    from headprune.report.scorecard import judged
 
-    (row,) = u1_uniform_layout(_curves([(0.0, 0.80), (50.0, 0.695), (100.0, 0.30)]))
+    (row,) = judged("U1", pruning=_curves([(0.0, 0.80), (50.0, 0.695), (100.0, 0.30)]))
     assert (row["verdict"], row["claim"]) == (REPRODUCED, "U1")
     assert "at 50.0% of the heads: free 70.00% accuracy, uniform 69.50% accuracy (0.50 points worse)" in row["this_run"]
-    (row,) = u1_uniform_layout(_curves([(0.0, 0.80), (50.0, 0.68), (100.0, 0.30)]))
+    (row,) = judged("U1", pruning=_curves([(0.0, 0.80), (50.0, 0.68), (100.0, 0.30)]))
     assert row["verdict"] == NOT_REPRODUCED and "(2.00 points worse)" in row["this_run"]
-    (row,) = u1_uniform_layout(_curves([(0.0, 0.80), (50.0, 0.72), (100.0, 0.30)]))
+    (row,) = judged("U1", pruning=_curves([(0.0, 0.80), (50.0, 0.72), (100.0, 0.30)]))
     assert row["verdict"] == REPRODUCED and "(2.00 points better)" in row["this_run"]
     # no common step inside: the free curve read at 25% by linear interpolation, (0.80 + 0.70) / 2 = 0.75
-    (row,) = u1_uniform_layout(_curves([(0.0, 0.80), (25.0, 0.74), (100.0, 0.30)]))
+    (row,) = judged("U1", pruning=_curves([(0.0, 0.80), (25.0, 0.74), (100.0, 0.30)]))
     assert "at 25.0% of the heads (free interpolated): free 75.00% accuracy, uniform 74.00%" in row["this_run"]
-    assert u1_uniform_layout(_curves([]).query("layout == 'free'")) == []
+    assert judged("U1", pruning=_curves([]).query("layout == 'free'")) == []

@@ -368,8 +368,7 @@ def test_the_modes_side_by_side_count_heads_prunable_share_and_rank_agreement():
     # the scorecard judges C1 and C3 under each mode, a study per mode
     ablation, pruning, one_head = as_scorecard_tables(runs)
     assert one_head.empty  # no one-head-per-layer rows: C2 is not judged per mode
-    card = scorecard.scorecard(pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(),
-                               pd.DataFrame(), paper_models={}, modes_ablation=ablation, modes_pruning=pruning)
+    card = scorecard.scorecard({}, {}, masking_modes=(ablation, pruning, one_head))
     c1 = card[card["claim"] == "C1"].set_index("study")["this_run"]
     assert c1["lm (zero masking)"].startswith("1/4 (25%)") and c1["lm (mean masking)"].startswith("3/4 (75%)")
     c3 = card[card["claim"] == "C3"].set_index("study")["this_run"]

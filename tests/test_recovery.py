@@ -287,7 +287,9 @@ def test_the_demo_recovers_two_studies_at_two_points(tmp_path):
 def test_r1_says_how_much_of_the_loss_each_method_wins_back():
     import pandas as pd
 
-    from headprune.report.scorecard import REPRODUCED, r1_recovery, won_back
+    from headprune.report.claims import REPRODUCED
+    from headprune.report.claims.ours import won_back
+    from headprune.report.scorecard import judged
 
     # perplexity: unpruned 10, pruned 20, recovered 12 -> (20 - 12) / (20 - 10) = 80% won back
     assert won_back(10.0, 20.0, 12.0, "perplexity") == pytest.approx(80.0)
@@ -295,13 +297,13 @@ def test_r1_says_how_much_of_the_loss_each_method_wins_back():
     table = pd.DataFrame([{"study": "s", "percent_pruned": p, "method": m, "metric": "accuracy", "score_unpruned": 0.8,
                            "score_pruned": 0.6, "score_recovered": r, "steps": steps}
                           for p in (30, 50) for m, r, steps in (("lora", 0.75, 40), ("bias_compensation", 0.62, 0))])
-    (row,) = r1_recovery(table)
+    (row,) = judged("R1", recovery=table)
     assert row["verdict"] == REPRODUCED and "lora 75%" in row["this_run"] and "bias_compensation 10%" in row["this_run"]
-    assert r1_recovery(table.assign(score_recovered=0.62))[0]["verdict"] != REPRODUCED
+    assert judged("R1", recovery=table.assign(score_recovered=0.62))[0]["verdict"] != REPRODUCED
     # bias compensation trains nothing (steps 0): it alone winning back the loss does not reproduce R1
     only_bias = table.assign(score_recovered=table["method"].map({"lora": 0.62, "bias_compensation": 0.79}))
-    assert r1_recovery(only_bias)[0]["verdict"] != REPRODUCED
-    assert r1_recovery(pd.DataFrame()) == []
+    assert judged("R1", recovery=only_bias)[0]["verdict"] != REPRODUCED
+    assert judged("R1", recovery=pd.DataFrame()) == []
 
 
 def test_figure3_draws_a_marker_per_method_at_the_recovered_points():

@@ -177,7 +177,7 @@ def test_table1_says_what_it_stands_on_and_bounds_the_screened_only_heads_by_han
 
 
 def test_the_scorecards_c1_gives_the_range_the_bound_leaves(jobs):
-    from headprune.report.scorecard import MOST_HEADS
+    from headprune.report.claims.michel import MOST_HEADS
 
     bound = pd.read_csv(jobs / "screened.bound.csv").iloc[0]
     c1 = pd.read_csv(jobs / "scorecard.csv").query("claim == 'C1'").iloc[0]

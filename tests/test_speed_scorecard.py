@@ -4,7 +4,7 @@ import math
 import pandas as pd
 
 from headprune.report import scorecard as sc
-from headprune.report.scorecard import NOT_REPRODUCED, NOT_RUN, REPRODUCED, UNDECIDED
+from headprune.report.claims import NOT_REPRODUCED, NOT_RUN, REPRODUCED, UNDECIDED
 
 MODELS = {"mnli": "MNLI"}
 
@@ -18,7 +18,7 @@ def table4(intervals, speedups=None, items=9815, study="mnli"):
 
 
 def verdict_of(table):
-    (row,) = sc.c6_speed(table, MODELS)
+    (row,) = sc.judged("C6", MODELS, speed=table)
     return row
 
 
@@ -69,7 +69,7 @@ def test_a_table_without_intervals_falls_back_to_the_speedups_themselves():
 def test_each_unit_of_a_language_model_is_judged_alone_and_batches_beyond_the_items_are_left_out():
     prefill = table4([(-1.0, 1.0), (2.0, 4.0), (10.0, 15.0), (20.0, 30.0)])
     decode = table4([(-1.0, 1.0), (-2.0, 2.0), (-3.0, 1.0), (-2.0, 1.5)]).assign(unit="decode tokens")
-    rows = sc.c6_speed(pd.concat([prefill.assign(unit="prefill tokens"), decode]), MODELS)
+    rows = sc.judged("C6", MODELS, speed=pd.concat([prefill.assign(unit="prefill tokens"), decode]))
     assert [(r["study"], r["verdict"]) for r in rows] == [("mnli (prefill tokens)", REPRODUCED),
                                                          ("mnli (decode tokens)", UNDECIDED)]
     # 16 items: batch 64 runs one batch of 16 again; batch 16 is the largest compared

@@ -1,6 +1,7 @@
-"""A toy criterion, screen, layout and metric: each one class, registered by the test alone (monkeypatch undoes it),
-and reached by the code that uses its vocabulary (issue #60): the criterion gives a pruning order and its own prune
-job, the screen screens, the layout steps, the metric is shown, compared and counted in points."""
+"""A toy criterion, screen, layout, metric and scorecard claim: each one class, registered by the test alone
+(monkeypatch undoes it), and reached by the code that uses its vocabulary (issue #60): the criterion gives a pruning
+order and its own prune job, the screen screens, the layout steps, the metric is shown, compared and counted in
+points, the claim is judged in the scorecard and its Markdown."""
 from types import SimpleNamespace
 
 import numpy as np
@@ -12,7 +13,9 @@ from headprune.analyses.criteria import CRITERIA, Criterion, criterion_order
 from headprune.analyses.layouts import LAYOUTS, Layout, layout_steps
 from headprune.analyses.screening import SCREENS, Screen, screen_study
 from headprune.evaluation.metrics import METRICS, Metric, better_sign
-from headprune.report import scorecard
+from headprune.report.claims import CLAIMS, Claim, NOT_RUN, REPRODUCED
+from headprune.report.claims import base as claims
+from headprune.report.scorecard import markdown, scorecard
 from headprune.report.figures import change_label, format_score, order_labels, order_linestyles
 from headprune.stages import pruning
 
@@ -102,13 +105,45 @@ def test_a_toy_metric_is_shown_compared_and_counted_in_points(monkeypatch):
     assert format_score("toy_wer", 0.1234) == "WER 12.34%"
     assert change_label("toy_wer") == "WER change (%)"
     assert better_sign("toy_wer") == -1  # the tables' deltas and the criteria's curves read it
-    assert scorecard.point("toy_wer") == 0.01 and scorecard.unit("toy_wer") == "% WER"
-    assert scorecard.show(0.05, "toy_wer") == "5.00% WER"
+    assert claims.point("toy_wer") == 0.01 and claims.unit("toy_wer") == "% WER"
+    assert claims.show(0.05, "toy_wer") == "5.00% WER"
     # lower is better: the curve falls off where the rate rises by more than 1% of the full model's
     curve = pd.DataFrame({"percent_pruned": [0, 10, 20], "score": [0.2, 0.201, 0.25]})
     tolerance = criteria.tolerance_points("toy_wer", 1.0, 0.2)
     assert np.isclose(tolerance, 0.002)
     assert criteria.largest_within(curve, 0.2, tolerance, better_sign("toy_wer")) == 10.0
+
+
+class HalfKept(Claim):
+    """A toy claim: every study keeps half its unpruned score with half its heads pruned."""
+    code = "T1"
+    statement = "Half the heads pruned keep half the score"
+    evidence = "pruning.csv"
+    source = "a toy claim of tests/test_toy_words.py"
+    rule = "reproduced if the score at 50% pruned is at least half the unpruned one"
+
+    def judge(self, evidence):
+        pruning = evidence["pruning"]
+        if pruning.empty:
+            return [self.not_run()]
+        rows = []
+        for study, curve in claims.by_study(pruning):
+            full, half = (float(curve.loc[curve["percent_pruned"] == p, "score"].iloc[0]) for p in (0, 50))
+            rows.append(self.row(study, f"{half:.2f} of {full:.2f}", claims.verdict(half >= full / 2)))
+        return rows
+
+
+def test_a_toy_claim_is_judged_in_the_scorecard(monkeypatch):
+    monkeypatch.setitem(CLAIMS, "T1", HalfKept())
+    curves = pd.DataFrame({"study": ["a", "a", "b", "b"], "percent_pruned": [0, 50, 0, 50],
+                           "score": [0.8, 0.5, 0.8, 0.3], "metric": "accuracy", "order": "random", "scope": "all"})
+    card = scorecard({"pruning": curves}, {})
+    toy = card[card["claim"] == "T1"]
+    assert list(zip(toy["study"], toy["this_run"], toy["verdict"])) == [
+        ("a", "0.50 of 0.80", REPRODUCED), ("b", "0.30 of 0.80", "not reproduced")]
+    assert (toy["paper"] == HalfKept.source).all() and (toy["rule"] == HalfKept.rule).all()
+    assert "| T1 | a | Half the heads pruned keep half the score (pruning.csv) | 0.50 of 0.80 |" in markdown(card)
+    assert scorecard({}, {}).query("claim == 'T1'")["verdict"].tolist() == [NOT_RUN]
 
 
 def test_the_schema_lists_no_word_of_a_registry():

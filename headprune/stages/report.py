@@ -13,7 +13,7 @@ def scorecard_inputs(pipeline) -> dict[str, list[str]]:
 
 
 def paper_models(pipeline):
-    """The paper's model each study stands for (its numbers in headprune.report.scorecard.PAPER): WMT for
+    """The paper's model each study stands for (its numbers in each claim's ``paper``, headprune.report.claims): WMT for
     the translation study, a glue study's GLUE task (None for a task of its own), and those a stage makes of its
     own (IWSLT for Figure 5's)."""
     return {pipeline.translation_name: "WMT", **{task: pipeline.glue[task].get("task") for task in pipeline.glue},
