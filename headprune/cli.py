@@ -370,27 +370,29 @@ def run_prune(args):
     chosen = {} if args.heads is not None else {"criterion": args.criterion, "masking": settings(args).masking,
                                                   "curve_point": point}
     same_size = same_size_line(len(removed), len(heads))
-    if LAYOUTS[args.layout].stock:  # transformers' own class and config: loads anywhere, no remote code
+    layout = LAYOUTS[args.layout]
+    if layout.stock:  # transformers' own class and config: loads anywhere, no remote code
         try:
             try:
-                out = save_stock(model, tokenizer, args.out, base_model=args.model, **chosen)
+                out = save_stock(model, tokenizer, args.out, base_model=args.model,
+                                 layout_line=layout.card_line(), **chosen)
             except NoSmallerStock as error:  # the family's class cannot hold fewer heads: all in place, zeroed
-                out = save_stock(model, tokenizer, args.out, zeroed=True, base_model=args.model, layout=args.layout,
-                                 **chosen)
+                out = save_stock(model, tokenizer, args.out, zeroed=True, base_model=args.model,
+                                 layout_line=layout.card_line(same_size=True), **chosen)
                 log.info("--layout %s: no smaller stock checkpoint (%s); saved a same-size one instead, %s",
                          args.layout, error.why, same_size)
         except ValueError as error:  # the heads a stock class cannot hold
             raise UsageError(f"--layout {args.layout}: {error}") from None
     elif args.stock:
         try:
-            out = save_stock(model, tokenizer, args.out, zeroed=True, base_model=args.model, layout=args.layout,
-                             **chosen)
+            out = save_stock(model, tokenizer, args.out, zeroed=True, base_model=args.model,
+                             layout_line=layout.card_line(same_size=True), **chosen)
         except ValueError as error:  # what no stock class holds, smaller or same-size
             raise UsageError(f"--stock: {error}") from None
         log.info("--stock: saved a same-size stock checkpoint, %s (the remote-code export, without --stock, is "
                  "smaller)", same_size)
     else:  # layers keep their own heads: loads in headprune, and in transformers with trust_remote_code
-        out = save_pruned(model, tokenizer, args.out, base_model=args.model, layout=args.layout, **chosen)
+        out = save_pruned(model, tokenizer, args.out, base_model=args.model, layout_line=layout.card_line(), **chosen)
     if args.heads is None:  # after the model: save_pruned replaces the folder
         write_csv(curve, args.curve or out / "pruning.csv")
     log.info("removed %d of %d heads (%s); saved the pruned model to %s", len(removed), len(heads),

@@ -220,6 +220,23 @@ def test_prune_with_a_free_layout_says_so_in_its_card(llama, data, tmp_path):
     assert "trust_remote_code=True" in card and "auto_map" in (out / "config.json").read_text()
 
 
+def test_a_layout_of_its_own_is_a_choice_and_writes_its_own_card_line(llama, data, tmp_path, monkeypatch):
+    """A layout is one class (headprune.analyses.layouts): registered, --layout takes it and the card says its line."""
+    from headprune.analyses.layouts import LAYOUTS, Free
+
+    class Toy(Free):
+        paper, word = False, "toy"
+
+        def card_line(self, same_size=False):
+            return "- layout: toy (the layout of tests/test_cli.py)"
+
+    monkeypatch.setitem(LAYOUTS, "toy", Toy())
+    out = tmp_path / "toy"
+    result = headprune("prune", llama, "--data", data["corpus.txt"], "--heads", "0-1", "--layout", "toy", "--out", out)
+    assert result.returncode == 0, result.stderr
+    assert "- layout: toy (the layout of tests/test_cli.py)" in (out / "README.md").read_text()
+
+
 def test_a_uniform_layout_of_a_class_that_derives_the_head_size_is_saved_same_size(bert, data, tmp_path):
     """BERT cannot hold fewer heads of the same size in its own class (#46): --layout uniform saves it at its
     original size with the removed heads' weights zeroed, says so in its log and card, and computes the pruned

@@ -183,7 +183,8 @@ def test_the_stock_config_has_the_kept_heads(exported, model_type):
     assert sorted(p.name for p in folder.iterdir()) == ["README.md", "config.json", "generation_config.json",
                                                         "model.safetensors"]
     card = (folder / "README.md").read_text()
-    assert "trust_remote_code" not in card and "custom_code" not in card and "layout: uniform" in card
+    assert "trust_remote_code" not in card and "custom_code" not in card
+    assert "layout: every layer keeps as many heads" in card  # no pruning layout named: the model's shape
     assert "| decoder self-attention (dec_self) | 1 |" in card
     with torch.no_grad():  # the pruned model itself computes the reference (as the stock one, checked above)
         assert (model(input_ids=IDS).logits - logits).abs().max() <= 1e-5 * max(1.0, float(logits.abs().max()))
@@ -402,8 +403,9 @@ def test_a_same_size_export_keeps_every_head_and_zeroes_the_removed_ones(same_si
     assert "trust_remote_code" not in card and "custom_code" not in card
     assert f"{removed} of" in card and "heads' weights zeroed" in card and "no speed or memory gain" in card
     assert "same-size stock checkpoint" in card
-    layout = "free" if name.endswith("_free") else "uniform"
-    assert f"- layout: {layout} (" in card
+    # no pruning layout named: the card reads the layout off the model's shape
+    shape = "each layer keeps its own heads" if name.endswith("_free") else "every layer keeps as many heads"
+    assert f"- layout: {shape}" in card
     if name in ("gpt2", "bert", "marian"):
         assert "a smaller stock export needs a family whose config holds head_dim" in card
     # the export computes something else than the unpruned model (the reference): zeroing did something

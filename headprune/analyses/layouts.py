@@ -83,9 +83,16 @@ class Layout:
     # Whether its steps need the model's removal units (``removal_units``)
     needs_units: ClassVar[bool] = False
 
+    word: ClassVar[str]  # its name in LAYOUTS (``layout`` sets it)
+
     def steps(self, order: Sequence[HeadId], *, step_percent: float, units: Units | None):
         """(percent pruned, heads removed) of each step of a curve, first the full model."""
         raise NotImplementedError
+
+    def card_line(self, same_size: bool = False) -> str:
+        """What a pruned model's card says of its layout (``headprune.models.export.model_card``); ``same_size``: a
+        same-size stock export (``headprune prune --stock``: the removed heads' weights zeroed)."""
+        return f"- layout: {self.word}"
 
     def removal(self, order: Sequence[HeadId], model, percent: float) -> list[HeadId]:
         """The heads removed for about ``percent`` % of the heads (``order``: every head of the model)."""
@@ -99,6 +106,7 @@ FREE, UNIFORM = "free", "uniform"  # their words, where a claim names one (the s
 def layout(name: str):
     """A class decorator registering one instance of the class as the layout ``name``."""
     def register(cls):
+        cls.word = name
         LAYOUTS.add(name, cls())
         return cls
     return register
@@ -117,6 +125,13 @@ class Free(Layout):
     def removal(self, order, model, percent):
         return list(order[:int(round(percent * len(order) / 100.0))])
 
+    def card_line(self, same_size=False):
+        if same_size:
+            return ("- layout: free (each layer keeps its own heads): a same-size stock checkpoint (`headprune prune "
+                    "--stock`); the remote-code export is smaller")
+        return ("- layout: free (each layer keeps its own heads): loads as remote code (`trust_remote_code=True`); "
+                "`headprune prune --layout uniform` writes a stock checkpoint")
+
 
 @layout(UNIFORM)
 class Uniform(Layout):
@@ -130,6 +145,10 @@ class Uniform(Layout):
 
     def removal(self, order, model, percent):
         return uniform_removal(order, model, percent)
+
+    def card_line(self, same_size=False):
+        return ("- layout: uniform (every layer keeps as many heads and whole key/value groups): a "
+                + ("same-size stock checkpoint" if same_size else "stock checkpoint"))
 
 
 def paper_layout() -> str:

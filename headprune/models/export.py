@@ -148,7 +148,7 @@ def auto_map(model, source: str) -> dict[str, str]:
 
 
 def save_pruned(model, tokenizer, folder, *, base_model: str | None = None, criterion: str | None = None,
-                masking=None, curve_point: dict | None = None, layout: str | None = None,
+                masking=None, curve_point: dict | None = None, layout_line: str | None = None,
                 recovery: dict | None = None) -> Path:
     """Write ``model`` (pruned or not) and ``tokenizer`` (or None) to ``folder`` so that plain transformers loads
     it with ``trust_remote_code=True`` (see the module docstring); headprune's ``load_pruned_weights`` reads it
@@ -159,8 +159,9 @@ def save_pruned(model, tokenizer, folder, *, base_model: str | None = None, crit
     ``masking`` (a config word or a mode of ``headprune.models.masking``) they were chosen, and the pruning
     curve's point it was cut at (``curve_point``: its row of pruning.csv, with ``percent_pruned``,
     ``heads_pruned``, ``score`` and ``metric``, and where known ``unpruned_score`` and ``data``, what it was scored
-    on); ``recovery``: how it was trained after pruning (``headprune.training.recovery``'s record, with the scores
-    before and after where the caller adds them).
+    on); ``layout_line``: what it says of the pruning layout (``headprune.analyses.layouts``: a layout's
+    ``card_line``); ``recovery``: how it was trained after pruning (``headprune.training.recovery``'s record, with
+    the scores before and after where the caller adds them).
 
     >>> from transformers import AutoModelForCausalLM
     >>> _ = remove_heads(model, [("dec_self", 0, 1)])
@@ -183,7 +184,7 @@ def save_pruned(model, tokenizer, folder, *, base_model: str | None = None, crit
     entries = auto_map(model, source)
     code_files = [modeling_file.name, *sibling_imports(source)]
     card = model_card(model, entries, folder.name, code_files, base_model=base_model, criterion=criterion,
-                      masking=masking, curve_point=curve_point, layout=layout, recovery=recovery)
+                      masking=masking, curve_point=curve_point, layout_line=layout_line, recovery=recovery)
     with atomic_dir(folder) as staging:
         # safetensors (transformers 5 writes nothing else), in the names the model has: a pruned folder loads by
         # load_state_dict or as remote code, neither of which renames legacy checkpoint keys (GPT-NeoX embed_out)
@@ -233,25 +234,12 @@ def heads_table(model) -> tuple[list[str], int, int]:
     return rows, removed, total
 
 
-# What a card says of the pruning layout (headprune.analyses.layouts), when it is known
-LAYOUT_LINES = {
-    "uniform": "- layout: uniform (every layer keeps as many heads and whole key/value groups): a stock checkpoint",
-    "free": "- layout: free (each layer keeps its own heads): loads as remote code (`trust_remote_code=True`); "
-            "`headprune prune --layout uniform` writes a stock checkpoint"}
-# ... and of a same-size stock export (headprune.models.stock: the removed heads' weights zeroed)
-SAME_SIZE_LAYOUT_LINES = {
-    "uniform": "- layout: uniform (every layer keeps as many heads and whole key/value groups): a same-size stock "
-               "checkpoint",
-    "free": "- layout: free (each layer keeps its own heads): a same-size stock checkpoint (`headprune prune "
-            "--stock`); the remote-code export is smaller"}
-
-
 def model_card(model, entries: dict[str, str], name: str, code_files: list[str], *, base_model=None, criterion=None,
-               masking=None, curve_point=None, layout: str | None = None, stock: bool = False,
+               masking=None, curve_point=None, layout_line: str | None = None, stock: bool = False,
                same_size: str | None = None, parameters: int | None = None, recovery: dict | None = None) -> str:
     """README.md for the saved folder, as the hub's model cards are written: YAML front matter, then what the
     model is, how to load it, and what was pruned and how. ``stock``: transformers' own class and config with
-    fewer heads (``headprune.models.stock``), loaded without remote code; ``layout``: the pruning layout's line.
+    fewer heads (``headprune.models.stock``), loaded without remote code; ``layout_line``: the pruning layout's line.
     ``same_size`` (with ``stock``): a same-size stock export (every head in place, the removed heads' weights
     zeroed), the string why no smaller stock export exists ("" where one does); ``parameters``: the saved model's
     count where it is not ``model``'s."""
@@ -299,7 +287,7 @@ def model_card(model, entries: dict[str, str], name: str, code_files: list[str],
             f"own `{built}` and cut each attention to the heads kept, so that the weights load. Without it "
             "transformers builds its class with every head and refuses the weights (a size mismatch). headprune loads "
             "it too: `headprune.load_model(path)`."]
-    pruned = [(SAME_SIZE_LAYOUT_LINES if zeroed else LAYOUT_LINES)[layout]] if layout else []
+    pruned = [layout_line] if layout_line else []
     pruned += [f"- {'zeroed' if zeroed else 'removed'}: {removed} of {total} heads, per attention type and layer in "
                "the table below",
                f"- criterion: {_criterion_text(criterion)}"]

@@ -374,25 +374,30 @@ def _check_logits(model, stock) -> None:
 # --- The model card ------------------------------------------------------------------------------------
 
 def stock_card(model, name: str, zeroed=None, **card_kwargs) -> str:
-    """README.md: ``export.model_card``'s card for a stock checkpoint (no remote code; a uniform layout unless
-    ``card_kwargs`` name one). ``zeroed``: the same-size export's stock model (None: the smaller export), whose card
-    says it is as large as the original, how many heads' weights are zero and why no smaller stock export exists."""
+    """README.md: ``export.model_card``'s card for a stock checkpoint (no remote code). ``zeroed``: the same-size
+    export's stock model (None: the smaller export), whose card says it is as large as the original, how many heads'
+    weights are zero and why no smaller stock export exists. Where ``card_kwargs`` name no ``layout_line`` (no pruning
+    layout chose the heads), the card says the model's shape (``shape_line``)."""
     from headprune.models.export import auto_class, model_card
 
     auto = auto_class(type(model)) or type(model).__name__
+    if card_kwargs.get("layout_line") is None:
+        card_kwargs["layout_line"] = shape_line(model)
     if zeroed is None:
-        card_kwargs.setdefault("layout", "uniform")
         return model_card(model, {auto: type(model).__name__}, name, [], stock=True, **card_kwargs)
-    if card_kwargs.get("layout") is None:
-        try:
-            uniform_counts(model)
-            card_kwargs["layout"] = "uniform"
-        except NoSmallerStock:  # every layer alike, none of its heads left
-            card_kwargs["layout"] = "uniform"
-        except ValueError:
-            card_kwargs["layout"] = "free"
     return model_card(model, {auto: type(model).__name__}, name, [], stock=True, same_size=why_not_smaller(model) or "",
                       parameters=_parameter_count(zeroed), **card_kwargs)
+
+
+def shape_line(model) -> str:
+    """The card's line of a pruned model's layout, read off its shape: every layer alike, or each its own."""
+    try:
+        uniform_counts(model)
+    except NoSmallerStock:  # every layer alike, none of its heads left
+        pass
+    except ValueError:
+        return "- layout: each layer keeps its own heads"
+    return "- layout: every layer keeps as many heads and whole key/value groups"
 
 
 def _parameter_count(model) -> int:

@@ -352,11 +352,13 @@ def export_recovered(model, tokenizer, folder, record: dict, *, base_model: str 
     (``headprune.models.export.save_pruned``); the model card says how it was recovered (``record``: the method,
     data, steps, and the scores before and after; ``card``: the rest of the card, criterion and curve_point as
     ``save_pruned`` takes them). Returns (the folder, True where it is a stock checkpoint)."""
+    from headprune.analyses.layouts import LAYOUTS, UNIFORM
     from headprune.models.export import save_pruned
     from headprune.models.stock import save_stock
 
-    try:
-        return save_stock(model, tokenizer, folder, base_model=base_model, recovery=record, **card), True
+    try:  # a smaller stock checkpoint holds a uniform layout only
+        return save_stock(model, tokenizer, folder, base_model=base_model, recovery=record,
+                          layout_line=LAYOUTS[UNIFORM].card_line(), **card), True
     except ValueError as why:  # a free layout, bias compensation, a family whose class cannot hold the heads
         log.info("recovered model: no stock checkpoint (%s); saved with remote code", str(why).splitlines()[0])
         return save_pruned(model, tokenizer, folder, base_model=base_model, recovery=record, **card), False
