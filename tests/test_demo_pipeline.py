@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from headprune.analyses.engines import ENGINE_UNITS, llama_cpp_missing
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -193,7 +195,9 @@ def test_demo_any_model_by_config(demo_run):
     table1 = (results / "figures" / "tiny_llama" / "table1.md").read_text()
     assert table1.startswith("**Table 1** (tiny_llama (llama), Causal self-attention)")  # labelled for its family
     table4 = pd.read_csv(results / "figures" / "tiny_llama" / "table4.csv")
-    assert set(table4.unit) == {"prefill tokens", "decode tokens"} and (table4.check_agreement == 1).all()
+    # llama.cpp's rows where the gguf extra is installed (analyses.engines)
+    engine = set() if llama_cpp_missing() else set(ENGINE_UNITS)
+    assert set(table4.unit) == {"prefill tokens", "decode tokens"} | engine and (table4.check_agreement == 1).all()
     roberta = pd.read_csv(results / "roberta_mnli" / "eval" / "ablation.csv")
     assert len(roberta) == 8 and (roberta.score_full > 0.5).all()  # chance is 1/3
     assert "Roberta" in (results / "models" / "roberta_mnli" / "config.json").read_text()
