@@ -26,18 +26,37 @@ class RetrievalClaim(Claim):
         raise NotImplementedError
 
 
-def at_largest_k(table: pd.DataFrame) -> tuple[int, pd.Series, pd.DataFrame]:
-    """(the largest K run, its top-K row, its random K-head sets) of one study's retrieval_heads.csv."""
-    k = int(table["k"].max())
-    at_k = table[table["k"] == k]
-    return k, at_k[at_k.selection == "top"].iloc[0], at_k[at_k.selection == "random"]
+class TopAgainstRandom(RetrievalClaim):
+    """A claim on retrieval_heads.csv: the top-K heads masked against K random heads, at the largest K run."""
+
+    def scored(self, retrieval_heads: pd.DataFrame) -> pd.DataFrame:
+        """The rows of retrieval_heads.csv the claim reads (empty: not run)."""
+        raise NotImplementedError
+
+    def judge_at_k(self, study: str, k: int, top: pd.Series, random_sets: pd.DataFrame) -> dict:
+        """A study's row from its top-K row and its random K-head sets at the largest K."""
+        raise NotImplementedError
+
+    def judge_studies(self, evidence):
+        scored = self.scored(evidence["retrieval_heads"])
+        if scored.empty:
+            return [self.not_run()]
+        rows = []
+        for study, table in by_study(scored):
+            k = int(table["k"].max())
+            at_k = table[table["k"] == k]
+            top, random_sets = at_k[at_k.selection == "top"].iloc[0], at_k[at_k.selection == "random"]
+            rows.append(self.judge_at_k(study, k, top, random_sets))
+        return rows
 
 
-def retrieval_rows(retrieval_heads: pd.DataFrame) -> pd.DataFrame:
-    """The rows of retrieval_heads.csv scored by retrieval (empty where none is)."""
-    if retrieval_heads.empty or "retrieval" not in retrieval_heads:
-        return pd.DataFrame()
-    return retrieval_heads[retrieval_heads["retrieval"].notna()]
+class RetrievalScored(TopAgainstRandom):
+    """W2 and W3 read the rows scored by retrieval."""
+
+    def scored(self, retrieval_heads):
+        if retrieval_heads.empty or "retrieval" not in retrieval_heads:
+            return pd.DataFrame()
+        return retrieval_heads[retrieval_heads["retrieval"].notna()]
 
 
 @claim
@@ -68,7 +87,7 @@ class FewRetrievalHeads(RetrievalClaim):
 
 
 @claim
-class RetrievalMasked(RetrievalClaim):
+class RetrievalMasked(RetrievalScored):
     code = "W2"
     statement = "Wu et al.: masking the top-K retrieval heads costs far more retrieval than masking K random heads"
     evidence = "retrieval_heads.csv"
@@ -77,25 +96,18 @@ class RetrievalMasked(RetrievalClaim):
     rule = (f"at the largest K run: reproduced if masking the top-K heads leaves a retrieval accuracy at least "
             f"{FAR_MORE:g} points below the mean over the K-random-head sets, and its drop is significant")
 
-    def judge_studies(self, evidence):
-        scored = retrieval_rows(evidence["retrieval_heads"])
-        if scored.empty:
-            return [self.not_run()]
-        rows = []
-        for study, table in by_study(scored):
-            k, top, random_sets = at_largest_k(table)
-            random_mean = float(random_sets["retrieval"].mean())
-            gap = in_points(random_mean - float(top.retrieval), "retrieval")
-            this_run = (f"K={k}: top-K heads masked {show(top.retrieval, 'retrieval')}, K random heads "
-                        f"{show(random_mean, 'retrieval')} (mean of {len(random_sets)} sets), all heads "
-                        f"{show(float(top.retrieval_full), 'retrieval')}")
-            significant = flags(pd.Series([top.significant_retrieval])).iloc[0]
-            rows.append(self.row(study, this_run, verdict(gap >= FAR_MORE and significant)))
-        return rows
+    def judge_at_k(self, study, k, top, random_sets):
+        random_mean = float(random_sets["retrieval"].mean())
+        gap = in_points(random_mean - float(top.retrieval), "retrieval")
+        this_run = (f"K={k}: top-K heads masked {show(top.retrieval, 'retrieval')}, K random heads "
+                    f"{show(random_mean, 'retrieval')} (mean of {len(random_sets)} sets), all heads "
+                    f"{show(float(top.retrieval_full), 'retrieval')}")
+        significant = flags(pd.Series([top.significant_retrieval])).iloc[0]
+        return self.row(study, this_run, verdict(gap >= FAR_MORE and significant))
 
 
 @claim
-class PerplexityUnmoved(RetrievalClaim):
+class PerplexityUnmoved(RetrievalScored):
     code = "W3"
     statement = "Masking the retrieval heads moves perplexity little (perplexity does not see them)"
     evidence = "retrieval_heads.csv"
@@ -103,25 +115,18 @@ class PerplexityUnmoved(RetrievalClaim):
     rule = (f"at the largest K run: reproduced if masking the top-K heads raises perplexity by less than {LITTLE:g}% "
             "of the full model's")
 
-    def judge_studies(self, evidence):
-        scored = retrieval_rows(evidence["retrieval_heads"])
-        if scored.empty:
-            return [self.not_run()]
-        rows = []
-        for study, table in by_study(scored):
-            k, top, random_sets = at_largest_k(table)
-            full = float(top.perplexity_full)
-            rise = 100.0 * (float(top.perplexity) - full) / full
-            random_mean = float(random_sets["perplexity"].mean())
-            random_rise = 100.0 * (random_mean - full) / full
-            this_run = (f"K={k}: perplexity {float(top.perplexity):.2f} with the top-K heads masked ({rise:+.1f}%), "
-                        f"{random_mean:.2f} with K random heads ({random_rise:+.1f}%), {full:.2f} with all")
-            rows.append(self.row(study, this_run, verdict(rise < LITTLE)))
-        return rows
+    def judge_at_k(self, study, k, top, random_sets):
+        full = float(top.perplexity_full)
+        rise = 100.0 * (float(top.perplexity) - full) / full
+        random_mean = float(random_sets["perplexity"].mean())
+        random_rise = 100.0 * (random_mean - full) / full
+        this_run = (f"K={k}: perplexity {float(top.perplexity):.2f} with the top-K heads masked ({rise:+.1f}%), "
+                    f"{random_mean:.2f} with K random heads ({random_rise:+.1f}%), {full:.2f} with all")
+        return self.row(study, this_run, verdict(rise < LITTLE))
 
 
 @claim
-class TasksSuffer(RetrievalClaim):
+class TasksSuffer(TopAgainstRandom):
     code = "W4"
     statement = ("Wu et al.: a task that reads its answer from the context suffers from masking the retrieval heads "
                  "far more than from masking as many random heads")
@@ -132,22 +137,19 @@ class TasksSuffer(RetrievalClaim):
             f"{TASK_MORE:g} points more than the mean of the random K-head sets, significantly (p < alpha against the "
             "full model)")
 
-    def judge_studies(self, evidence):
-        """Wu et al.'s experiment scored on a task (columns task, task_full, task_metric): the top-K retrieval heads
-        against K random heads at the largest K."""
-        retrieval_heads = evidence["retrieval_heads"]
-        if retrieval_heads.empty or "task" not in retrieval_heads or not retrieval_heads["task"].notna().any():
-            return [self.not_run()]
-        rows = []
-        for study, table in by_study(retrieval_heads[retrieval_heads["task"].notna()]):
-            k, top, random_sets = at_largest_k(table)
-            metric = str(top.task_metric)
-            random_mean = float(random_sets["task"].mean())
-            # the cost in points, worse counted positive whichever way the metric goes
-            gap = better_sign(metric) * in_points(random_mean - float(top.task), metric)
-            this_run = (f"K={k}: {metric} {show(top.task, metric)} with the top-K retrieval heads masked, "
-                        f"{show(random_mean, metric)} with K random heads (mean of {len(random_sets)} sets), "
-                        f"{show(top.task_full, metric)} with all")
-            significant = flags(pd.Series([top.significant_task])).iloc[0]
-            rows.append(self.row(study, this_run, verdict(gap >= TASK_MORE and significant)))
-        return rows
+    def scored(self, retrieval_heads):
+        """Wu et al.'s experiment scored on a task (columns task, task_full, task_metric)."""
+        if retrieval_heads.empty or "task" not in retrieval_heads:
+            return pd.DataFrame()
+        return retrieval_heads[retrieval_heads["task"].notna()]
+
+    def judge_at_k(self, study, k, top, random_sets):
+        metric = str(top.task_metric)
+        random_mean = float(random_sets["task"].mean())
+        # the cost in points, worse counted positive whichever way the metric goes
+        gap = better_sign(metric) * in_points(random_mean - float(top.task), metric)
+        this_run = (f"K={k}: {metric} {show(top.task, metric)} with the top-K retrieval heads masked, "
+                    f"{show(random_mean, metric)} with K random heads (mean of {len(random_sets)} sets), "
+                    f"{show(top.task_full, metric)} with all")
+        significant = flags(pd.Series([top.significant_task])).iloc[0]
+        return self.row(study, this_run, verdict(gap >= TASK_MORE and significant))
