@@ -136,8 +136,7 @@ def rows_that_fit(model, tokenizer, evalset: EvalSet, settings: EvalSettings) ->
 
     device = next(model.parameters()).device
     positions = kind_of(evalset.kind).row_positions(model, tokenizer, evalset, settings)
-    rows = sized(model, positions, free_bytes(model, device), None, VARIANT_ROWS,
-                 "variant_batch_size")
+    rows = sized(model, positions, free_bytes(model, device), None, VARIANT_ROWS, "variant_batch_size")
     return dataclasses.replace(settings, variant_batch_size=rows)
 
 
