@@ -75,15 +75,8 @@ class Kind(abc.ABC):
 
     def row_positions(self, model, tokenizer, evalset, settings) -> int:
         """The tokens of the longest row a pass over ``evalset`` holds, which its batches are sized by
-        (``headprune.evaluation.runs.rows_that_fit``): its longest token sequence (a language model's window; a
-        retrieval prompt and its answer), else ``settings.max_length`` (sentences and pairs are cut there)."""
-        longest, generates = 0, 0
-        for source in evalset.sources:
-            ids = source.get("prompt_ids") if isinstance(source, dict) else source
-            if isinstance(ids, (list, tuple)) and ids and isinstance(ids[0], int):
-                longest = max(longest, len(ids))
-                generates = settings.max_new_tokens if isinstance(source, dict) else 0
-        return longest + generates if longest else settings.max_length
+        (``headprune.evaluation.runs.rows_that_fit``): ``settings.max_length``, where sentences and pairs are cut."""
+        return settings.max_length
 
     def scoring_batches(self, tokenizer, evalset, batch_size: int, max_length: int) -> list[dict]:
         """Batches with labels to score heads on (``headprune.analyses.sweeps.evalset_batches``)."""

@@ -112,6 +112,10 @@ class Kind(base.Kind):
         chunks = load_windows(spec["windows"], spec.get("max_items"))
         return EvalSet("language_modeling", chunks, chunks, "perplexity")
 
+    def row_positions(self, model, tokenizer, evalset, settings):
+        # its longest window
+        return max(map(len, evalset.sources), default=0) or settings.max_length
+
     def run_variants(self, model, tokenizer, evalset, gates_list, settings):
         from headprune.evaluation.perplexity import window_batches, window_nll_variants
 

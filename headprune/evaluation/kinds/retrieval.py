@@ -89,6 +89,10 @@ class Kind(ScoresLanguageModel):
         items = read_items(spec["items"], spec.get("max_items"))
         return EvalSet("retrieval", [item["value"] for item in items], items, "retrieval")
 
+    def row_positions(self, model, tokenizer, evalset, settings):
+        # its longest prompt and the answer generated after it
+        return max((len(item["prompt_ids"]) for item in evalset.sources), default=0) + settings.max_new_tokens
+
     def run_variants(self, model, tokenizer, evalset, gates_list, settings):
         from headprune.evaluation.retrieval import answer_variants
 
